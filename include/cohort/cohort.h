@@ -1,0 +1,163 @@
+/*
+ * cohort.h: the communicator and its collectives.
+ *
+ * A communicator (cohort_comm) joins the N processes (or threads) of one job. It is made by cohort_init(), which
+ * reads the torchrun-compatible environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT) plus the COHORT_* knobs listed in docs/env.md, meets the other ranks at the rendezvous store,
+ * authenticates every link with COHORT_SECRET when it is set, and connects a full mesh.
+ *
+ * Collectives must be called in the same order, with the same count, dtype, op and root, on every rank. A rank
+ * that disagrees makes every rank return COHORT_ERR_MISMATCH; a rank that dies makes every survivor return
+ * COHORT_ERR_REMOTE. After any error other than COHORT_ERR_INVALID the communicator is aborted: every later call
+ * returns the same status at once, and the only thing left to do is cohort_comm_destroy().
+ *
+ * Errors: every call that can fail returns a cohort_status. cohort_last_error() returns a thread-local message with
+ * the detail (which rank, which call, what differed). The library never prints except through its logger
+ * (COHORT_LOG_LEVEL) and never exits the process.
+ *
+ * Thread-safety: the cohort_* functions may be called from any thread. Calls on one communicator are executed in
+ * the order they were issued; if several threads issue on the same communicator, the user must make sure that the
+ * resulting order is the same on every rank. Blocking calls and cohort_work_wait() may run concurrently with work
+ * in flight on the progress thread. A cohort_work handle belongs to the thread that holds it.
+ *
+ * Memory: a collective never keeps a pointer to caller memory after it completes. For the asynchronous forms
+ * (cohort_i*), the buffers belong to the library from the call until cohort_work_wait() returns or
+ * cohort_work_test() reports completion.
+ */
+#ifndef COHORT_COHORT_H
+#define COHORT_COHORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COHORT_VERSION_MAJOR 0
+#define COHORT_VERSION_MINOR 1
+#define COHORT_VERSION_PATCH 0
+
+typedef enum cohort_status {
+  COHORT_OK = 0,
+  COHORT_ERR_INVALID = 1,  /* a bad argument or bad environment: nothing was started */
+  COHORT_ERR_SYSTEM = 2,   /* a system call failed (errno is named in the message) */
+  COHORT_ERR_TIMEOUT = 3,  /* a peer or the store did not answer in time */
+  COHORT_ERR_REMOTE = 4,   /* a peer died, closed its link, or aborted */
+  COHORT_ERR_MISMATCH = 5, /* ranks disagree on the call: op, count, dtype, reduction or root */
+  COHORT_ERR_AUTH = 6,     /* a peer or the store failed to prove it knows the job secret */
+  COHORT_ERR_INTERNAL = 7, /* a bug in cohort: please report it with the message */
+  COHORT_ERR_PROTOCOL = 8, /* a malformed, truncated or unexpected frame arrived */
+} cohort_status;
+
+typedef enum cohort_dtype {
+  COHORT_F32 = 0,
+  COHORT_F64 = 1,
+  COHORT_F16 = 2,  /* IEEE half; reductions compute in float32 */
+  COHORT_BF16 = 3, /* bfloat16; reductions compute in float32 */
+  COHORT_I32 = 4,  /* sums and products wrap around on overflow */
+  COHORT_I64 = 5,
+  COHORT_U8 = 6,
+  COHORT_DTYPE_COUNT
+} cohort_dtype;
+
+typedef enum cohort_op {
+  COHORT_SUM = 0,
+  COHORT_AVG = 1, /* the sum divided by the world size; integer types round toward zero */
+  COHORT_MIN = 2,
+  COHORT_MAX = 3,
+  COHORT_PROD = 4,
+  COHORT_OP_COUNT
+} cohort_op;
+
+typedef struct cohort_comm cohort_comm;
+typedef struct cohort_work cohort_work;
+
+/* ---- errors ---- */
+
+/* A constant, human-readable name for a status ("remote failure", ...). Never NULL. */
+const char *cohort_strerror(cohort_status status);
+/* The detail of the last failure on this thread; "" when there is none. Valid until the next cohort call. */
+const char *cohort_last_error(void);
+
+/* Bytes per element of dtype, 0 for an unknown dtype. */
+size_t cohort_dtype_size(cohort_dtype dtype);
+/* "f32", "bf16", ...; cohort_dtype_parse() accepts these names. */
+const char *cohort_dtype_name(cohort_dtype dtype);
+cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out);
+/* "sum", "avg", "min", "max", "prod". */
+const char *cohort_op_name(cohort_op op);
+cohort_status cohort_op_parse(const char *name, cohort_op *out);
+
+/* ---- communicators ---- */
+
+/* Joins the job described by the environment. With neither RANK nor WORLD_SIZE set, makes a 1-rank communicator. */
+cohort_status cohort_init(cohort_comm **comm);
+/* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted. */
+void cohort_comm_destroy(cohort_comm *comm);
+
+int cohort_rank(const cohort_comm *comm);
+int cohort_size(const cohort_comm *comm);
+int cohort_local_rank(const cohort_comm *comm);
+int cohort_local_size(const cohort_comm *comm);
+/* The name of the transport in use: "tcp", "inproc", ... */
+const char *cohort_transport_name(const cohort_comm *comm);
+
+/* Makes every later call on comm (on every rank) fail with COHORT_ERR_REMOTE naming this rank and reason. */
+void cohort_comm_abort(cohort_comm *comm, const char *reason);
+
+/*
+ * In-process groups: N ranks as threads of one process, joined by the in-process transport. Make the group once,
+ * then call cohort_init_inproc() from each of the N threads with its rank; the call returns when all N have joined.
+ * The group may be destroyed once every thread's cohort_init_inproc() has returned.
+ */
+typedef struct cohort_inproc_group cohort_inproc_group;
+cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **group);
+void cohort_inproc_group_destroy(cohort_inproc_group *group);
+cohort_status cohort_init_inproc(cohort_inproc_group *group, int rank, cohort_comm **comm);
+
+/* ---- collectives (blocking) ---- */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */
+cohort_status cohort_allreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               cohort_dtype dtype, cohort_op op);
+/* Copies root's buf to every rank's buf. */
+cohort_status cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root);
+/* recvbuf holds size*count elements: rank r's sendbuf at offset r*count. count is per rank. */
+cohort_status cohort_allgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               cohort_dtype dtype);
+/* sendbuf holds size*count elements; rank r receives block r of the reduction. count is per rank. */
+cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                    cohort_dtype dtype, cohort_op op);
+/* Returns once every rank has entered the barrier. */
+cohort_status cohort_barrier(cohort_comm *comm);
+
+/* ---- collectives (asynchronous) ---- */
+
+/*
+ * The cohort_i* forms queue the collective on the communicator's progress thread and return at once with a work
+ * handle. Work completes in issue order; several may be in flight. Argument errors are returned by the call itself;
+ * communication errors are returned by cohort_work_wait()/cohort_work_test().
+ */
+cohort_status cohort_iallreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                cohort_dtype dtype, cohort_op op, cohort_work **work);
+cohort_status cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root,
+                                cohort_work **work);
+cohort_status cohort_iallgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                cohort_dtype dtype, cohort_work **work);
+cohort_status cohort_ireduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                     cohort_dtype dtype, cohort_op op, cohort_work **work);
+cohort_status cohort_ibarrier(cohort_comm *comm, cohort_work **work);
+
+/* Blocks until work completes; returns its status (and sets cohort_last_error() on this thread). */
+cohort_status cohort_work_wait(cohort_work *work);
+/* *done = 1 and returns the work's status once it has completed; *done = 0 and COHORT_OK while it runs. */
+cohort_status cohort_work_test(cohort_work *work, int *done);
+/* Frees a handle; if the work is still running it is waited for first. Safe on NULL. */
+void cohort_work_free(cohort_work *work);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_COHORT_H */

@@ -1,0 +1,29 @@
+/*
+ * env_knobs.h: every COHORT_* environment knob, declared once with its default and meaning.
+ *
+ * X(name, default, description). docs/env.md lists the same knobs (a unit test checks that it does), and
+ * cohort_init() warns about COHORT_* variables that are not listed here, so that a typo does not pass silently.
+ * Add a knob here, read it with cohort__env_*(), and document it in docs/env.md.
+ */
+#ifndef COHORT_CORE_ENV_KNOBS_H
+#define COHORT_CORE_ENV_KNOBS_H
+
+#define COHORT_ENV_KNOBS(X)                                                                                        \
+  X("COHORT_SECRET", "", "job secret; when set, every store and peer link proves it knows it (HMAC-SHA256)")      \
+  X("COHORT_TIMEOUT", "300", "seconds cohort_init() waits for every rank to arrive at the rendezvous")           \
+  X("COHORT_OP_TIMEOUT", "600", "seconds a collective waits on a silent peer before failing with a timeout")      \
+  X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp")                                                \
+  X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring, rd (recursive doubling) or hd (halving-doubling)")   \
+  X("COHORT_SMALL_BYTES", "65536", "allreduce messages up to this size use recursive doubling (auto)")           \
+  X("COHORT_MEDIUM_BYTES", "0", "messages up to this size use halving-doubling (auto); 0 disables the band")      \
+  X("COHORT_SEGMENT_BYTES", "262144", "pipeline segment of the ring algorithms, in bytes")                        \
+  X("COHORT_SOCKETS_PER_PEER", "1", "TCP connections per peer; large messages are striped over them")             \
+  X("COHORT_SOCKET_BUFFER", "4194304", "SO_SNDBUF and SO_RCVBUF of peer sockets, in bytes; 0 keeps the system's") \
+  X("COHORT_SPIN_US", "50", "microseconds a waiting rank polls its sockets before sleeping in epoll")             \
+  X("COHORT_STORE", "tcp", "rendezvous store: tcp (MASTER_ADDR:MASTER_PORT) or file:DIR on a shared filesystem") \
+  X("COHORT_LAUNCHER_STORE", "0", "1 when the launcher (cohortrun) serves the store; else rank 0 serves it")     \
+  X("COHORT_RESTART_COUNT", "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \
+  X("COHORT_BIND_ADDR", "", "address peers listen on; default: the address that reaches MASTER_ADDR")            \
+  X("COHORT_LOG_LEVEL", "warn", "error, warn, info or debug")
+
+#endif

@@ -1,0 +1,45 @@
+/* log.c: a leveled logger with a rank prefix. One fprintf per line, so lines of threads do not interleave. */
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/env.h"
+
+static atomic_int log_rank = -1;
+static atomic_int log_level = -1; /* -1: not read yet */
+
+static int read_level(void) {
+  const char *v = cohort__env_str("COHORT_LOG_LEVEL");
+  if (strcmp(v, "error") == 0) return COHORT__LOG_ERROR;
+  if (strcmp(v, "info") == 0) return COHORT__LOG_INFO;
+  if (strcmp(v, "debug") == 0) return COHORT__LOG_DEBUG;
+  return COHORT__LOG_WARN;
+}
+
+int cohort__log_enabled(int level) {
+  int current = atomic_load_explicit(&log_level, memory_order_relaxed);
+  if (current < 0) {
+    current = read_level();
+    atomic_store(&log_level, current);
+  }
+  return level <= current;
+}
+
+void cohort__log_set_rank(int rank) { atomic_store(&log_rank, rank); }
+
+void cohort__log(int level, const char *fmt, ...) {
+  if (!cohort__log_enabled(level)) return;
+  static const char tags[] = "EWID";
+  char line[1536];
+  int rank = atomic_load(&log_rank);
+  int n = rank >= 0 ? snprintf(line, sizeof line, "cohort[%d] %c: ", rank, tags[level])
+                    : snprintf(line, sizeof line, "cohort %c: ", tags[level]);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", line);
+}
