@@ -47,3 +47,21 @@ cohort_status cohort__error_errno(cohort_status status, int err, const char *fmt
     snprintf(error_text + n, sizeof error_text - (size_t)n, ": %s", strerror(err));
   return status;
 }
+
+cohort_status cohort__error_prefix(cohort_status status, const char *fmt, ...) {
+  char old[COHORT_ERROR_TEXT_MAX];
+  snprintf(old, sizeof old, "%s", error_text);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(error_text, sizeof error_text, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && (size_t)n + 2 < sizeof error_text) {
+    /* Truncation is fine here: the message is for people, and the start of it names the context. */
+    size_t room = sizeof error_text - (size_t)n;
+    memcpy(error_text + n, ": ", 2);
+    size_t len = strnlen(old, room - 3);
+    memcpy(error_text + n + 2, old, len);
+    error_text[(size_t)n + 2 + len] = '\0';
+  }
+  return status;
+}

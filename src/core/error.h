@@ -18,6 +18,8 @@ cohort_status cohort__error_errno(cohort_status status, int err, const char *fmt
 /* Sets the thread-local message as is (used to hand a message from one thread to another). */
 void cohort__error_set_text(const char *text);
 void cohort__error_clear(void);
+/* Prepends "<context>: " to the current message (to add where a lower layer's failure happened); returns status. */
+cohort_status cohort__error_prefix(cohort_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Returns the status of expr upward when it is not COHORT_OK. */
 #define COHORT_CHECK(expr)                                                                                         \

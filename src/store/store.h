@@ -1,0 +1,54 @@
+/*
+ * store.h: the rendezvous key-value store, behind one small interface with two backends.
+ *
+ *  - TCP: a server (run by the launcher, or by rank 0 in a background thread) and a client per rank. Every
+ *    connection authenticates with the job secret (auth.h) before any request is served; a connection that fails
+ *    is dropped and logged and never disturbs the other clients.
+ *  - File: a directory on a shared filesystem; one file per key, written atomically (temp file + rename).
+ *
+ * Keys are strings (at most COHORT_STORE_KEY_MAX bytes), values are byte strings (at most COHORT_STORE_VALUE_MAX).
+ * A store handle is used by one thread at a time. The server is thread-safe and serves every client concurrently.
+ */
+#ifndef COHORT_STORE_STORE_H
+#define COHORT_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+#define COHORT_STORE_KEY_MAX 512
+#define COHORT_STORE_VALUE_MAX (16u << 20)
+
+typedef struct cohort__store cohort__store;
+
+/* Connects to a TCP store at host:port, retrying until timeout_s (the server may not be up yet). */
+cohort_status cohort__store_connect_tcp(const char *host, int port, const char *secret, double timeout_s,
+                                        cohort__store **out);
+/* Opens (and creates if needed) a file store in dir. */
+cohort_status cohort__store_open_file(const char *dir, cohort__store **out);
+void cohort__store_close(cohort__store *store);
+
+/* Sets key to value (replacing any older value). */
+cohort_status cohort__store_set(cohort__store *store, const char *key, const void *value, size_t len);
+/* Waits until key exists (at most timeout_s; COHORT_ERR_TIMEOUT then), and returns a malloc'd copy of its value,
+ * which the caller frees. A trailing NUL is added (not counted in *len), so string values can be used directly. */
+cohort_status cohort__store_get(cohort__store *store, const char *key, double timeout_s, void **value, size_t *len);
+/* *exists = 1 if key is set now; never waits. */
+cohort_status cohort__store_check(cohort__store *store, const char *key, int *exists);
+/* Atomically adds delta to the integer counter at key (missing counts as 0) and returns the new value. */
+cohort_status cohort__store_add(cohort__store *store, const char *key, int64_t delta, int64_t *result);
+/* Removes key; removing a missing key is not an error. */
+cohort_status cohort__store_delete(cohort__store *store, const char *key);
+
+/* The TCP server. Binds host:port (port 0: any free port; host NULL or "": all interfaces) and serves from a
+ * background thread until stopped. */
+typedef struct cohort__store_server cohort__store_server;
+cohort_status cohort__store_server_start(const char *host, int port, const char *secret,
+                                         cohort__store_server **out);
+/* The port the server listens on (useful after binding port 0). */
+int cohort__store_server_port(const cohort__store_server *server);
+/* Stops serving, closes every connection and frees the server. Safe on NULL. */
+void cohort__store_server_stop(cohort__store_server *server);
+
+#endif

@@ -1,0 +1,92 @@
+/* test_core.c: status names, error text, dtype/op names, env knob parsing, and docs/env.md covering every knob. */
+#include <stdlib.h>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "test.h"
+
+TEST(strerror_names_every_status) {
+  ASSERT_STREQ(cohort_strerror(COHORT_OK), "success");
+  ASSERT_STREQ(cohort_strerror(COHORT_ERR_REMOTE), "remote failure");
+  ASSERT_STREQ(cohort_strerror(COHORT_ERR_MISMATCH), "mismatch between ranks");
+  ASSERT_STREQ(cohort_strerror((cohort_status)999), "unknown status");
+}
+
+TEST(error_text_is_kept_per_thread_and_formatted) {
+  cohort__error_clear();
+  ASSERT_STREQ(cohort_last_error(), "");
+  ASSERT_EQ(cohort__error(COHORT_ERR_TIMEOUT, "rank %d is late", 3), COHORT_ERR_TIMEOUT);
+  ASSERT_STREQ(cohort_last_error(), "rank 3 is late");
+  ASSERT_EQ(cohort__error_errno(COHORT_ERR_SYSTEM, 2, "open %s", "x"), COHORT_ERR_SYSTEM);
+  ASSERT_STREQ(cohort_last_error(), "open x: No such file or directory");
+}
+
+TEST(dtype_and_op_names_round_trip) {
+  for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+    cohort_dtype back;
+    ASSERT_OK(cohort_dtype_parse(cohort_dtype_name((cohort_dtype)d), &back));
+    ASSERT_EQ(back, d);
+  }
+  ASSERT_EQ(cohort_dtype_size(COHORT_BF16), 2);
+  ASSERT_EQ(cohort_dtype_size(COHORT_I64), 8);
+  ASSERT_EQ(cohort_dtype_size((cohort_dtype)77), 0);
+  cohort_op op;
+  ASSERT_OK(cohort_op_parse("prod", &op));
+  ASSERT_EQ(op, COHORT_PROD);
+  cohort_dtype d;
+  ASSERT_STATUS(cohort_dtype_parse("float", &d), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "unknown dtype 'float'");
+}
+
+TEST(env_knobs_parse_with_defaults_and_clear_errors) {
+  long v = 0;
+  unsetenv("COHORT_TIMEOUT");
+  ASSERT_OK(cohort__env_long("COHORT_TIMEOUT", 0, 1000000, &v));
+  ASSERT_EQ(v, 300);
+  setenv("COHORT_TIMEOUT", "12", 1);
+  ASSERT_OK(cohort__env_long("COHORT_TIMEOUT", 0, 1000000, &v));
+  ASSERT_EQ(v, 12);
+  setenv("COHORT_TIMEOUT", "12s", 1);
+  ASSERT_STATUS(cohort__env_long("COHORT_TIMEOUT", 0, 1000000, &v), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_TIMEOUT='12s' is not an integer");
+  setenv("COHORT_TIMEOUT", "-5", 1);
+  ASSERT_STATUS(cohort__env_long("COHORT_TIMEOUT", 0, 1000000, &v), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "out of range");
+  unsetenv("COHORT_TIMEOUT");
+  int present = 1;
+  unsetenv("RANK");
+  ASSERT_OK(cohort__env_long_var("RANK", 0, 10, &v, &present));
+  ASSERT_EQ(present, 0);
+}
+
+static char *env_md;
+static int env_md_missing;
+static void check_documented(const char *name, const char *def, const char *desc, void *arg) {
+  char row[256];
+  snprintf(row, sizeof row, "`%s`", name);
+  if (!strstr(env_md, row)) {
+    fprintf(stderr, "docs/env.md does not list %s\n", name);
+    env_md_missing++;
+  }
+}
+
+TEST(docs_env_md_lists_every_knob) {
+  const char *src = getenv("COHORT_SOURCE_DIR");
+  ASSERT_TRUE(src != NULL);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/docs/env.md", src);
+  FILE *f = fopen(path, "rb");
+  ASSERT_TRUE(f != NULL);
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  env_md = buf;
+  env_md_missing = 0;
+  cohort__env_each(check_documented, NULL);
+  ASSERT_EQ(env_md_missing, 0);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(strerror_names_every_status), TEST_CASE(error_text_is_kept_per_thread_and_formatted),
+                 TEST_CASE(dtype_and_op_names_round_trip), TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
+                 TEST_CASE(docs_env_md_lists_every_knob))
