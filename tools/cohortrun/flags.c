@@ -1,0 +1,180 @@
+/* flags.c: cohortrun's command line and the program lookup; all that can be refused before anything starts. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "launcher.h"
+
+void cohort__launch_usage(FILE *out) {
+  fprintf(out,
+          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--] PROGRAM [ARGS...]\n"
+          "\n"
+          "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
+          "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
+          "\n"
+          "options:\n"
+          "  -np N, -n N, --np N   number of workers (1 to %d); required\n"
+          "  --master-port P       port of the rendezvous store cohortrun serves (default 0: any free port)\n"
+          "  --master-addr A       address the store listens on and workers dial (default 127.0.0.1)\n"
+          "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
+          "  -h, --help            this text\n"
+          "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
+          "\n"
+          "Each worker gets the parent environment plus:\n"
+          "  RANK=0..N-1  WORLD_SIZE=N  LOCAL_RANK=RANK  LOCAL_WORLD_SIZE=N\n"
+          "  MASTER_ADDR=A  MASTER_PORT=<the store's port>\n"
+          "  COHORT_SECRET=<64 hex digits, fresh for every run>  COHORT_LAUNCHER_STORE=1  COHORT_RESTART_COUNT=0\n"
+          "Workers read stdin from /dev/null, run in their own process groups, and are killed if cohortrun dies.\n"
+          "\n"
+          "If a worker exits non-zero or dies by a signal, the others get SIGTERM (SIGKILL after the grace), and\n"
+          "cohortrun prints one line naming that rank and exits with its code (128+signal for a signal).\n"
+          "SIGINT and SIGTERM to cohortrun are forwarded to the workers (a second one kills them at once).\n"
+          "exit codes: 0 all workers succeeded; 1 cohortrun itself failed; 2 bad command line or program;\n"
+          "otherwise the failing worker's code, or 128+signal.\n"
+          "The COHORT_* knobs the library reads are listed in docs/env.md.\n",
+          COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S);
+}
+
+static cohort_status parse_long(const char *flag, const char *text, long min, long max, const char *what,
+                                long *out) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (text[0] == '\0' || *end != '\0' || errno == ERANGE || v < min || v > max)
+    return cohort__error(COHORT_ERR_INVALID, "%s needs %s (%ld to %ld), got '%s'", flag, what, min, max, text);
+  *out = v;
+  return COHORT_OK;
+}
+
+static cohort_status parse_seconds(const char *flag, const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (text[0] == '\0' || *end != '\0' || errno == ERANGE || !isfinite(v) || v < 0 || v > 3600)
+    return cohort__error(COHORT_ERR_INVALID, "%s needs a number of seconds (0 to 3600), got '%s'", flag, text);
+  *out = v;
+  return COHORT_OK;
+}
+
+/* Matches argv[*i] against a flag that takes a value, as "flag value" or "flag=value". */
+static int match_valued(int argc, char **argv, int *i, const char *flag, const char **value, cohort_status *st) {
+  const char *arg = argv[*i];
+  size_t n = strlen(flag);
+  if (strncmp(arg, flag, n) != 0) return 0;
+  if (arg[n] == '=') {
+    *value = arg + n + 1;
+    return 1;
+  }
+  if (arg[n] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    *st = cohort__error(COHORT_ERR_INVALID, "%s needs a value", flag);
+    return 1;
+  }
+  *value = argv[++*i];
+  return 1;
+}
+
+cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *opts) {
+  memset(opts, 0, sizeof *opts);
+  opts->master_addr = "127.0.0.1";
+  opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
+  int np_given = 0;
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-' || arg[1] == '\0') break; /* the program */
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      opts->help = 1;
+      return COHORT_OK;
+    }
+    const char *value = NULL;
+    cohort_status st = COHORT_OK;
+    long v = 0;
+    if (match_valued(argc, argv, &i, "-np", &value, &st) || match_valued(argc, argv, &i, "--np", &value, &st) ||
+        match_valued(argc, argv, &i, "-n", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("-np", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
+      opts->np = (int)v;
+      np_given = 1;
+    } else if (match_valued(argc, argv, &i, "--master-port", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("--master-port", value, 0, 65535, "a port number", &v));
+      opts->master_port = (int)v;
+      opts->master_port_given = 1;
+    } else if (match_valued(argc, argv, &i, "--master-addr", &value, &st)) {
+      COHORT_CHECK(st);
+      if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--master-addr needs a non-empty address");
+      opts->master_addr = value;
+    } else if (match_valued(argc, argv, &i, "--grace", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_seconds("--grace", value, &opts->grace_s));
+    } else {
+      return cohort__error(COHORT_ERR_INVALID, "unknown flag '%s'", arg);
+    }
+  }
+  if (!np_given) return cohort__error(COHORT_ERR_INVALID, "-np N is required (the number of workers)");
+  if (i >= argc) return cohort__error(COHORT_ERR_INVALID, "no program given: cohortrun -np N PROGRAM [ARGS...]");
+  opts->argv = argv + i;
+  return COHORT_OK;
+}
+
+/* Why path cannot be run, or COHORT_OK when it is an executable regular file. */
+static cohort_status check_executable(const char *name, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return cohort__error_errno(COHORT_ERR_INVALID, errno, "program '%s'", name);
+  if (S_ISDIR(st.st_mode)) return cohort__error(COHORT_ERR_INVALID, "program '%s' is a directory", name);
+  if (!S_ISREG(st.st_mode)) return cohort__error(COHORT_ERR_INVALID, "program '%s' is not a regular file", name);
+  if (access(path, X_OK) != 0)
+    return cohort__error(COHORT_ERR_INVALID, "program '%s' is not executable (chmod +x it?)", name);
+  return COHORT_OK;
+}
+
+cohort_status cohort__launch_resolve_program(const char *name, char **path_out) {
+  *path_out = NULL;
+  if (name[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "the program name is empty");
+  if (strchr(name, '/')) {
+    COHORT_CHECK(check_executable(name, name));
+    *path_out = strdup(name);
+    if (!*path_out) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    return COHORT_OK;
+  }
+  /* The PATH search of execvp, done here so that a typo is one clear line before any worker starts. */
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  size_t name_len = strlen(name);
+  const char *dir = path;
+  int found_unusable = 0;
+  for (;;) {
+    const char *colon = strchr(dir, ':');
+    size_t dir_len = colon ? (size_t)(colon - dir) : strlen(dir);
+    char *candidate = malloc(dir_len + name_len + 3);
+    if (!candidate) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    if (dir_len == 0) /* an empty PATH entry means the current directory */
+      snprintf(candidate, dir_len + name_len + 3, "./%s", name);
+    else
+      snprintf(candidate, dir_len + name_len + 3, "%.*s/%s", (int)dir_len, dir, name);
+    struct stat st;
+    if (stat(candidate, &st) == 0) {
+      if (S_ISREG(st.st_mode) && access(candidate, X_OK) == 0) {
+        *path_out = candidate;
+        return COHORT_OK;
+      }
+      found_unusable = 1;
+    }
+    free(candidate);
+    if (!colon) break;
+    dir = colon + 1;
+  }
+  if (found_unusable)
+    return cohort__error(COHORT_ERR_INVALID, "program '%s' was found in PATH but is not an executable file", name);
+  return cohort__error(COHORT_ERR_INVALID, "program '%s' not found in PATH (give a path like ./%s?)", name, name);
+}

@@ -1,0 +1,82 @@
+/*
+ * launcher.h: the pieces of cohortrun, the local launcher (docs/cohortrun.md).
+ *
+ * cohortrun starts N workers on this host, serves their rendezvous store, relays their output line by line with a
+ * "[rank] " prefix, and turns the first worker failure into a clean stop of the whole job. It is split into:
+ *  - flags.c:  command line parsing and the program lookup (everything that can be refused before anything runs);
+ *  - spawn.c:  the worker environment and fork/exec of one worker (own process group, parent-death signal);
+ *  - output.c: the relay from one worker pipe to cohortrun's stdout or stderr, whole lines only;
+ *  - main.c:   the job: store, spawn, the poll loop over pipes and signals, shutdown and the summary line.
+ *
+ * Everything runs on cohortrun's main thread except the store server (its own thread), so none of these pieces
+ * is thread-safe, and none needs to be.
+ */
+#ifndef COHORT_TOOLS_COHORTRUN_LAUNCHER_H
+#define COHORT_TOOLS_COHORTRUN_LAUNCHER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "cohort/cohort.h"
+
+/* More workers than this would need more descriptors (two pipes each) than a default ulimit -n grants. */
+#define COHORT_LAUNCH_NP_MAX 256
+#define COHORT_LAUNCH_GRACE_DEFAULT_S 3.0
+/* The secret is this many random bytes, written as twice as many hex digits. */
+#define COHORT_LAUNCH_SECRET_BYTES 32
+
+typedef struct cohort__launch_opts {
+  int np;
+  int master_port; /* 0: any free port */
+  int master_port_given;
+  const char *master_addr;
+  double grace_s; /* between SIGTERM (or a forwarded signal) and SIGKILL */
+  int help;
+  char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
+} cohort__launch_opts;
+
+/* Parses argv into opts. A bad command line is COHORT_ERR_INVALID with a one-line message. */
+cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *opts);
+void cohort__launch_usage(FILE *out);
+/* Finds the program as execvp would (a name with a '/' is a path, else it is searched in PATH) and checks that it
+ * is an executable regular file. *path_out is malloc'd; the caller frees it. */
+cohort_status cohort__launch_resolve_program(const char *name, char **path_out);
+
+/* What one worker is told about the job. */
+typedef struct cohort__launch_worker_env {
+  int rank, world_size;
+  const char *master_addr;
+  int master_port;
+  const char *secret;
+} cohort__launch_worker_env;
+
+/* The parent's environment with the job variables (RANK, ..., COHORT_SECRET) replacing any inherited ones.
+ * Built before fork, because the child of a threaded process may not allocate. Free with the call below. */
+cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out);
+void cohort__launch_env_free(char **envp);
+
+/* Starts one worker: stdout and stderr to fresh pipes (read ends returned non-blocking), stdin from /dev/null, its
+ * own process group, SIGKILL when cohortrun dies, and child_mask as its signal mask. Returns once the program has
+ * been exec'd; a failed exec is COHORT_ERR_INVALID naming the program (the child is reaped). */
+cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
+                                   pid_t *pid_out, int *out_fd, int *err_fd);
+
+/* A relay copies one worker pipe to one of cohortrun's descriptors, prefixing each line with "[rank] ". Partial lines
+ * are held until their newline arrives (or the pipe closes), so lines of different workers never mix. A line
+ * longer than COHORT_RELAY_LINE_MAX is cut there, so that a worker that never writes a newline cannot exhaust
+ * memory. If the destination is gone (EPIPE), output is dropped and the workers are left alone. */
+#define COHORT_RELAY_LINE_MAX (1u << 20)
+typedef struct cohort__relay cohort__relay;
+/* Takes ownership of in_fd (closed at EOF or by destroy). */
+cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, cohort__relay **out);
+/* Reads what the pipe holds now and writes out every complete line. At EOF writes the trailing partial line,
+ * closes the pipe and sets *open to 0. */
+cohort_status cohort__relay_pump(cohort__relay *relay, int *open);
+/* The pipe descriptor, or -1 once closed. */
+int cohort__relay_fd(const cohort__relay *relay);
+/* Writes a held partial line (if any), closes the pipe and frees. Safe on NULL. */
+void cohort__relay_destroy(cohort__relay *relay);
+
+#endif

@@ -1,0 +1,412 @@
+/* main.c: cohortrun, the local launcher: store, workers, output, and one clean stop when anything fails.
+ *
+ * The job is one poll loop on the main thread over the workers' pipes and a signalfd (SIGCHLD, SIGINT, SIGTERM),
+ * so that a worker's death, a Ctrl-C and output are handled in one place, in order, with no signal-handler races.
+ * The first worker that fails is the root cause: the others get SIGTERM, then SIGKILL after the grace, and the
+ * loop goes on relaying their last words until every worker is reaped and every pipe is closed; only then is the
+ * one summary line printed, so that it is the last thing on stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "launcher.h"
+#include "store/store.h"
+
+/* After the last worker is reaped, how long its pipes may stay open (held by something it started) before
+ * cohortrun stops reading them. */
+#define DRAIN_AFTER_EXIT_NS 1000000000LL
+
+typedef struct worker {
+  int rank;
+  pid_t pid; /* 0: never started */
+  int running;
+  int wait_status;
+  int got_sigkill; /* still running at the end of the grace */
+  cohort__relay *out, *err;
+} worker;
+
+typedef struct job {
+  cohort__launch_opts opts;
+  worker *workers;
+  int started, running;
+  int sfd;
+  sigset_t child_mask;
+  int stopping; /* the others were told to stop; SIGKILL follows at kill_at_ns */
+  int64_t kill_at_ns;
+  int killed; /* SIGKILL was sent */
+  int root;   /* rank of the first failure, -1 for none */
+  int interrupted;    /* the signal cohortrun got, 0 for none */
+  int stopped_count;  /* ranks still running when the stop began */
+  int sigkill_count;  /* ranks that needed SIGKILL */
+  int64_t drain_until_ns;
+} job;
+
+static void ensure_std_fds(void) {
+  /* A launcher started with a closed stdout would hand a pipe that very number, and dup2 onto itself keeps
+   * CLOEXEC: give the standard descriptors something first. */
+  for (int fd = 0; fd < 3; fd++)
+    if (fcntl(fd, F_GETFD) < 0) {
+      int nfd = open("/dev/null", O_RDWR);
+      if (nfd >= 0 && nfd != fd) close(nfd);
+    }
+}
+
+static const char *signal_name(int sig, char *buf, size_t len) {
+  const char *abbrev = sigabbrev_np(sig);
+  if (abbrev)
+    snprintf(buf, len, "SIG%s", abbrev);
+  else
+    snprintf(buf, len, "signal %d", sig);
+  return buf;
+}
+
+static cohort_status make_secret(char *hex, size_t hex_len) {
+  unsigned char raw[COHORT_LAUNCH_SECRET_BYTES];
+  if (hex_len < 2 * sizeof raw + 1) return cohort__error(COHORT_ERR_INTERNAL, "secret buffer too small");
+  if (RAND_bytes(raw, (int)sizeof raw) != 1)
+    return cohort__error(COHORT_ERR_SYSTEM, "RAND_bytes failed to make the job secret");
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < sizeof raw; i++) {
+    hex[2 * i] = digits[raw[i] >> 4];
+    hex[2 * i + 1] = digits[raw[i] & 15];
+  }
+  hex[2 * sizeof raw] = '\0';
+  return COHORT_OK;
+}
+
+/* errno of binding host:port ourselves: tells "port in use" apart from the store's other failures. */
+static int bind_errno(const char *host, int port) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+  struct addrinfo *ai = NULL;
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  if (getaddrinfo(host, service, &hints, &ai) != 0) return EINVAL;
+  int err = EINVAL;
+  for (struct addrinfo *a = ai; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    err = bind(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    close(fd);
+    if (err == 0 || err == EADDRINUSE) break;
+  }
+  freeaddrinfo(ai);
+  return err;
+}
+
+static worker *find_worker(job *j, pid_t pid) {
+  for (int i = 0; i < j->started; i++)
+    if (j->workers[i].pid == pid) return &j->workers[i];
+  return NULL;
+}
+
+/* To the worker's whole process group, so that what it started stops too. */
+static void signal_worker(worker *w, int sig) {
+  if (kill(-w->pid, sig) != 0) kill(w->pid, sig);
+}
+
+/* Tells every running worker to stop with sig; SIGKILL follows after the grace. */
+static void begin_stop(job *j, int sig) {
+  j->stopping = 1;
+  j->stopped_count = j->running;
+  j->kill_at_ns = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9);
+  for (int i = 0; i < j->started; i++)
+    if (j->workers[i].running) signal_worker(&j->workers[i], sig);
+}
+
+static void kill_all(job *j) {
+  j->killed = 1;
+  for (int i = 0; i < j->started; i++) {
+    worker *w = &j->workers[i];
+    if (!w->running) continue;
+    if (!w->got_sigkill) j->sigkill_count++;
+    w->got_sigkill = 1;
+    signal_worker(w, SIGKILL);
+  }
+}
+
+static int failed(int wait_status) { return !(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0); }
+
+static void reap(job *j) {
+  for (;;) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    worker *w = find_worker(j, pid);
+    if (!w || !w->running) continue;
+    w->running = 0;
+    w->wait_status = status;
+    j->running--;
+    if (j->running == 0) j->drain_until_ns = cohort__now_ns() + DRAIN_AFTER_EXIT_NS;
+    /* Once a stop has begun, deaths are its consequences, not causes. */
+    if (!j->stopping && failed(status)) {
+      j->root = w->rank;
+      begin_stop(j, SIGTERM);
+    }
+  }
+}
+
+static void on_signal(job *j, int sig) {
+  if (sig == SIGCHLD) {
+    reap(j);
+  } else if (!j->stopping) {
+    j->interrupted = sig;
+    begin_stop(j, sig);
+  } else {
+    /* A second Ctrl-C (or one during a failure stop): the user does not want to wait for the grace. */
+    if (!j->interrupted) j->interrupted = sig;
+    kill_all(j);
+  }
+}
+
+static void read_signals(job *j) {
+  struct signalfd_siginfo si[16];
+  for (;;) {
+    ssize_t n = read(j->sfd, si, sizeof si);
+    if (n <= 0) return;
+    for (size_t k = 0; k < (size_t)n / sizeof si[0]; k++) on_signal(j, (int)si[k].ssi_signo);
+  }
+}
+
+static int open_relays(const job *j) {
+  int n = 0;
+  for (int i = 0; i < j->started; i++) {
+    if (j->workers[i].out && cohort__relay_fd(j->workers[i].out) >= 0) n++;
+    if (j->workers[i].err && cohort__relay_fd(j->workers[i].err) >= 0) n++;
+  }
+  return n;
+}
+
+static void pump(cohort__relay *r) {
+  int open = 1;
+  if (cohort__relay_pump(r, &open) != COHORT_OK) fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+}
+
+/* Runs until every worker is reaped and their pipes are closed (or the drain time is over). */
+static void run_loop(job *j) {
+  int cap = 1 + 2 * j->started;
+  struct pollfd *fds = calloc((size_t)cap, sizeof *fds);
+  cohort__relay **owners = calloc((size_t)cap, sizeof *owners);
+  if (!fds || !owners) {
+    /* Cannot watch the pipes: still stop and reap everything before leaving. */
+    fprintf(stderr, "cohortrun: out of memory; stopping the workers\n");
+    j->drain_until_ns = 0;
+  }
+  for (;;) {
+    int64_t now = cohort__now_ns();
+    if (j->stopping && !j->killed && j->running > 0 && now >= j->kill_at_ns) kill_all(j);
+    if (j->running == 0 && (open_relays(j) == 0 || now >= j->drain_until_ns)) break;
+    if (!fds || !owners) {
+      if (!j->stopping) begin_stop(j, SIGTERM);
+      usleep(10000);
+      read_signals(j);
+      continue;
+    }
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = j->sfd, .events = POLLIN};
+    for (int i = 0; i < j->started; i++) {
+      cohort__relay *rs[2] = {j->workers[i].out, j->workers[i].err};
+      for (int k = 0; k < 2; k++)
+        if (rs[k] && cohort__relay_fd(rs[k]) >= 0) {
+          owners[n] = rs[k];
+          fds[n++] = (struct pollfd){.fd = cohort__relay_fd(rs[k]), .events = POLLIN};
+        }
+    }
+    int64_t wake = -1;
+    if (j->stopping && !j->killed && j->running > 0) wake = j->kill_at_ns;
+    if (j->running == 0) wake = j->drain_until_ns;
+    int timeout_ms = -1;
+    if (wake >= 0) timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
+    int ready = poll(fds, (nfds_t)n, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      fprintf(stderr, "cohortrun: poll: %s\n", strerror(errno));
+      break;
+    }
+    if (ready <= 0) continue;
+    /* Output first: a worker's last lines are read before its death is handled, so they come before the
+     * summary and before the SIGTERM that its death triggers can cut the others short. */
+    for (int i = 1; i < n; i++)
+      if (fds[i].revents) pump(owners[i]);
+    if (fds[0].revents) read_signals(j);
+  }
+  free(fds);
+  free(owners);
+}
+
+static void print_summary(const job *j) {
+  char name[32];
+  char others[160] = "";
+  int n = j->stopped_count;
+  if (j->root >= 0) {
+    if (n == 0)
+      snprintf(others, sizeof others, "no other rank was running");
+    else if (n == j->opts.np - 1)
+      snprintf(others, sizeof others, "stopped the other %d rank%s", n, n == 1 ? "" : "s");
+    else
+      snprintf(others, sizeof others, "stopped the %d other rank%s still running", n, n == 1 ? "" : "s");
+  } else {
+    snprintf(others, sizeof others, "forwarded it to %d running rank%s", n, n == 1 ? "" : "s");
+  }
+  char killed[96] = "";
+  if (j->sigkill_count > 0)
+    snprintf(killed, sizeof killed, " (%d did not stop within %g s and got SIGKILL)", j->sigkill_count,
+             j->opts.grace_s);
+  if (j->root >= 0) {
+    const worker *w = &j->workers[j->root];
+    if (WIFEXITED(w->wait_status))
+      fprintf(stderr, "cohortrun: rank %d (pid %d) exited with code %d; %s%s\n", w->rank, (int)w->pid,
+              WEXITSTATUS(w->wait_status), others, killed);
+    else
+      fprintf(stderr, "cohortrun: rank %d (pid %d) was killed by signal %d (%s)%s; %s%s\n", w->rank, (int)w->pid,
+              WTERMSIG(w->wait_status), signal_name(WTERMSIG(w->wait_status), name, sizeof name),
+              WCOREDUMP(w->wait_status) ? ", core dumped" : "", others, killed);
+    if (j->interrupted)
+      fprintf(stderr, "cohortrun: also interrupted by %s while stopping\n",
+              signal_name(j->interrupted, name, sizeof name));
+  } else if (j->interrupted) {
+    fprintf(stderr, "cohortrun: interrupted by %s; %s%s\n", signal_name(j->interrupted, name, sizeof name), others,
+            killed);
+  }
+}
+
+static int exit_code(const job *j) {
+  if (j->root >= 0) {
+    int s = j->workers[j->root].wait_status;
+    return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
+  }
+  if (j->interrupted) return 128 + j->interrupted;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ensure_std_fds();
+  job j;
+  memset(&j, 0, sizeof j);
+  j.root = -1;
+  j.sfd = -1;
+  if (cohort__launch_parse(argc, argv, &j.opts) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s (see cohortrun --help)\n", cohort_last_error());
+    return 2;
+  }
+  if (j.opts.help) {
+    cohort__launch_usage(stdout);
+    return 0;
+  }
+  char *program = NULL;
+  if (cohort__launch_resolve_program(j.opts.argv[0], &program) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+    return 2;
+  }
+
+  int rc = 1;
+  cohort__store_server *server = NULL;
+  char spawn_error[1100] = "";
+  cohort_status spawn_status = COHORT_OK;
+  /* Signals are read through the signalfd, so they must be blocked in every thread: block them before the
+   * store starts its thread. Workers get the mask cohortrun started with. */
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, &j.child_mask);
+  /* A reader of our output that goes away must not kill the job (output.c drops the output instead). */
+  signal(SIGPIPE, SIG_IGN);
+  j.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (j.sfd < 0) {
+    fprintf(stderr, "cohortrun: signalfd: %s\n", strerror(errno));
+    goto done;
+  }
+
+  char secret[2 * COHORT_LAUNCH_SECRET_BYTES + 1];
+  if (make_secret(secret, sizeof secret) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+    goto done;
+  }
+  if (cohort__store_server_start(j.opts.master_addr, j.opts.master_port, secret, &server) != COHORT_OK) {
+    if (j.opts.master_port != 0 && bind_errno(j.opts.master_addr, j.opts.master_port) == EADDRINUSE)
+      fprintf(stderr,
+              "cohortrun: --master-port %d is already in use on %s; stop whatever holds it, pick another port, or "
+              "pass --master-port 0 for a free one\n",
+              j.opts.master_port, j.opts.master_addr);
+    else
+      fprintf(stderr, "cohortrun: cannot start the rendezvous store on %s:%d: %s\n", j.opts.master_addr,
+              j.opts.master_port, cohort_last_error());
+    goto done;
+  }
+  int port = cohort__store_server_port(server);
+
+  j.workers = calloc((size_t)j.opts.np, sizeof *j.workers);
+  if (!j.workers) {
+    fprintf(stderr, "cohortrun: out of memory for %d workers\n", j.opts.np);
+    goto done;
+  }
+  for (int r = 0; r < j.opts.np; r++) {
+    worker *w = &j.workers[r];
+    w->rank = r;
+    cohort__launch_worker_env wenv = {.rank = r,
+                                      .world_size = j.opts.np,
+                                      .master_addr = j.opts.master_addr,
+                                      .master_port = port,
+                                      .secret = secret};
+    char **envp = NULL;
+    int out_fd = -1, err_fd = -1;
+    spawn_status = cohort__launch_env_build(&wenv, &envp);
+    if (spawn_status == COHORT_OK) {
+      spawn_status = cohort__launch_spawn(program, j.opts.argv, envp, &j.child_mask, &w->pid, &out_fd, &err_fd);
+      cohort__launch_env_free(envp);
+    }
+    if (spawn_status == COHORT_OK) {
+      w->running = 1;
+      j.running++;
+      j.started++;
+      /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
+       * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
+      if (cohort__relay_create(r, out_fd, 1, &w->out) != COHORT_OK) close(out_fd);
+      if (cohort__relay_create(r, err_fd, 2, &w->err) != COHORT_OK) close(err_fd);
+    }
+    if (spawn_status != COHORT_OK) {
+      snprintf(spawn_error, sizeof spawn_error, "cannot start rank %d: %s", r, cohort_last_error());
+      if (!j.stopping) begin_stop(&j, SIGTERM);
+      break;
+    }
+  }
+
+  run_loop(&j);
+  if (spawn_status != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s; stopped the %d rank%s already started\n", spawn_error, j.started,
+            j.started == 1 ? "" : "s");
+    rc = spawn_status == COHORT_ERR_INVALID ? 2 : 1;
+  } else {
+    print_summary(&j);
+    rc = exit_code(&j);
+  }
+
+done:
+  if (j.workers) {
+    for (int i = 0; i < j.started; i++) {
+      cohort__relay_destroy(j.workers[i].out);
+      cohort__relay_destroy(j.workers[i].err);
+    }
+    free(j.workers);
+  }
+  cohort__store_server_stop(server);
+  if (j.sfd >= 0) close(j.sfd);
+  free(program);
+  return rc;
+}

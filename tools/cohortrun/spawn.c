@@ -1,0 +1,146 @@
+/* spawn.c: one worker's environment, and its fork/exec. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "launcher.h"
+
+extern char **environ;
+
+/* The variables cohortrun sets; inherited copies of them are dropped so a worker never sees two values. */
+static const char *const job_vars[] = {"RANK",        "WORLD_SIZE",    "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                       "COHORT_SECRET", "COHORT_LAUNCHER_STORE", "COHORT_RESTART_COUNT"};
+#define JOB_VAR_COUNT (sizeof job_vars / sizeof job_vars[0])
+
+static int is_job_var(const char *entry) {
+  const char *eq = strchr(entry, '=');
+  size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+  for (size_t i = 0; i < JOB_VAR_COUNT; i++)
+    if (strlen(job_vars[i]) == n && memcmp(job_vars[i], entry, n) == 0) return 1;
+  return 0;
+}
+
+static char *format_var(const char *name, const char *value) {
+  size_t len = strlen(name) + strlen(value) + 2;
+  char *s = malloc(len);
+  if (s) snprintf(s, len, "%s=%s", name, value);
+  return s;
+}
+
+/* The job variables come first in envp and are the only entries allocated here; the rest belong to environ. */
+void cohort__launch_env_free(char **envp) {
+  if (!envp) return;
+  for (size_t i = 0; i < JOB_VAR_COUNT && envp[i]; i++) free(envp[i]);
+  free(envp);
+}
+
+cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out) {
+  *envp_out = NULL;
+  size_t inherited = 0;
+  for (char **e = environ; *e; e++) inherited++;
+  char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
+  if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
+  char num[3][24];
+  snprintf(num[0], sizeof num[0], "%d", wenv->rank);
+  snprintf(num[1], sizeof num[1], "%d", wenv->world_size);
+  snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
+  /* Same order as job_vars. On one host the local rank is the rank. */
+  const char *values[JOB_VAR_COUNT] = {num[0], num[1], num[0], num[1], wenv->master_addr, num[2], wenv->secret,
+                                       "1",    "0"};
+  for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
+    envp[i] = format_var(job_vars[i], values[i]);
+    if (!envp[i]) {
+      cohort__launch_env_free(envp);
+      return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
+    }
+  }
+  size_t n = JOB_VAR_COUNT;
+  for (char **e = environ; *e; e++)
+    if (!is_job_var(*e)) envp[n++] = *e;
+  envp[n] = NULL;
+  *envp_out = envp;
+  return COHORT_OK;
+}
+
+/* The child between fork and exec. cohortrun has a store thread, so only async-signal-safe calls are allowed
+ * here: everything the child needs was prepared before fork. */
+static void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
+                       const sigset_t *child_mask, int out_w, int err_w, int exec_w) {
+  /* Its own process group, so that a signal to the group reaches whatever the worker starts, and a Ctrl-C at
+   * the terminal reaches cohortrun alone, which forwards it (once) to every worker. */
+  setpgid(0, 0);
+  /* No worker outlives cohortrun; if cohortrun is already gone, the signal would never come, so leave now. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0 && devnull != 0) {
+    dup2(devnull, 0);
+    close(devnull);
+  }
+  if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+    int e = errno;
+    if (write(exec_w, &e, sizeof e) < 0) _exit(127);
+    _exit(127);
+  }
+  /* cohortrun ignores SIGPIPE and blocks the signals it reads through signalfd; the program gets neither. */
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, child_mask, NULL);
+  execve(path, argv, envp);
+  int e = errno;
+  if (write(exec_w, &e, sizeof e) < 0) _exit(127);
+  _exit(127);
+}
+
+cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
+                                   pid_t *pid_out, int *out_fd, int *err_fd) {
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, exec_p[2] = {-1, -1};
+  cohort_status st = COHORT_OK;
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0 || pipe2(exec_p, O_CLOEXEC) != 0) {
+    st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "pipe for '%s'", argv[0]);
+    goto fail;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "fork for '%s'", argv[0]);
+    goto fail;
+  }
+  if (pid == 0) child_exec(parent, path, argv, envp, child_mask, out_p[1], err_p[1], exec_p[1]);
+  /* Also from this side: a signal sent to the group right after fork must not miss the worker (or hit us). */
+  setpgid(pid, pid);
+  close(out_p[1]);
+  close(err_p[1]);
+  close(exec_p[1]);
+  out_p[1] = err_p[1] = exec_p[1] = -1;
+  /* The exec pipe closes on a successful exec (CLOEXEC); before that, the child reports why exec failed. */
+  int child_errno = 0;
+  ssize_t got;
+  do {
+    got = read(exec_p[0], &child_errno, sizeof child_errno);
+  } while (got < 0 && errno == EINTR);
+  if (got == (ssize_t)sizeof child_errno) {
+    waitpid(pid, NULL, 0);
+    st = cohort__error_errno(COHORT_ERR_INVALID, child_errno, "cannot run program '%s'", argv[0]);
+    goto fail;
+  }
+  close(exec_p[0]);
+  fcntl(out_p[0], F_SETFL, fcntl(out_p[0], F_GETFL) | O_NONBLOCK);
+  fcntl(err_p[0], F_SETFL, fcntl(err_p[0], F_GETFL) | O_NONBLOCK);
+  *pid_out = pid;
+  *out_fd = out_p[0];
+  *err_fd = err_p[0];
+  return COHORT_OK;
+fail:
+  for (int i = 0; i < 2; i++) {
+    if (out_p[i] >= 0) close(out_p[i]);
+    if (err_p[i] >= 0) close(err_p[i]);
+    if (exec_p[i] >= 0) close(exec_p[i]);
+  }
+  return st;
+}
