@@ -1,0 +1,268 @@
+/*
+ * nn.h: the neural-network layer of the training stack: float32 tensors, layers with forward and backward, a
+ * sequential model, seeded initialisation, softmax cross-entropy, SGD and AdamW, learning-rate schedules, gradient
+ * clipping, and hashes of the parameters.
+ *
+ * Semantics follow PyTorch wherever PyTorch has an answer (init distributions, optimizer update rules, batchnorm
+ * running statistics, clip_grad_norm_), so that a model trained here behaves like the same model trained there;
+ * tests/golden checks this against torch numerically.
+ *
+ * Invariants:
+ *  - Tensors are row-major, NCHW for images and [N, features] for flat data; at most 4 dims.
+ *  - A model's parameters are numbered in the order the layers were added, weight before bias, and this order
+ *    (and every name, e.g. "conv1.weight") is stable: it is what checkpoints, hashes and the DDP engine key on.
+ *    Parameter values live in one contiguous array in that order (cohort_model_param_data()).
+ *  - Gradients accumulate: backward adds into the gradient arrays, cohort_model_zero_grad() clears them.
+ *  - During backward the grad hook fires exactly once per parameter, the moment its gradient is final, with
+ *    strictly decreasing parameter indices (reverse layer order, bias before weight within a layer).
+ *  - The same seed gives bit-identical weights on every machine (integer PRNG, no libm in the uniform path).
+ *
+ * Ownership: the model owns its parameters, gradients (unless rebound with cohort_model_set_grad_buffer(), in
+ * which case the caller owns that memory and must keep it alive), buffers and activations. The tensor returned by
+ * forward belongs to the model and stays valid until the next forward or destroy. The input passed to forward must
+ * stay alive and unchanged until the matching backward returns. An optimizer keeps a pointer to its model: destroy
+ * the optimizer first.
+ *
+ * Thread-safety: a model and its optimizer belong to one thread at a time. The grad hook runs on the thread that
+ * calls backward. Different models may be used from different threads concurrently. cohort_nn_set_threads()
+ * changes OpenBLAS's process-wide thread count.
+ */
+#ifndef COHORT_NN_H
+#define COHORT_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define COHORT_TENSOR_MAX_DIMS 4
+/* Length of a hex SHA-256 digest plus its NUL. */
+#define COHORT_HASH_HEX_LEN 65
+
+/* ---- tensors ---- */
+
+typedef struct cohort_tensor {
+  int ndim;                                /* 1..COHORT_TENSOR_MAX_DIMS */
+  int64_t shape[COHORT_TENSOR_MAX_DIMS];   /* unused dims are 1 */
+  size_t numel;                            /* product of the used dims */
+  float *data;
+} cohort_tensor;
+
+/* Allocates a zeroed tensor of the given shape; free it with cohort_tensor_free(). */
+cohort_status cohort_tensor_alloc(cohort_tensor *t, int ndim, const int64_t *shape);
+/* Frees data from cohort_tensor_alloc() and clears the struct. Safe on a cleared struct. */
+void cohort_tensor_free(cohort_tensor *t);
+/* Describes caller memory as a tensor (nothing is allocated or copied; do not cohort_tensor_free it). */
+cohort_status cohort_tensor_wrap(cohort_tensor *t, float *data, int ndim, const int64_t *shape);
+
+/* ---- random numbers ---- */
+
+/* xoshiro256** seeded through splitmix64. The struct is the whole state: copy it to checkpoint it. */
+typedef struct cohort_rng {
+  uint64_t s[4];
+} cohort_rng;
+
+void cohort_rng_seed(cohort_rng *rng, uint64_t seed);
+uint64_t cohort_rng_next(cohort_rng *rng);
+/* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
+float cohort_rng_uniform(cohort_rng *rng);
+/* Standard normal (Box-Muller in double). */
+double cohort_rng_normal(cohort_rng *rng);
+
+/* ---- models ---- */
+
+typedef struct cohort_model cohort_model;
+
+/* A parameter or buffer of a model. Pointers stay valid until the model is destroyed (grad: until rebound). */
+typedef struct cohort_param {
+  const char *name; /* "conv1.weight", "bn1.running_mean", ... */
+  float *value;
+  float *grad; /* NULL for buffers */
+  size_t numel;
+  int ndim;
+  int64_t shape[COHORT_TENSOR_MAX_DIMS];
+} cohort_param;
+
+/* Called during backward when parameter param_index's gradient is final. */
+typedef void (*cohort_grad_hook)(void *user, int param_index);
+
+/* An empty model in training mode. Add layers, then cohort_model_init() before the first forward. */
+cohort_status cohort_model_create(cohort_model **out);
+void cohort_model_destroy(cohort_model *model);
+
+/* Layers, applied in the order added. Names ("conv1") prefix the parameter names; they must be unique. */
+cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features, int out_features);
+cohort_status cohort_model_add_conv2d(cohort_model *model, const char *name, int in_channels, int out_channels,
+                                      int kernel, int stride, int padding);
+/* stride 0 means stride = kernel (PyTorch's default). No padding, floor mode. */
+cohort_status cohort_model_add_maxpool2d(cohort_model *model, int kernel, int stride);
+cohort_status cohort_model_add_relu(cohort_model *model);
+/* Inverted dropout with probability p in [0, 1]; masks come from the model's RNG (cohort_model_rng()). */
+cohort_status cohort_model_add_dropout(cohort_model *model, float p);
+/* Per-channel batch normalisation of NCHW input; momentum as in PyTorch (0.1 is PyTorch's default). */
+cohort_status cohort_model_add_batchnorm2d(cohort_model *model, const char *name, int channels, float eps,
+                                           float momentum);
+/* [N, C, H, W] -> [N, C*H*W]. */
+cohort_status cohort_model_add_flatten(cohort_model *model);
+
+typedef enum cohort_init_kind {
+  COHORT_INIT_TORCH_DEFAULT = 0, /* PyTorch's default: weights kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) */
+  COHORT_INIT_KAIMING_UNIFORM,   /* He uniform (ReLU gain), bias 0 */
+  COHORT_INIT_KAIMING_NORMAL,    /* He normal (ReLU gain), bias 0 */
+  COHORT_INIT_XAVIER_UNIFORM,    /* Glorot uniform, bias 0 */
+  COHORT_INIT_XAVIER_NORMAL,     /* Glorot normal, bias 0 */
+} cohort_init_kind;
+
+/*
+ * Allocates the parameters and initialises them from an RNG seeded with seed, drawing in parameter order; sets
+ * batchnorm to weight 1, bias 0, running mean 0, running var 1; zeroes the gradients; seeds the dropout RNG from
+ * seed as well. May be called again to re-initialise. No layers can be added after it.
+ */
+cohort_status cohort_model_init(cohort_model *model, cohort_init_kind kind, uint64_t seed);
+/* The RNG that dropout draws from: its state is part of a checkpoint; reseed it (e.g. with the rank) if wanted. */
+cohort_rng *cohort_model_rng(cohort_model *model);
+
+/* Training mode (the default) uses batch statistics and dropout; eval mode uses running stats and no dropout. */
+void cohort_model_set_training(cohort_model *model, int training);
+int cohort_model_training(const cohort_model *model);
+
+/* Runs every layer. *output belongs to the model (see Ownership). The batch size may change between calls. */
+cohort_status cohort_model_forward(cohort_model *model, const cohort_tensor *input, const cohort_tensor **output);
+/*
+ * Back-propagates grad_output (the gradient of the loss with respect to the last forward's output, same shape)
+ * and adds each parameter's gradient into its grad array, firing the grad hook as each one is final.
+ */
+cohort_status cohort_model_backward(cohort_model *model, const float *grad_output);
+void cohort_model_zero_grad(cohort_model *model);
+/* Sets (or with fn NULL clears) the grad hook. */
+void cohort_model_set_grad_hook(cohort_model *model, cohort_grad_hook fn, void *user);
+
+int cohort_model_num_params(const cohort_model *model);
+/* Parameter i in the stable order, or NULL when i is out of range or the model is not initialised. */
+const cohort_param *cohort_model_param(const cohort_model *model, int i);
+int cohort_model_num_buffers(const cohort_model *model);
+const cohort_param *cohort_model_buffer(const cohort_model *model, int i);
+/* All parameter values back to back in parameter order (e.g. to broadcast or checkpoint them in one go). */
+float *cohort_model_param_data(cohort_model *model);
+/* Total number of parameter elements. */
+size_t cohort_model_param_count(const cohort_model *model);
+/*
+ * Makes backward write parameter i's gradient into caller memory of its numel floats (so a DDP engine can keep
+ * gradients inside its buckets); NULL goes back to the model's own array. The contents are left as they are.
+ */
+cohort_status cohort_model_set_grad_buffer(cohort_model *model, int i, float *grad);
+
+/*
+ * Scales all gradients so that their global L2 norm is at most max_norm (PyTorch clip_grad_norm_ semantics:
+ * coefficient max_norm / (norm + 1e-6), applied only when below 1). *total_norm (may be NULL) gets the norm before
+ * clipping.
+ */
+cohort_status cohort_model_clip_grad_norm(cohort_model *model, float max_norm, float *total_norm);
+
+/* SHA-256 of every parameter's float32 bytes (little-endian) in parameter order, as lowercase hex. */
+cohort_status cohort_model_hash(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
+/* SHA-256 of the parameter and buffer names and shapes: equal signatures mean a checkpoint fits the model. */
+cohort_status cohort_model_signature(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
+
+/*
+ * The reference CNN of the main job, the same as the anchor's (bench-anchors/torch_ddp_fmnist.py): conv1 1->32 3x3,
+ * relu, conv2 32->64 3x3, relu, maxpool 2, flatten, fc1 9216->128, relu, fc2 128->10 (no dropout, as in the
+ * anchor). Input [N, 1, 28, 28]. Initialised with COHORT_INIT_TORCH_DEFAULT from seed.
+ */
+cohort_status cohort_model_create_cnn(uint64_t seed, cohort_model **out);
+/* flatten, fc1 in->hidden, relu, fc2 hidden->classes: input [N, ...] with in elements per sample. */
+cohort_status cohort_model_create_mlp(uint64_t seed, int in, int hidden, int classes, cohort_model **out);
+
+/* ---- loss ---- */
+
+/*
+ * Softmax cross-entropy of logits [N, C] against labels in [0, C), mean over the batch, computed stably
+ * (log-sum-exp). *loss gets the mean; grad (may be NULL) gets d loss / d logits, N*C floats; *correct (may be
+ * NULL) gets the number of rows whose argmax equals the label.
+ */
+cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *labels, float *loss, float *grad,
+                                  int *correct);
+
+/* ---- optimizers ---- */
+
+typedef struct cohort_optim cohort_optim;
+
+typedef struct cohort_sgd_config {
+  float lr;
+  float momentum;     /* 0 for plain SGD */
+  float dampening;    /* PyTorch's dampening; usually 0 */
+  float weight_decay; /* L2 added to the gradient (coupled), as torch.optim.SGD */
+  int nesterov;       /* requires momentum > 0 and dampening 0 */
+} cohort_sgd_config;
+
+typedef struct cohort_adamw_config {
+  float lr;
+  float beta1, beta2; /* PyTorch: 0.9, 0.999 */
+  float eps;          /* PyTorch: 1e-8 */
+  float weight_decay; /* decoupled; PyTorch's default is 0.01 */
+} cohort_adamw_config;
+
+/* A named array of optimizer state (e.g. "fc1.weight.momentum_buffer"), for checkpoints. */
+typedef struct cohort_named_array {
+  const char *name;
+  float *data;
+  size_t count;
+} cohort_named_array;
+
+/* The model must be initialised and must outlive the optimizer. */
+cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config, cohort_optim **out);
+cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config, cohort_optim **out);
+void cohort_optim_destroy(cohort_optim *optim);
+/* One update of every parameter from its current gradient. */
+cohort_status cohort_optim_step(cohort_optim *optim);
+void cohort_optim_set_lr(cohort_optim *optim, float lr);
+float cohort_optim_lr(const cohort_optim *optim);
+/* Steps taken so far. Part of the state: AdamW's bias correction and SGD's first-step momentum depend on it. */
+int64_t cohort_optim_steps(const cohort_optim *optim);
+void cohort_optim_set_steps(cohort_optim *optim, int64_t steps);
+/* State arrays in a stable order (per parameter, in parameter order); write into data to restore a checkpoint. */
+int cohort_optim_num_states(const cohort_optim *optim);
+const cohort_named_array *cohort_optim_state(const cohort_optim *optim, int i);
+
+/* ---- learning-rate schedules ---- */
+
+typedef enum cohort_lr_decay {
+  COHORT_LR_CONSTANT = 0,
+  COHORT_LR_COSINE, /* peak -> min_lr over total_steps - warmup_steps, then min_lr */
+  COHORT_LR_STEP,   /* peak * gamma^floor((step - warmup_steps) / step_size) */
+} cohort_lr_decay;
+
+/*
+ * Horovod's rule: the peak rate is base_lr * world_size, reached by a linear warmup from base_lr (the one-rank
+ * rate) over warmup_steps (so with world_size 1 there is nothing to warm up); then the decay.
+ */
+typedef struct cohort_lr_schedule {
+  float base_lr;
+  int world_size;
+  int64_t warmup_steps;
+  cohort_lr_decay decay;
+  int64_t total_steps; /* cosine */
+  int64_t step_size;   /* step */
+  float gamma;         /* step */
+  float min_lr;        /* cosine */
+} cohort_lr_schedule;
+
+/* COHORT_ERR_INVALID with the reason when the schedule's fields do not make sense. */
+cohort_status cohort_lr_schedule_check(const cohort_lr_schedule *schedule);
+/* The rate for optimizer step `step` (0-based). */
+float cohort_lr_schedule_at(const cohort_lr_schedule *schedule, int64_t step);
+
+/* ---- threads ---- */
+
+/* OpenBLAS threads for this process (n >= 1). Until called, the first model created sets 1 thread per rank. */
+cohort_status cohort_nn_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_NN_H */

@@ -1,0 +1,80 @@
+/*
+ * layer.h: the private interface between the sequential model (model.c) and its layers (one file per kind).
+ *
+ * A layer is a table of functions plus one struct holding every kind's configuration and its cached activations.
+ * The model owns the parameters; a layer refers to its own by index (pidx, bidx) into the model's tables, so the
+ * tables can be reallocated without touching layers. A layer owns its output buffer y, the gradient of its input
+ * dx, and an aux buffer (argmax indices, dropout mask, batch statistics, im2col columns) sized by the model.
+ *
+ * Backward writes dx (when dx is not NULL: the first layer's input needs no gradient) and adds into the parameter
+ * gradients; it calls ready() for each of its parameters, highest index first, as soon as that gradient is final,
+ * before computing dx, so that communication can start as early as possible.
+ *
+ * Thread-safety: none; a layer belongs to its model.
+ */
+#ifndef COHORT_NN_LAYER_H
+#define COHORT_NN_LAYER_H
+
+#include "cohort/nn.h"
+#include "core/error.h"
+
+typedef struct cohort__layer cohort__layer;
+
+/* What a layer may touch during forward and backward. */
+typedef struct cohort__nnctx {
+  cohort_param *params;
+  cohort_param *buffers;
+  int training;
+  cohort_rng *rng;
+  void (*ready)(void *arg, int param_index);
+  void *ready_arg;
+} cohort__nnctx;
+
+typedef struct cohort__layer_ops {
+  const char *kind;
+  /* Output shape for input x; an error names the layer and what did not fit. */
+  cohort_status (*out_shape)(const cohort__layer *l, const cohort_tensor *x, cohort_tensor *y);
+  /* Floats of aux scratch this layer needs for input x (0 if none). */
+  size_t (*aux_floats)(const cohort__layer *l, const cohort_tensor *x);
+  void (*forward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y);
+  void (*backward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
+                   const float *dy, float *dx);
+  /* Layers whose output is their input reshaped (flatten): y and dx alias x and dy, nothing is computed. */
+  int alias;
+} cohort__layer_ops;
+
+struct cohort__layer {
+  const cohort__layer_ops *ops;
+  char name[48];
+  int pidx, nparams;  /* first parameter index and count */
+  int bidx, nbuffers; /* first buffer index and count */
+  /* configuration (each kind reads its own fields) */
+  int in_features, out_features;             /* linear */
+  int cin, cout, kernel, stride, padding;     /* conv2d, maxpool2d (kernel, stride) */
+  float p;                                   /* dropout */
+  float eps, momentum;                       /* batchnorm2d */
+  /* buffers owned by the layer, grown as the batch grows */
+  cohort_tensor y;
+  size_t y_cap;
+  float *dx;
+  size_t dx_cap;
+  float *aux;
+  size_t aux_cap;
+};
+
+/* Constructors fill ops and configuration; the model assigns names and parameter slots. */
+extern const cohort__layer_ops cohort__linear_ops;
+extern const cohort__layer_ops cohort__conv2d_ops;
+extern const cohort__layer_ops cohort__maxpool2d_ops;
+extern const cohort__layer_ops cohort__relu_ops;
+extern const cohort__layer_ops cohort__dropout_ops;
+extern const cohort__layer_ops cohort__batchnorm2d_ops;
+extern const cohort__layer_ops cohort__flatten_ops;
+
+/* Sets y's shape fields from ndim and shape (numel too); data untouched. */
+void cohort__tensor_set_shape(cohort_tensor *t, int ndim, const int64_t *shape);
+
+/* Fan-in and fan-out of a weight as PyTorch computes them (dim 1 * receptive field, dim 0 * receptive field). */
+void cohort__fans(const cohort_param *p, double *fan_in, double *fan_out);
+
+#endif

@@ -1,0 +1,176 @@
+/*
+ * optim.c: SGD (momentum, dampening, Nesterov, coupled weight decay) and AdamW (decoupled weight decay), with the
+ * update rules of torch.optim 1.13 written out element by element, and their state exposed as named arrays.
+ *
+ * Gradients are read through the model's parameter table at every step, so a rebound gradient buffer (the DDP
+ * engine's bucket) is what gets used.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/layer.h"
+
+typedef enum { OPT_SGD, OPT_ADAMW } opt_kind;
+
+struct cohort_optim {
+  opt_kind kind;
+  cohort_model *model;
+  cohort_sgd_config sgd;
+  cohort_adamw_config adamw;
+  float lr;
+  int64_t steps;
+  int nstates;
+  cohort_named_array *states; /* SGD: one momentum buffer per param; AdamW: exp_avg, exp_avg_sq per param */
+  float *state_data;
+};
+
+void cohort_optim_destroy(cohort_optim *o) {
+  if (!o) return;
+  for (int i = 0; i < o->nstates; i++) free((char *)o->states[i].name);
+  free(o->states);
+  free(o->state_data);
+  free(o);
+}
+
+/* Makes per_param zero-filled state arrays for every parameter, named "<param>.<suffix>". */
+static cohort_status make_states(cohort_optim *o, int per_param, const char *const *suffixes) {
+  cohort_model *m = o->model;
+  const int np = cohort_model_num_params(m);
+  const size_t total = cohort_model_param_count(m) * (size_t)per_param;
+  o->states = calloc((size_t)np * per_param + 1, sizeof *o->states);
+  o->state_data = calloc(total ? total : 1, sizeof(float));
+  if (!o->states || !o->state_data)
+    return cohort__error(COHORT_ERR_SYSTEM, "optimizer: out of memory for %zu state floats", total);
+  size_t off = 0;
+  for (int i = 0; i < np; i++) {
+    const cohort_param *p = cohort_model_param(m, i);
+    for (int k = 0; k < per_param; k++) {
+      cohort_named_array *a = &o->states[o->nstates];
+      size_t len = strlen(p->name) + strlen(suffixes[k]) + 2;
+      char *name = malloc(len);
+      if (!name) return cohort__error(COHORT_ERR_SYSTEM, "optimizer: out of memory naming state of %s", p->name);
+      snprintf(name, len, "%s.%s", p->name, suffixes[k]);
+      a->name = name;
+      a->data = o->state_data + off;
+      a->count = p->numel;
+      off += p->numel;
+      o->nstates++;
+    }
+  }
+  return COHORT_OK;
+}
+
+static cohort_status new_optim(cohort_model *model, opt_kind kind, const char *who, cohort_optim **out) {
+  if (!model || !out) return cohort__error(COHORT_ERR_INVALID, "%s: NULL argument", who);
+  if (!cohort_model_param(model, 0))
+    return cohort__error(COHORT_ERR_INVALID, "%s: the model has no parameters or is not initialised", who);
+  cohort_optim *o = calloc(1, sizeof *o);
+  if (!o) return cohort__error(COHORT_ERR_SYSTEM, "%s: out of memory", who);
+  o->kind = kind;
+  o->model = model;
+  *out = o;
+  return COHORT_OK;
+}
+
+cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *cfg, cohort_optim **out) {
+  static const char *const suffix[] = {"momentum_buffer"};
+  cohort_optim *o = NULL;
+  cohort_status st;
+  if (!cfg) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: config is NULL");
+  if (!(cfg->lr >= 0.0f) || !(cfg->momentum >= 0.0f) || !(cfg->weight_decay >= 0.0f) || !(cfg->dampening >= 0.0f))
+    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: lr %g, momentum %g, dampening %g, weight_decay "
+                         "%g must be >= 0", cfg->lr, cfg->momentum, cfg->dampening, cfg->weight_decay);
+  if (cfg->nesterov && (cfg->momentum <= 0.0f || cfg->dampening != 0.0f))
+    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: Nesterov needs momentum > 0 and dampening 0");
+  COHORT_CHECK(new_optim(model, OPT_SGD, "cohort_optim_sgd_create", &o));
+  o->sgd = *cfg;
+  o->lr = cfg->lr;
+  if (cfg->momentum != 0.0f && (st = make_states(o, 1, suffix)) != COHORT_OK) goto fail;
+  *out = o;
+  return COHORT_OK;
+fail:
+  cohort_optim_destroy(o);
+  return st;
+}
+
+cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *cfg, cohort_optim **out) {
+  static const char *const suffix[] = {"exp_avg", "exp_avg_sq"};
+  cohort_optim *o = NULL;
+  cohort_status st;
+  if (!cfg) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_adamw_create: config is NULL");
+  if (!(cfg->lr >= 0.0f) || !(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f) ||
+      !(cfg->eps >= 0.0f) || !(cfg->weight_decay >= 0.0f))
+    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_adamw_create: lr %g, betas (%g, %g), eps %g, weight_decay "
+                         "%g out of range", cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
+  COHORT_CHECK(new_optim(model, OPT_ADAMW, "cohort_optim_adamw_create", &o));
+  o->adamw = *cfg;
+  o->lr = cfg->lr;
+  if ((st = make_states(o, 2, suffix)) != COHORT_OK) goto fail;
+  *out = o;
+  return COHORT_OK;
+fail:
+  cohort_optim_destroy(o);
+  return st;
+}
+
+static void sgd_step(cohort_optim *o) {
+  const cohort_sgd_config *c = &o->sgd;
+  const float lr = o->lr, mu = c->momentum, wd = c->weight_decay, damp = 1.0f - c->dampening;
+  const int first = o->steps == 0;
+  for (int i = 0; i < cohort_model_num_params(o->model); i++) {
+    const cohort_param *p = cohort_model_param(o->model, i);
+    float *w = p->value, *buf = mu != 0.0f ? o->states[i].data : NULL;
+    const float *g = p->grad;
+    for (size_t j = 0; j < p->numel; j++) {
+      float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
+      if (buf) {
+        /* PyTorch starts the buffer at the first gradient itself, undamped. */
+        buf[j] = first ? d : buf[j] * mu + damp * d;
+        d = c->nesterov ? d + mu * buf[j] : buf[j];
+      }
+      w[j] -= lr * d;
+    }
+  }
+}
+
+static void adamw_step(cohort_optim *o) {
+  const cohort_adamw_config *c = &o->adamw;
+  const float lr = o->lr, b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+  const double t = (double)o->steps + 1.0;
+  const float decay = 1.0f - lr * c->weight_decay;
+  const float step_size = (float)((double)lr / (1.0 - pow((double)b1, t)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+  for (int i = 0; i < cohort_model_num_params(o->model); i++) {
+    const cohort_param *p = cohort_model_param(o->model, i);
+    float *w = p->value, *m = o->states[2 * i].data, *v = o->states[2 * i + 1].data;
+    const float *g = p->grad;
+    for (size_t j = 0; j < p->numel; j++) {
+      w[j] *= decay;
+      m[j] = m[j] * b1 + (1.0f - b1) * g[j];
+      v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
+      const float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+      w[j] -= step_size * (m[j] / denom);
+    }
+  }
+}
+
+cohort_status cohort_optim_step(cohort_optim *o) {
+  if (!o) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_step: optimizer is NULL");
+  if (o->kind == OPT_SGD)
+    sgd_step(o);
+  else
+    adamw_step(o);
+  o->steps++;
+  return COHORT_OK;
+}
+
+void cohort_optim_set_lr(cohort_optim *o, float lr) { o->lr = lr; }
+float cohort_optim_lr(const cohort_optim *o) { return o->lr; }
+int64_t cohort_optim_steps(const cohort_optim *o) { return o->steps; }
+void cohort_optim_set_steps(cohort_optim *o, int64_t steps) { o->steps = steps < 0 ? 0 : steps; }
+int cohort_optim_num_states(const cohort_optim *o) { return o->nstates; }
+const cohort_named_array *cohort_optim_state(const cohort_optim *o, int i) {
+  return i >= 0 && i < o->nstates ? &o->states[i] : NULL;
+}

@@ -1,0 +1,69 @@
+/*
+ * pool.c: 2-d max pooling (no padding, floor mode, as F.max_pool2d's defaults). Forward records the argmax of each
+ * window (the first maximum, as PyTorch) so that backward routes each gradient to exactly one input.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "nn/layer.h"
+
+static cohort_status pool_shape(const cohort__layer *l, const cohort_tensor *x, cohort_tensor *y) {
+  if (x->ndim != 4 || x->shape[2] < l->kernel || x->shape[3] < l->kernel)
+    return cohort__error(COHORT_ERR_INVALID, "maxpool2d (layer %s): expects [N, C, H, W] with H, W >= %d, got %d dims",
+                         l->name, l->kernel, x->ndim);
+  int64_t shape[4] = {x->shape[0], x->shape[1], (x->shape[2] - l->kernel) / l->stride + 1,
+                      (x->shape[3] - l->kernel) / l->stride + 1};
+  cohort__tensor_set_shape(y, 4, shape);
+  return COHORT_OK;
+}
+
+/* One int32 input offset per output element. */
+static size_t pool_aux(const cohort__layer *l, const cohort_tensor *x) {
+  return (size_t)x->shape[0] * x->shape[1] * ((x->shape[2] - l->kernel) / l->stride + 1) *
+         ((x->shape[3] - l->kernel) / l->stride + 1);
+}
+
+static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {
+  const int planes = (int)(x->shape[0] * x->shape[1]), h = (int)x->shape[2], w = (int)x->shape[3];
+  const int oh = (int)y->shape[2], ow = (int)y->shape[3], k = l->kernel, s = l->stride;
+  int32_t *arg = (int32_t *)l->aux;
+  for (int p = 0; p < planes; p++) {
+    const float *in = x->data + (size_t)p * h * w;
+    float *out = y->data + (size_t)p * oh * ow;
+    int32_t *a = arg + (size_t)p * oh * ow;
+    for (int oy = 0; oy < oh; oy++) {
+      for (int ox = 0; ox < ow; ox++) {
+        int best = oy * s * w + ox * s;
+        float m = in[best];
+        for (int ky = 0; ky < k; ky++) {
+          for (int kx = 0; kx < k; kx++) {
+            int idx = (oy * s + ky) * w + ox * s + kx;
+            if (in[idx] > m || in[idx] != in[idx]) {
+              m = in[idx];
+              best = idx;
+            }
+          }
+        }
+        out[oy * ow + ox] = m;
+        a[oy * ow + ox] = best;
+      }
+    }
+  }
+}
+
+static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
+                          const float *dy, float *dx) {
+  if (!dx) return;
+  const int planes = (int)(x->shape[0] * x->shape[1]);
+  const size_t hw = (size_t)x->shape[2] * x->shape[3], ohw = (size_t)y->shape[2] * y->shape[3];
+  const int32_t *arg = (const int32_t *)l->aux;
+  memset(dx, 0, x->numel * sizeof(float));
+  for (int p = 0; p < planes; p++) {
+    float *d = dx + p * hw;
+    const float *g = dy + p * ohw;
+    const int32_t *a = arg + p * ohw;
+    for (size_t i = 0; i < ohw; i++) d[a[i]] += g[i];
+  }
+}
+
+const cohort__layer_ops cohort__maxpool2d_ops = {"maxpool2d", pool_shape, pool_aux, pool_forward, pool_backward, 0};
