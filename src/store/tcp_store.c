@@ -189,7 +189,11 @@ cohort_status cohort__store_connect_tcp(const char *host, int port, const char *
     cohort_status st = cohort__sock_connect(host, port, deadline, &fd);
     if (st == COHORT_ERR_TIMEOUT) {
       if (!reached) snprintf(last, sizeof last, "%s", cohort_last_error());
-      break;
+      /* sock_connect gives up when its next back-off would pass the deadline; keep dialing until it has passed. */
+      int64_t left_ns = deadline - cohort__now_ns();
+      if (left_ns <= 0) break;
+      usleep((useconds_t)((left_ns < 20000000 ? left_ns : 20000000) / 1000));
+      continue;
     }
     if (st != COHORT_OK) return cohort__error_prefix(st, "rendezvous store at %s:%d", host, port);
     /* The server may be up but busy; a handshake gets its own few seconds, never beyond the caller's deadline. */
