@@ -255,8 +255,10 @@ static void print_summary(const job *j) {
   if (j->root >= 0) {
     if (n == 0)
       snprintf(others, sizeof others, "no other rank was running");
+    else if (n == 1 && j->opts.np == 2)
+      snprintf(others, sizeof others, "stopped the other rank");
     else if (n == j->opts.np - 1)
-      snprintf(others, sizeof others, "stopped the other %d rank%s", n, n == 1 ? "" : "s");
+      snprintf(others, sizeof others, "stopped the other %d ranks", n);
     else
       snprintf(others, sizeof others, "stopped the %d other rank%s still running", n, n == 1 ? "" : "s");
   } else {

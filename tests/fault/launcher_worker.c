@@ -1,0 +1,184 @@
+/* launcher_worker.c: the worker that test_launcher runs under cohortrun; one behaviour per mode (argv[1]).
+ *
+ *   lines K               K lines on stdout and on stderr, then a partial line without newline on stdout
+ *   flood K               K lines of varying length on stdout, written in large blocks that split lines
+ *   env DIR               writes what it was given (job variables, stdin, process group) to DIR/env.RANK
+ *   store                 meets the other ranks through the store cohortrun serves, with the secret it was given
+ *   fail DIR VICTIM CODE [stubborn]   every rank writes DIR/pid.RANK; once all have, VICTIM exits with CODE and
+ *                         the others sleep (ignoring SIGTERM with "stubborn"); CODE "kill" means SIGKILL itself
+ *   sleep DIR             writes DIR/pid.RANK and sleeps
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "store/store.h"
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  return v ? atoi(v) : -1;
+}
+
+static void write_file(const char *dir, const char *name, int rank, const char *text) {
+  char tmp[4096], path[4096];
+  snprintf(tmp, sizeof tmp, "%s/.%s.%d.tmp", dir, name, rank);
+  snprintf(path, sizeof path, "%s/%s.%d", dir, name, rank);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s: %s\n", tmp, strerror(errno));
+    exit(90);
+  }
+  fputs(text, f);
+  fclose(f);
+  /* Atomic, so the test never reads half a file. */
+  if (rename(tmp, path) != 0) exit(91);
+}
+
+static void write_pid(const char *dir, int rank) {
+  char text[32];
+  snprintf(text, sizeof text, "%d\n", (int)getpid());
+  write_file(dir, "pid", rank, text);
+}
+
+static void sleep_long(void) {
+  for (int i = 0; i < 300; i++) usleep(100000);
+}
+
+static int mode_lines(int rank, int k) {
+  for (int i = 0; i < k; i++) {
+    printf("out %d of rank %d\n", i, rank);
+    fflush(stdout);
+    fprintf(stderr, "err %d of rank %d\n", i, rank);
+  }
+  printf("tail of rank %d", rank);
+  return 0;
+}
+
+static int mode_flood(int rank, int k) {
+  /* Fully buffered in odd-sized blocks, so that writes end in the middle of lines. */
+  static char block[3001];
+  setvbuf(stdout, block, _IOFBF, sizeof block);
+  char payload[400];
+  for (int i = 0; i < k; i++) {
+    int len = (i * 37) % 300;
+    memset(payload, 'a' + (i + rank) % 26, (size_t)len);
+    payload[len] = '\0';
+    printf("%d %d %s\n", rank, i, payload);
+  }
+  return 0;
+}
+
+static int mode_env(const char *dir, int rank) {
+  static const char *const names[] = {"RANK",          "WORLD_SIZE",           "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR",   "MASTER_PORT",          "COHORT_SECRET",        "COHORT_LAUNCHER_STORE",
+                                      "COHORT_RESTART_COUNT", "LAUNCHER_TEST_PASSTHROUGH"};
+  char text[4096];
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    n += (size_t)snprintf(text + n, sizeof text - n, "%s=%s\n", names[i], v ? v : "(unset)");
+  }
+  char c;
+  ssize_t got = read(0, &c, 1);
+  n += (size_t)snprintf(text + n, sizeof text - n, "STDIN_EOF=%d\n", got == 0);
+  n += (size_t)snprintf(text + n, sizeof text - n, "OWN_PGRP=%d\n", getpgid(0) == getpid());
+  snprintf(text + n, sizeof text - n, "PID=%d\n", (int)getpid());
+  write_file(dir, "env", rank, text);
+  return 0;
+}
+
+static int mode_store(int rank, int world) {
+  cohort__store *store = NULL;
+  const char *addr = getenv("MASTER_ADDR");
+  int port = env_int("MASTER_PORT");
+  if (cohort__store_connect_tcp(addr, port, getenv("COHORT_SECRET"), 10.0, &store) != COHORT_OK) {
+    fprintf(stderr, "connect to %s:%d failed: %s\n", addr, port, cohort_last_error());
+    return 10;
+  }
+  int rc = 0;
+  char key[64], value[64];
+  snprintf(key, sizeof key, "hello.%d", rank);
+  snprintf(value, sizeof value, "rank %d was here", rank);
+  if (cohort__store_set(store, key, value, strlen(value)) != COHORT_OK) rc = 11;
+  int64_t count = 0;
+  if (!rc && cohort__store_add(store, "arrived", 1, &count) != COHORT_OK) rc = 12;
+  for (int r = 0; r < world && !rc; r++) {
+    void *got = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "hello.%d", r);
+    snprintf(value, sizeof value, "rank %d was here", r);
+    if (cohort__store_get(store, key, 10.0, &got, &len) != COHORT_OK) {
+      fprintf(stderr, "get %s failed: %s\n", key, cohort_last_error());
+      rc = 13;
+    } else if (len != strlen(value) || memcmp(got, value, len) != 0) {
+      fprintf(stderr, "get %s: expected '%s', got '%.*s'\n", key, value, (int)len, (const char *)got);
+      rc = 14;
+    }
+    free(got);
+  }
+  cohort__store_close(store);
+  /* A wrong secret must be refused: cohortrun's store really checks it. */
+  if (!rc) {
+    cohort__store *stranger = NULL;
+    cohort_status st = cohort__store_connect_tcp(addr, port, "not-the-secret", 2.0, &stranger);
+    if (st == COHORT_OK) {
+      void *got = NULL;
+      size_t len = 0;
+      st = cohort__store_get(stranger, "hello.0", 1.0, &got, &len);
+      free(got);
+      cohort__store_close(stranger);
+    }
+    if (st == COHORT_OK) {
+      fprintf(stderr, "a client with a wrong secret was served\n");
+      rc = 15;
+    }
+  }
+  if (!rc) printf("store ok, %lld arrived when I did\n", (long long)count);
+  return rc;
+}
+
+static int mode_fail(const char *dir, int rank, int world, int victim, const char *code, int stubborn) {
+  if (stubborn && rank != victim) signal(SIGTERM, SIG_IGN);
+  write_pid(dir, rank);
+  if (rank != victim) {
+    sleep_long();
+    return 0;
+  }
+  /* Fail only once every rank is up, so that there really are others to stop. */
+  for (int tries = 0; tries < 1000; tries++) {
+    int have = 0;
+    for (int r = 0; r < world; r++) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/pid.%d", dir, r);
+      have += access(path, F_OK) == 0;
+    }
+    if (have == world) break;
+    usleep(10000);
+  }
+  fprintf(stderr, "rank %d fails now\n", rank);
+  if (strcmp(code, "kill") == 0) raise(SIGKILL);
+  return atoi(code);
+}
+
+int main(int argc, char **argv) {
+  int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  if (argc < 2) return 64;
+  const char *mode = argv[1];
+  if (strcmp(mode, "lines") == 0 && argc == 3) return mode_lines(rank, atoi(argv[2]));
+  if (strcmp(mode, "flood") == 0 && argc == 3) return mode_flood(rank, atoi(argv[2]));
+  if (strcmp(mode, "env") == 0 && argc == 3) return mode_env(argv[2], rank);
+  if (strcmp(mode, "store") == 0) return mode_store(rank, world);
+  if (strcmp(mode, "fail") == 0 && (argc == 5 || argc == 6))
+    return mode_fail(argv[2], rank, world, atoi(argv[3]), argv[4], argc == 6 && strcmp(argv[5], "stubborn") == 0);
+  if (strcmp(mode, "sleep") == 0 && argc == 3) {
+    write_pid(argv[2], rank);
+    sleep_long();
+    return 0;
+  }
+  fprintf(stderr, "launcher_worker: bad arguments\n");
+  return 64;
+}

@@ -1,0 +1,579 @@
+/* test_launcher.c: cohortrun as users meet it: real processes, real signals, output and exit codes checked.
+ *
+ * Every test runs build/bin/cohortrun (COHORT_TEST_COHORTRUN) over launcher_worker (COHORT_TEST_WORKER), captures
+ * its stdout and stderr, and checks what came out, the exit status, and that no worker is left alive.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "test.h"
+
+typedef struct proc {
+  pid_t pid;
+  int out_fd, err_fd;
+} proc;
+
+typedef struct result {
+  char *out, *err;
+  size_t out_len, err_len;
+  int code; /* exit code, or 128+signal */
+  double seconds;
+} result;
+
+static const char *launcher(void) { return getenv("COHORT_TEST_COHORTRUN"); }
+static const char *worker(void) { return getenv("COHORT_TEST_WORKER"); }
+
+static int proc_start(proc *p, const char *const *argv) {
+  int out_p[2], err_p[2];
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) return -1;
+  p->pid = fork();
+  if (p->pid < 0) return -1;
+  if (p->pid == 0) {
+    /* Whatever ran the suite (a background shell ignores SIGINT) must not decide how the workers take signals. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    dup2(out_p[1], 1);
+    dup2(err_p[1], 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(out_p[1]);
+  close(err_p[1]);
+  p->out_fd = out_p[0];
+  p->err_fd = err_p[0];
+  return 0;
+}
+
+static void append_bytes(char **buf, size_t *len, size_t *cap, const char *data, size_t n) {
+  if (*len + n + 1 > *cap) {
+    while (*len + n + 1 > *cap) *cap = *cap ? *cap * 2 : 65536;
+    *buf = realloc(*buf, *cap);
+  }
+  memcpy(*buf + *len, data, n);
+  *len += n;
+  (*buf)[*len] = '\0';
+}
+
+/* Reads both pipes to EOF and reaps the launcher; a launcher that hangs past timeout_s is killed (code -1). */
+static void proc_finish(proc *p, double timeout_s, double started_s, result *r) {
+  memset(r, 0, sizeof *r);
+  size_t out_cap = 0, err_cap = 0;
+  append_bytes(&r->out, &r->out_len, &out_cap, "", 0);
+  append_bytes(&r->err, &r->err_len, &err_cap, "", 0);
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  int open_out = 1, open_err = 1, timed_out = 0;
+  static char chunk[65536];
+  while (open_out || open_err) {
+    struct pollfd fds[2] = {{.fd = open_out ? p->out_fd : -1, .events = POLLIN},
+                            {.fd = open_err ? p->err_fd : -1, .events = POLLIN}};
+    int64_t left_ms = (deadline - cohort__now_ns()) / 1000000;
+    if (left_ms <= 0) {
+      timed_out = 1;
+      break;
+    }
+    if (poll(fds, 2, (int)left_ms) <= 0) continue;
+    for (int k = 0; k < 2; k++) {
+      if (!fds[k].revents) continue;
+      ssize_t n = read(fds[k].fd, chunk, sizeof chunk);
+      if (n <= 0) {
+        if (k == 0) open_out = 0;
+        else open_err = 0;
+      } else if (k == 0) {
+        append_bytes(&r->out, &r->out_len, &out_cap, chunk, (size_t)n);
+      } else {
+        append_bytes(&r->err, &r->err_len, &err_cap, chunk, (size_t)n);
+      }
+    }
+  }
+  if (timed_out) kill(p->pid, SIGKILL);
+  int status = 0;
+  waitpid(p->pid, &status, 0);
+  close(p->out_fd);
+  close(p->err_fd);
+  r->seconds = cohort__now_s() - started_s;
+  r->code = timed_out ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void run(const char *const *argv, result *r) {
+  proc p;
+  double t0 = cohort__now_s();
+  if (proc_start(&p, argv) != 0) {
+    memset(r, 0, sizeof *r);
+    r->code = -2;
+    return;
+  }
+  proc_finish(&p, 20.0, t0, r);
+}
+
+static void result_free(result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void make_dir(char *dir, size_t len) {
+  snprintf(dir, len, "/tmp/cohortrun-test-XXXXXX");
+  if (!mkdtemp(dir)) dir[0] = '\0';
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char path[4096];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* The contents of dir/name.rank, malloc'd, or NULL. */
+static char *read_file(const char *dir, const char *name, int rank) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.%d", dir, name, rank);
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char *buf = calloc(1, 8192);
+  size_t n = fread(buf, 1, 8191, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static int wait_for_files(const char *dir, const char *name, int n, double timeout_s) {
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  while (cohort__now_ns() < deadline) {
+    int have = 0;
+    for (int r = 0; r < n; r++) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s.%d", dir, name, r);
+      have += access(path, F_OK) == 0;
+    }
+    if (have == n) return 1;
+    usleep(5000);
+  }
+  return 0;
+}
+
+static pid_t read_pid(const char *dir, int rank) {
+  char *text = read_file(dir, "pid", rank);
+  pid_t pid = text ? (pid_t)atoi(text) : 0;
+  free(text);
+  return pid;
+}
+
+/* A pid is alive while it exists and is not a zombie (an orphan's zombie waits on whoever adopted it). */
+static int pid_alive(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')');
+  return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+/* How many of the n workers whose pid files are in dir are still alive after waiting up to timeout_s. Those are
+ * then killed, so that a failing test leaves nothing behind. */
+static int alive_after(const char *dir, int n, double timeout_s) {
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  for (;;) {
+    int alive = 0;
+    for (int r = 0; r < n; r++) {
+      pid_t pid = read_pid(dir, r);
+      if (pid > 0 && pid_alive(pid)) alive++;
+    }
+    if (alive == 0) return 0;
+    if (cohort__now_ns() >= deadline) {
+      for (int r = 0; r < n; r++) {
+        pid_t pid = read_pid(dir, r);
+        if (pid > 0 && pid_alive(pid)) kill(pid, SIGKILL);
+      }
+      return alive;
+    }
+    usleep(10000);
+  }
+}
+
+static int count_lines(const char *text) {
+  int n = 0;
+  for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++) n++;
+  return n;
+}
+
+/* The "VAR=value" line of an env file, as a pointer into a static copy. */
+static const char *env_value(const char *text, const char *name) {
+  static char value[256];
+  char key[64];
+  snprintf(key, sizeof key, "%s=", name);
+  const char *p = text;
+  while (p && *p) {
+    if (strncmp(p, key, strlen(key)) == 0) {
+      p += strlen(key);
+      size_t n = strcspn(p, "\n");
+      snprintf(value, sizeof value, "%.*s", (int)n, p);
+      return value;
+    }
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  return "(missing)";
+}
+
+TEST(three_ranks_succeed_with_prefixed_lines) {
+  const char *argv[] = {launcher(), "-np", "3", worker(), "lines", "4", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  char line[128];
+  for (int rank = 0; rank < 3; rank++) {
+    /* Each rank's lines arrive in its own order, whole, with its own prefix, on the stream it wrote them to. */
+    const char *prev_out = r.out, *prev_err = r.err;
+    for (int i = 0; i < 4; i++) {
+      snprintf(line, sizeof line, "[%d] out %d of rank %d\n", rank, i, rank);
+      const char *at = strstr(r.out, line);
+      ASSERT_TRUE(at != NULL);
+      ASSERT_TRUE(at == r.out || at[-1] == '\n');
+      ASSERT_TRUE(at >= prev_out);
+      prev_out = at;
+      snprintf(line, sizeof line, "[%d] err %d of rank %d\n", rank, i, rank);
+      at = strstr(r.err, line);
+      ASSERT_TRUE(at != NULL);
+      ASSERT_TRUE(at >= prev_err);
+      prev_err = at;
+    }
+    /* The last line had no newline: it is still delivered, as a line of its own, when the worker exits. */
+    snprintf(line, sizeof line, "[%d] tail of rank %d\n", rank, rank);
+    ASSERT_TRUE(strstr(r.out, line) != NULL);
+  }
+  ASSERT_EQ(count_lines(r.out), 3 * 5);
+  ASSERT_EQ(count_lines(r.err), 3 * 4);
+  ASSERT_TRUE(strstr(r.err, "cohortrun") == NULL); /* success is quiet */
+  result_free(&r);
+}
+
+TEST(flood_of_output_arrives_whole_and_in_order) {
+  enum { RANKS = 4, LINES = 20000 };
+  const char *argv[] = {launcher(), "-np", "4", worker(), "flood", "20000", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  int next[RANKS] = {0};
+  size_t bytes = 0;
+  char *save = NULL;
+  char expect[512];
+  for (char *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    int prefix_rank = -1, rank = -1, i = -1, used = 0;
+    if (sscanf(l, "[%d] %d %d %n", &prefix_rank, &rank, &i, &used) != 3) TEST_FAIL_("malformed line '%.80s'", l);
+    ASSERT_EQ(prefix_rank, rank);
+    ASSERT_TRUE(rank >= 0 && rank < RANKS);
+    ASSERT_EQ(i, next[rank]);
+    int len = (i * 37) % 300;
+    memset(expect, 'a' + (i + rank) % 26, (size_t)len);
+    expect[len] = '\0';
+    ASSERT_STREQ(l + used, expect);
+    next[rank]++;
+    bytes += strlen(l) + 1;
+  }
+  for (int k = 0; k < RANKS; k++) ASSERT_EQ(next[k], LINES);
+  printf("  relayed %d lines (%.1f MB) in %.3f s\n", RANKS * LINES, (double)bytes / 1e6, r.seconds);
+  result_free(&r);
+}
+
+TEST(workers_get_the_job_environment) {
+  char dir[64], secrets[2][80];
+  setenv("LAUNCHER_TEST_PASSTHROUGH", "kept", 1);
+  setenv("RANK", "99", 1); /* an inherited RANK must not leak into the workers */
+  for (int round = 0; round < 2; round++) {
+    make_dir(dir, sizeof dir);
+    ASSERT_TRUE(dir[0] != '\0');
+    const char *argv[] = {launcher(), "-np", "3", worker(), "env", dir, NULL};
+    result r;
+    run(argv, &r);
+    ASSERT_EQ(r.code, 0);
+    int seen[3] = {0};
+    char port0[32] = "";
+    for (int k = 0; k < 3; k++) {
+      char *text = read_file(dir, "env", k);
+      ASSERT_TRUE(text != NULL);
+      int rank = atoi(env_value(text, "RANK"));
+      ASSERT_TRUE(rank >= 0 && rank < 3);
+      ASSERT_EQ(rank, k);
+      seen[rank]++;
+      ASSERT_STREQ(env_value(text, "WORLD_SIZE"), "3");
+      ASSERT_EQ(atoi(env_value(text, "LOCAL_RANK")), rank);
+      ASSERT_STREQ(env_value(text, "LOCAL_WORLD_SIZE"), "3");
+      ASSERT_STREQ(env_value(text, "MASTER_ADDR"), "127.0.0.1");
+      ASSERT_TRUE(atoi(env_value(text, "MASTER_PORT")) > 0);
+      if (k == 0) snprintf(port0, sizeof port0, "%s", env_value(text, "MASTER_PORT"));
+      ASSERT_STREQ(env_value(text, "MASTER_PORT"), port0);
+      ASSERT_STREQ(env_value(text, "COHORT_LAUNCHER_STORE"), "1");
+      ASSERT_STREQ(env_value(text, "COHORT_RESTART_COUNT"), "0");
+      ASSERT_STREQ(env_value(text, "LAUNCHER_TEST_PASSTHROUGH"), "kept");
+      ASSERT_STREQ(env_value(text, "STDIN_EOF"), "1");
+      ASSERT_STREQ(env_value(text, "OWN_PGRP"), "1");
+      const char *secret = env_value(text, "COHORT_SECRET");
+      ASSERT_EQ(strlen(secret), 64);
+      ASSERT_EQ(strspn(secret, "0123456789abcdef"), 64);
+      if (k == 0) snprintf(secrets[round], sizeof secrets[round], "%s", secret);
+      ASSERT_STREQ(secret, secrets[round]); /* one secret per job */
+      free(text);
+    }
+    for (int k = 0; k < 3; k++) ASSERT_EQ(seen[k], 1);
+    result_free(&r);
+    remove_dir(dir);
+  }
+  ASSERT_TRUE(strcmp(secrets[0], secrets[1]) != 0); /* and a fresh one per run */
+  unsetenv("RANK");
+  unsetenv("LAUNCHER_TEST_PASSTHROUGH");
+}
+
+TEST(workers_meet_through_the_launcher_store) {
+  const char *argv[] = {launcher(), "-np", "3", worker(), "store", NULL};
+  result r;
+  run(argv, &r);
+  if (r.code != 0) fprintf(stderr, "%s", r.err);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_TRUE(strstr(r.out, "[0] store ok") != NULL);
+  ASSERT_TRUE(strstr(r.out, "[1] store ok") != NULL);
+  ASSERT_TRUE(strstr(r.out, "[2] store ok") != NULL);
+  result_free(&r);
+}
+
+TEST(worker_exit_code_stops_the_others_and_is_returned) {
+  char dir[64], expect[160];
+  make_dir(dir, sizeof dir);
+  const char *argv[] = {launcher(), "-np", "4", worker(), "fail", dir, "2", "3", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 3);
+  snprintf(expect, sizeof expect, "cohortrun: rank 2 (pid %d) exited with code 3; stopped the other 3 ranks\n",
+           (int)read_pid(dir, 2));
+  ASSERT_CONTAINS(r.err, expect);
+  ASSERT_CONTAINS(r.err, "[2] rank 2 fails now\n");
+  /* The summary is the last line: all output of the workers came before it. */
+  ASSERT_STREQ(r.err + r.err_len - strlen(expect), expect);
+  ASSERT_EQ(alive_after(dir, 4, 0.0), 0);
+  ASSERT_TRUE(r.seconds < 2.5); /* the others obeyed SIGTERM: no wait for the grace */
+  result_free(&r);
+  remove_dir(dir);
+}
+
+TEST(worker_killed_by_signal_is_named) {
+  char dir[64], expect[160];
+  make_dir(dir, sizeof dir);
+  const char *argv[] = {launcher(), "-np", "3", worker(), "fail", dir, "1", "kill", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 128 + SIGKILL);
+  snprintf(expect, sizeof expect, "cohortrun: rank 1 (pid %d) was killed by signal 9 (SIGKILL); stopped the other 2 ranks\n",
+           (int)read_pid(dir, 1));
+  ASSERT_CONTAINS(r.err, expect);
+  ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+TEST(workers_ignoring_sigterm_get_sigkill_after_the_grace) {
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  const char *argv[] = {launcher(), "-np", "3", "--grace", "0.3", worker(), "fail", dir, "0", "5", "stubborn", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 5);
+  ASSERT_CONTAINS(r.err, "exited with code 5; stopped the other 2 ranks (2 did not stop within 0.3 s and got SIGKILL)");
+  ASSERT_TRUE(r.seconds >= 0.3);
+  ASSERT_TRUE(r.seconds < 5.0);
+  ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+/* Starts 3 sleeping workers, sends sig to cohortrun once they are all up, and returns what came out. */
+static int interrupt_launcher(int sig, const char *dir, result *r) {
+  const char *argv[] = {launcher(), "-np", "3", worker(), "sleep", dir, NULL};
+  proc p;
+  double t0 = cohort__now_s();
+  if (proc_start(&p, argv) != 0) return 0;
+  int up = wait_for_files(dir, "pid", 3, 10.0);
+  if (sig == SIGKILL) {
+    /* The launcher dies without a word: its workers must still go (parent-death signal). */
+    kill(p.pid, SIGKILL);
+  } else {
+    kill(p.pid, sig);
+  }
+  proc_finish(&p, 20.0, t0, r);
+  return up;
+}
+
+TEST(sigterm_to_the_launcher_stops_the_workers) {
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  result r;
+  ASSERT_TRUE(interrupt_launcher(SIGTERM, dir, &r));
+  ASSERT_EQ(r.code, 128 + SIGTERM);
+  ASSERT_CONTAINS(r.err, "cohortrun: interrupted by SIGTERM; forwarded it to 3 running ranks\n");
+  ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+TEST(sigint_to_the_launcher_stops_the_workers) {
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  result r;
+  ASSERT_TRUE(interrupt_launcher(SIGINT, dir, &r));
+  ASSERT_EQ(r.code, 128 + SIGINT);
+  ASSERT_CONTAINS(r.err, "cohortrun: interrupted by SIGINT; forwarded it to 3 running ranks\n");
+  ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+TEST(workers_die_with_a_killed_launcher) {
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  result r;
+  ASSERT_TRUE(interrupt_launcher(SIGKILL, dir, &r));
+  ASSERT_EQ(r.code, 128 + SIGKILL);
+  ASSERT_EQ(alive_after(dir, 3, 5.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+/* Runs cohortrun with args and checks: exit 2, nothing on stdout, one line on stderr that contains expect. */
+static void expect_refused(const char *const *args, const char *expect) {
+  const char *argv[16] = {launcher()};
+  int n = 1;
+  for (; args[n - 1]; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  result r;
+  run(argv, &r);
+  if (r.code != 2 || !strstr(r.err, expect) || count_lines(r.err) != 1 || r.out_len != 0)
+    fprintf(stderr, "  for '%s': exit %d, stderr: %s", args[0] ? args[0] : "", r.code, r.err);
+  ASSERT_EQ(r.code, 2);
+  ASSERT_CONTAINS(r.err, expect);
+  ASSERT_EQ(count_lines(r.err), 1);
+  ASSERT_EQ(r.out_len, 0);
+  result_free(&r);
+}
+
+TEST(bad_command_lines_are_refused_with_one_line) {
+  const char *w = worker();
+  expect_refused((const char *[]){"--bogus", "-np", "2", w, NULL}, "cohortrun: unknown flag '--bogus'");
+  expect_refused((const char *[]){"-np", "0", w, NULL}, "-np needs a positive number of workers (1 to 256), got '0'");
+  expect_refused((const char *[]){"-np", "-3", w, NULL}, "got '-3'");
+  expect_refused((const char *[]){"-np", "two", w, NULL}, "got 'two'");
+  expect_refused((const char *[]){"-np", "2x", w, NULL}, "got '2x'");
+  expect_refused((const char *[]){w, "lines", "1", NULL}, "-np N is required");
+  expect_refused((const char *[]){"-np", "2", NULL}, "no program given");
+  expect_refused((const char *[]){"-np", NULL}, "-np needs a value");
+  expect_refused((const char *[]){"-np", "2", "--master-port", "http", w, NULL},
+                 "--master-port needs a port number (0 to 65535), got 'http'");
+  expect_refused((const char *[]){"-np", "2", "--master-port=70000", w, NULL}, "got '70000'");
+  expect_refused((const char *[]){"-np", "2", "--grace", "soon", w, NULL}, "--grace needs a number of seconds");
+  expect_refused((const char *[]){"-np", "2", "/nonexistent/prog", NULL},
+                 "cohortrun: program '/nonexistent/prog': No such file or directory");
+  expect_refused((const char *[]){"-np", "2", "no-such-program-cohortrun-test", NULL},
+                 "cohortrun: program 'no-such-program-cohortrun-test' not found in PATH");
+  expect_refused((const char *[]){"-np", "2", "/tmp", NULL}, "program '/tmp' is a directory");
+}
+
+TEST(programs_that_cannot_run_are_named) {
+  char dir[64], path[128];
+  make_dir(dir, sizeof dir);
+  /* Not executable: refused before anything starts. */
+  snprintf(path, sizeof path, "%s/plain", dir);
+  FILE *f = fopen(path, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs("just text\n", f);
+  fclose(f);
+  char expect[256];
+  snprintf(expect, sizeof expect, "program '%s' is not executable", path);
+  expect_refused((const char *[]){"-np", "2", path, NULL}, expect);
+  /* Executable but not a program the kernel can run: exec itself fails, and says why. */
+  chmod(path, 0755);
+  snprintf(expect, sizeof expect, "cannot start rank 0: cannot run program '%s': Exec format error", path);
+  expect_refused((const char *[]){"-np", "2", path, NULL}, expect);
+  remove_dir(dir);
+}
+
+TEST(help_lists_usage_and_the_worker_environment) {
+  const char *argv[] = {launcher(), "--help", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_CONTAINS(r.out, "usage: cohortrun -np N");
+  const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "COHORT_SECRET", "COHORT_LAUNCHER_STORE", "COHORT_RESTART_COUNT"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) ASSERT_CONTAINS(r.out, vars[i]);
+  ASSERT_EQ(r.err_len, 0);
+  result_free(&r);
+}
+
+static int listen_any(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+    return -1;
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST(master_port_in_use_is_reported_and_a_free_one_is_used) {
+  int port = 0;
+  int fd = listen_any(&port);
+  ASSERT_TRUE(fd >= 0);
+  char port_text[16], expect[128];
+  snprintf(port_text, sizeof port_text, "%d", port);
+  const char *argv[] = {launcher(), "-np", "2", "--master-port", port_text, worker(), "lines", "1", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 1);
+  snprintf(expect, sizeof expect, "cohortrun: --master-port %d is already in use on 127.0.0.1;", port);
+  ASSERT_CONTAINS(r.err, expect);
+  ASSERT_CONTAINS(r.err, "--master-port 0");
+  ASSERT_EQ(r.out_len, 0); /* no worker started */
+  result_free(&r);
+  close(fd);
+
+  /* Once the port is free, the store takes it and the workers are told so. */
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  const char *argv2[] = {launcher(), "-np", "1", "--master-port", port_text, worker(), "env", dir, NULL};
+  run(argv2, &r);
+  ASSERT_EQ(r.code, 0);
+  char *text = read_file(dir, "env", 0);
+  ASSERT_TRUE(text != NULL);
+  ASSERT_STREQ(env_value(text, "MASTER_PORT"), port_text);
+  free(text);
+  result_free(&r);
+  remove_dir(dir);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
+                 TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
+                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
+                 TEST_CASE(worker_killed_by_signal_is_named),
+                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
+                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
+                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
+                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
+                 TEST_CASE(help_lists_usage_and_the_worker_environment),
+                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used))
