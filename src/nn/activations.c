@@ -1,6 +1,7 @@
 /* activations.c: the layers without parameters that act element by element or reshape: relu, dropout, flatten. */
 #include <string.h>
 
+#include "nn/kernels.h"
 #include "nn/layer.h"
 
 static cohort_status same_shape(const cohort__layer *l, const cohort_tensor *x, cohort_tensor *y) {
@@ -13,17 +14,15 @@ static size_t no_aux(const cohort__layer *l, const cohort_tensor *x) { return 0;
 /* ---- relu ---- */
 
 static void relu_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {
-  const float *in = x->data;
-  float *out = y->data;
-  for (size_t i = 0; i < x->numel; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+  memcpy(y->data, x->data, x->numel * sizeof(float));
+  cohort__relu_inplace(y->data, y->numel);
 }
 
 /* The gradient at 0 is 0, as in PyTorch (threshold_backward uses y > 0). */
 static void relu_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          const float *dy, float *dx) {
+                          float *dy, float *dx) {
   if (!dx) return;
-  const float *out = y->data;
-  for (size_t i = 0; i < x->numel; i++) dx[i] = out[i] > 0.0f ? dy[i] : 0.0f;
+  cohort__relu_mask(dx, dy, y->data, x->numel);
 }
 
 const cohort__layer_ops cohort__relu_ops = {"relu", same_shape, no_aux, relu_forward, relu_backward, 0};
@@ -46,7 +45,7 @@ static void dropout_forward(cohort__layer *l, cohort__nnctx *c, const cohort_ten
 }
 
 static void dropout_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                             const float *dy, float *dx) {
+                             float *dy, float *dx) {
   if (!dx) return;
   if (!c->training || l->p == 0.0f) {
     memcpy(dx, dy, x->numel * sizeof(float));
@@ -68,6 +67,6 @@ static cohort_status flatten_shape(const cohort__layer *l, const cohort_tensor *
 
 static void flatten_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {}
 static void flatten_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                             const float *dy, float *dx) {}
+                             float *dy, float *dx) {}
 
 const cohort__layer_ops cohort__flatten_ops = {"flatten", flatten_shape, no_aux, flatten_forward, flatten_backward, 1};

@@ -57,7 +57,7 @@ static void bn_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *
 }
 
 static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                        const float *dy, float *dx) {
+                        float *dy, float *dx) {
   const int n = (int)x->shape[0], ch = l->cin;
   const size_t hw = (size_t)x->shape[2] * x->shape[3], m = (size_t)n * hw;
   cohort_param *gamma = &c->params[l->pidx], *beta = &c->params[l->pidx + 1];

@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "nn/kernels.h"
 #include "nn/layer.h"
 
 static cohort_status conv_shape(const cohort__layer *l, const cohort_tensor *x, cohort_tensor *y) {
@@ -72,8 +73,7 @@ static void col2im(const float *col, int c, int h, int w, int k, int s, int pad,
           const float *sr = srcc + (size_t)oy * ow;
           float *d = plane + (size_t)iy * w;
           if (s == 1 && pad == 0) {
-            float *dd = d + kx;
-            for (int ox = 0; ox < ow; ox++) dd[ox] += sr[ox];
+            cohort__vadd(d + kx, sr, (size_t)ow);
             continue;
           }
           for (int ox = 0; ox < ow; ox++) {
@@ -109,23 +109,23 @@ static void conv_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor
       im2col(xi, d.c, d.h, d.w, d.k, l->stride, l->padding, d.oh, d.ow, l->aux);
       col = l->aux;
     }
-    for (int o = 0; o < d.oc; o++) {
-      float *row = yi + o * ohw;
-      for (size_t i = 0; i < ohw; i++) row[i] = b[o];
-    }
+    for (int o = 0; o < d.oc; o++) cohort__vfill(yi + o * ohw, b[o], ohw);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.oc, (int)ohw, d.kk, 1.0f, w, d.kk, col, (int)ohw, 1.0f,
                 yi, (int)ohw);
+    if (l->fuse_relu) cohort__relu_inplace(yi, out_img);
   }
 }
 
 static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          const float *dy, float *dx) {
+                          float *dy, float *dx) {
   dims d = conv_dims(l, x, y);
   cohort_param *w = &c->params[l->pidx], *b = &c->params[l->pidx + 1];
   const size_t in_img = (size_t)d.c * d.h * d.w, ohw = (size_t)d.oh * d.ow, out_img = (size_t)d.oc * ohw;
   const int direct = d.k == 1 && l->stride == 1 && l->padding == 0;
   for (int n = 0; n < d.n; n++) {
-    const float *xi = x->data + n * in_img, *dyi = dy + n * out_img;
+    const float *xi = x->data + n * in_img;
+    float *dyi = dy + n * out_img;
+    if (l->fuse_relu) cohort__relu_mask(dyi, dyi, y->data + n * out_img, out_img);
     const float *col = xi;
     if (!direct) {
       im2col(xi, d.c, d.h, d.w, d.k, l->stride, l->padding, d.oh, d.ow, l->aux);
@@ -133,12 +133,7 @@ static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.oc, d.kk, (int)ohw, 1.0f, dyi, (int)ohw, col, (int)ohw,
                 1.0f, w->grad, d.kk);
-    for (int o = 0; o < d.oc; o++) {
-      const float *row = dyi + o * ohw;
-      float s = 0.0f;
-      for (size_t i = 0; i < ohw; i++) s += row[i];
-      b->grad[o] += s;
-    }
+    for (int o = 0; o < d.oc; o++) b->grad[o] += cohort__vsum(dyi + o * ohw, ohw);
   }
   c->ready(c->ready_arg, l->pidx + 1);
   c->ready(c->ready_arg, l->pidx);

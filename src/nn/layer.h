@@ -37,8 +37,8 @@ typedef struct cohort__layer_ops {
   /* Floats of aux scratch this layer needs for input x (0 if none). */
   size_t (*aux_floats)(const cohort__layer *l, const cohort_tensor *x);
   void (*forward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y);
-  void (*backward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                   const float *dy, float *dx);
+  void (*backward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
+                   float *dx);
   /* Layers whose output is their input reshaped (flatten): y and dx alias x and dy, nothing is computed. */
   int alias;
 } cohort__layer_ops;
@@ -52,6 +52,11 @@ struct cohort__layer {
   int in_features, out_features;             /* linear */
   int cin, cout, kernel, stride, padding;     /* conv2d, maxpool2d (kernel, stride) */
   float p;                                   /* dropout */
+  /* ReLU fusion (decided by cohort_model_init): a conv2d or linear layer with fuse_relu applies the ReLU that
+   * follows it to its own output while it is still in cache, and masks dy in place in backward; the ReLU layer
+   * itself is then a passthrough. Only done when a layer with a gradient buffer of its own comes later, so that
+   * the dy being masked is the library's, never the caller's grad_output. */
+  int fuse_relu, passthrough;
   float eps, momentum;                       /* batchnorm2d */
   /* buffers owned by the layer, grown as the batch grows */
   cohort_tensor y;

@@ -2,6 +2,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "nn/kernels.h"
 #include "nn/layer.h"
 
 static cohort_status linear_shape(const cohort__layer *l, const cohort_tensor *x, cohort_tensor *y) {
@@ -21,17 +22,16 @@ static void linear_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tens
   /* Seed y with the bias so that the product accumulates onto it (beta = 1) instead of a second pass. */
   for (int i = 0; i < n; i++) memcpy(y->data + (size_t)i * out, b, (size_t)out * sizeof(float));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x->data, in, w, in, 1.0f, y->data, out);
+  if (l->fuse_relu) cohort__relu_inplace(y->data, y->numel);
 }
 
 static void linear_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                            const float *dy, float *dx) {
+                            float *dy, float *dx) {
   const int n = (int)x->shape[0], in = l->in_features, out = l->out_features;
   cohort_param *w = &c->params[l->pidx], *b = &c->params[l->pidx + 1];
+  if (l->fuse_relu) cohort__relu_mask(dy, dy, y->data, y->numel);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x->data, in, 1.0f, w->grad, in);
-  for (int i = 0; i < n; i++) {
-    const float *row = dy + (size_t)i * out;
-    for (int j = 0; j < out; j++) b->grad[j] += row[j];
-  }
+  for (int i = 0; i < n; i++) cohort__vadd(b->grad, dy + (size_t)i * out, (size_t)out);
   c->ready(c->ready_arg, l->pidx + 1);
   c->ready(c->ready_arg, l->pidx);
   if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w->value, in, 0.0f, dx, in);

@@ -58,7 +58,7 @@ void cohort_model_destroy(cohort_model *m) {
   if (!m) return;
   for (int i = 0; i < m->nlayers; i++) {
     cohort__layer *l = &m->layers[i];
-    if (!l->ops->alias) free(l->y.data);
+    if (!l->ops->alias && !l->passthrough) free(l->y.data);
     free(l->dx);
     free(l->aux);
   }
@@ -332,6 +332,16 @@ cohort_status cohort_model_init(cohort_model *m, cohort_init_kind kind, uint64_t
       }
     }
   }
+  /* Fuse each ReLU into the conv2d or linear before it (see layer.h) when a layer with its own gradient buffer
+   * comes after it. */
+  for (int i = 1; i < m->nlayers; i++) {
+    cohort__layer *l = &m->layers[i], *prev = &m->layers[i - 1];
+    int owned_after = 0;
+    for (int j = i + 1; j < m->nlayers; j++) owned_after |= !m->layers[j].ops->alias;
+    if (l->ops == &cohort__relu_ops && owned_after &&
+        (prev->ops == &cohort__conv2d_ops || prev->ops == &cohort__linear_ops))
+      prev->fuse_relu = l->passthrough = 1;
+  }
   /* Dropout draws from a stream of its own, so that adding dropout does not change the initial weights. */
   cohort_rng_seed(&m->rng, seed ^ 0x64726f706f7574ULL);
   cohort_model_zero_grad(m);
@@ -368,7 +378,7 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
     cohort__layer *l = &m->layers[i];
     cohort_tensor shape = {0};
     COHORT_CHECK(l->ops->out_shape(l, x, &shape));
-    if (l->ops->alias) {
+    if (l->ops->alias || l->passthrough) {
       shape.data = x->data;
       l->y = shape;
     } else {
@@ -399,11 +409,13 @@ cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
   if (!m || !grad_output) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: NULL argument");
   if (!m->forwarded) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: no forward to go back through");
   cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, m->hook ? fire_hook : no_hook, m};
-  const float *dy = grad_output;
+  /* Only a layer that fuses a ReLU writes into its dy, and fusion guarantees that dy is then a layer's dx buffer,
+   * so the caller's grad_output is never written (see layer.h). */
+  float *dy = (float *)grad_output;
   for (int i = m->nlayers - 1; i >= 0; i--) {
     cohort__layer *l = &m->layers[i];
     const cohort_tensor *x = i > 0 ? &m->layers[i - 1].y : &m->input;
-    if (l->ops->alias) continue; /* the gradient passes through unchanged */
+    if (l->ops->alias || l->passthrough) continue; /* the gradient passes through unchanged */
     float *dx = i > 0 ? l->dx : NULL;
     l->ops->backward(l, &c, x, &l->y, dy, dx);
     dy = dx;

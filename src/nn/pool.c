@@ -23,10 +23,37 @@ static size_t pool_aux(const cohort__layer *l, const cohort_tensor *x) {
          ((x->shape[3] - l->kernel) / l->stride + 1);
 }
 
+/* The reference CNN's pooling, unrolled: same first-maximum (and NaN-propagating) choice as the general loop. */
+static void pool2x2(const float *restrict xs, int planes, int h, int w, int oh, int ow, float *restrict ys,
+                    int32_t *restrict arg) {
+  for (int p = 0; p < planes; p++) {
+    const float *in = xs + (size_t)p * h * w;
+    float *out = ys + (size_t)p * oh * ow;
+    int32_t *a = arg + (size_t)p * oh * ow;
+    for (int oy = 0; oy < oh; oy++) {
+      const float *r0 = in + (size_t)(2 * oy) * w, *r1 = r0 + w;
+      const int base = 2 * oy * w;
+      for (int ox = 0; ox < ow; ox++) {
+        float m = r0[2 * ox];
+        int best = base + 2 * ox;
+        if (r0[2 * ox + 1] > m || r0[2 * ox + 1] != r0[2 * ox + 1]) m = r0[2 * ox + 1], best = base + 2 * ox + 1;
+        if (r1[2 * ox] > m || r1[2 * ox] != r1[2 * ox]) m = r1[2 * ox], best = base + w + 2 * ox;
+        if (r1[2 * ox + 1] > m || r1[2 * ox + 1] != r1[2 * ox + 1]) m = r1[2 * ox + 1], best = base + w + 2 * ox + 1;
+        out[oy * ow + ox] = m;
+        a[oy * ow + ox] = best;
+      }
+    }
+  }
+}
+
 static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {
   const int planes = (int)(x->shape[0] * x->shape[1]), h = (int)x->shape[2], w = (int)x->shape[3];
   const int oh = (int)y->shape[2], ow = (int)y->shape[3], k = l->kernel, s = l->stride;
   int32_t *arg = (int32_t *)l->aux;
+  if (k == 2 && s == 2) {
+    pool2x2(x->data, planes, h, w, oh, ow, y->data, arg);
+    return;
+  }
   for (int p = 0; p < planes; p++) {
     const float *in = x->data + (size_t)p * h * w;
     float *out = y->data + (size_t)p * oh * ow;
@@ -52,7 +79,7 @@ static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor
 }
 
 static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          const float *dy, float *dx) {
+                          float *dy, float *dx) {
   if (!dx) return;
   const int planes = (int)(x->shape[0] * x->shape[1]);
   const size_t hw = (size_t)x->shape[2] * x->shape[3], ohw = (size_t)y->shape[2] * y->shape[3];
