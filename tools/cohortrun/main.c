@@ -36,6 +36,7 @@ typedef struct worker {
   int running;
   int wait_status;
   int got_sigkill; /* still running at the end of the grace */
+  int group_gone;  /* its process group has no member left (kill said ESRCH) */
   cohort__relay *out, *err;
 } worker;
 
@@ -115,27 +116,32 @@ static worker *find_worker(job *j, pid_t pid) {
   return NULL;
 }
 
-/* To the worker's whole process group, so that what it started stops too. */
+/* To the worker's whole process group, so that what it started stops too, also when the worker itself has
+ * already exited (the group lives on while any member does). A running worker that moved to another group is
+ * signalled itself as well; one that did not gets the signal once, since a handler may count them (a second
+ * SIGINT often means "force"). */
 static void signal_worker(worker *w, int sig) {
-  if (kill(-w->pid, sig) != 0) kill(w->pid, sig);
+  int in_group = !w->running || getpgid(w->pid) == w->pid;
+  if (!w->group_gone && kill(-w->pid, sig) != 0 && errno == ESRCH) w->group_gone = 1;
+  if (!in_group) kill(w->pid, sig);
 }
 
-/* Tells every running worker to stop with sig; SIGKILL follows after the grace. */
+/* Tells every worker (and what it started) to stop with sig; SIGKILL follows after the grace. */
 static void begin_stop(job *j, int sig) {
   j->stopping = 1;
   j->stopped_count = j->running;
   j->kill_at_ns = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9);
-  for (int i = 0; i < j->started; i++)
-    if (j->workers[i].running) signal_worker(&j->workers[i], sig);
+  for (int i = 0; i < j->started; i++) signal_worker(&j->workers[i], sig);
 }
 
 static void kill_all(job *j) {
   j->killed = 1;
   for (int i = 0; i < j->started; i++) {
     worker *w = &j->workers[i];
-    if (!w->running) continue;
-    if (!w->got_sigkill) j->sigkill_count++;
-    w->got_sigkill = 1;
+    if (w->running && !w->got_sigkill) {
+      j->sigkill_count++;
+      w->got_sigkill = 1;
+    }
     signal_worker(w, SIGKILL);
   }
 }
@@ -246,6 +252,10 @@ static void run_loop(job *j) {
   }
   free(fds);
   free(owners);
+  /* What the workers started may have outlived them; once the job is being stopped it goes too. (After a
+   * success, it is left alone: it may be meant to outlive the job.) */
+  if (j->stopping && !j->killed)
+    for (int i = 0; i < j->started; i++) signal_worker(&j->workers[i], SIGKILL);
 }
 
 static void print_summary(const job *j) {
