@@ -45,7 +45,8 @@ static void write_pid(const char *dir, int rank) {
 }
 
 static void sleep_long(void) {
-  for (int i = 0; i < 300; i++) usleep(100000);
+  for (int i = 0; i < 300; i++)
+    usleep(100000);
 }
 
 static int mode_lines(int rank, int k) {
@@ -73,9 +74,16 @@ static int mode_flood(int rank, int k) {
 }
 
 static int mode_env(const char *dir, int rank) {
-  static const char *const names[] = {"RANK",          "WORLD_SIZE",           "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-                                      "MASTER_ADDR",   "MASTER_PORT",          "COHORT_SECRET",        "COHORT_LAUNCHER_STORE",
-                                      "COHORT_RESTART_COUNT", "LAUNCHER_TEST_PASSTHROUGH"};
+  static const char *const names[] = {"RANK",
+                                      "WORLD_SIZE",
+                                      "LOCAL_RANK",
+                                      "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR",
+                                      "MASTER_PORT",
+                                      "COHORT_SECRET",
+                                      "COHORT_LAUNCHER_STORE",
+                                      "COHORT_RESTART_COUNT",
+                                      "LAUNCHER_TEST_PASSTHROUGH"};
   char text[4096];
   size_t n = 0;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -55,7 +55,8 @@ static int proc_start(proc *p, const char *const *argv) {
 
 static void append_bytes(char **buf, size_t *len, size_t *cap, const char *data, size_t n) {
   if (*len + n + 1 > *cap) {
-    while (*len + n + 1 > *cap) *cap = *cap ? *cap * 2 : 65536;
+    while (*len + n + 1 > *cap)
+      *cap = *cap ? *cap * 2 : 65536;
     *buf = realloc(*buf, *cap);
   }
   memcpy(*buf + *len, data, n);
@@ -85,8 +86,10 @@ static void proc_finish(proc *p, double timeout_s, double started_s, result *r) 
       if (!fds[k].revents) continue;
       ssize_t n = read(fds[k].fd, chunk, sizeof chunk);
       if (n <= 0) {
-        if (k == 0) open_out = 0;
-        else open_err = 0;
+        if (k == 0)
+          open_out = 0;
+        else
+          open_err = 0;
       } else if (k == 0) {
         append_bytes(&r->out, &r->out_len, &out_cap, chunk, (size_t)n);
       } else {
@@ -211,7 +214,8 @@ static int alive_after(const char *dir, int n, double timeout_s) {
 
 static int count_lines(const char *text) {
   int n = 0;
-  for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++) n++;
+  for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++)
+    n++;
   return n;
 }
 
@@ -289,7 +293,8 @@ TEST(flood_of_output_arrives_whole_and_in_order) {
     next[rank]++;
     bytes += strlen(l) + 1;
   }
-  for (int k = 0; k < RANKS; k++) ASSERT_EQ(next[k], LINES);
+  for (int k = 0; k < RANKS; k++)
+    ASSERT_EQ(next[k], LINES);
   printf("  relayed %d lines (%.1f MB) in %.3f s\n", RANKS * LINES, (double)bytes / 1e6, r.seconds);
   result_free(&r);
 }
@@ -333,7 +338,8 @@ TEST(workers_get_the_job_environment) {
       ASSERT_STREQ(secret, secrets[round]); /* one secret per job */
       free(text);
     }
-    for (int k = 0; k < 3; k++) ASSERT_EQ(seen[k], 1);
+    for (int k = 0; k < 3; k++)
+      ASSERT_EQ(seen[k], 1);
     result_free(&r);
     remove_dir(dir);
   }
@@ -381,7 +387,8 @@ TEST(worker_killed_by_signal_is_named) {
   result r;
   run(argv, &r);
   ASSERT_EQ(r.code, 128 + SIGKILL);
-  snprintf(expect, sizeof expect, "cohortrun: rank 1 (pid %d) was killed by signal 9 (SIGKILL); stopped the other 2 ranks\n",
+  snprintf(expect, sizeof expect,
+           "cohortrun: rank 1 (pid %d) was killed by signal 9 (SIGKILL); stopped the other 2 ranks\n",
            (int)read_pid(dir, 1));
   ASSERT_CONTAINS(r.err, expect);
   ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
@@ -481,7 +488,8 @@ TEST(workers_die_with_a_killed_launcher) {
 static void expect_refused(const char *const *args, const char *expect) {
   const char *argv[16] = {launcher()};
   int n = 1;
-  for (; args[n - 1]; n++) argv[n] = args[n - 1];
+  for (; args[n - 1]; n++)
+    argv[n] = args[n - 1];
   argv[n] = NULL;
   result r;
   run(argv, &r);
@@ -540,9 +548,17 @@ TEST(help_lists_usage_and_the_worker_environment) {
   run(argv, &r);
   ASSERT_EQ(r.code, 0);
   ASSERT_CONTAINS(r.out, "usage: cohortrun -np N");
-  const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                        "COHORT_SECRET", "COHORT_LAUNCHER_STORE", "COHORT_RESTART_COUNT"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) ASSERT_CONTAINS(r.out, vars[i]);
+  const char *vars[] = {"RANK",
+                        "WORLD_SIZE",
+                        "LOCAL_RANK",
+                        "LOCAL_WORLD_SIZE",
+                        "MASTER_ADDR",
+                        "MASTER_PORT",
+                        "COHORT_SECRET",
+                        "COHORT_LAUNCHER_STORE",
+                        "COHORT_RESTART_COUNT"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    ASSERT_CONTAINS(r.out, vars[i]);
   ASSERT_EQ(r.err_len, 0);
   result_free(&r);
 }
@@ -589,14 +605,12 @@ TEST(master_port_in_use_is_reported_and_a_free_one_is_used) {
   remove_dir(dir);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
-                 TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
-                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
-                 TEST_CASE(worker_killed_by_signal_is_named),
-                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
-                 TEST_CASE(what_the_workers_started_is_stopped_too),
-                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
-                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
-                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
-                 TEST_CASE(help_lists_usage_and_the_worker_environment),
-                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used))
+COHORT_TEST_MAIN(
+    TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
+    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
+    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
+    TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
+    TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
+    TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
+    TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
+    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used))

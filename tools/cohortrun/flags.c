@@ -40,8 +40,7 @@ void cohort__launch_usage(FILE *out) {
           COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S);
 }
 
-static cohort_status parse_long(const char *flag, const char *text, long min, long max, const char *what,
-                                long *out) {
+static cohort_status parse_long(const char *flag, const char *text, long min, long max, const char *what, long *out) {
   char *end = NULL;
   errno = 0;
   long v = strtol(text, &end, 10);

@@ -48,11 +48,11 @@ typedef struct job {
   sigset_t child_mask;
   int stopping; /* the others were told to stop; SIGKILL follows at kill_at_ns */
   int64_t kill_at_ns;
-  int killed; /* SIGKILL was sent */
-  int root;   /* rank of the first failure, -1 for none */
-  int interrupted;    /* the signal cohortrun got, 0 for none */
-  int stopped_count;  /* ranks still running when the stop began */
-  int sigkill_count;  /* ranks that needed SIGKILL */
+  int killed;        /* SIGKILL was sent */
+  int root;          /* rank of the first failure, -1 for none */
+  int interrupted;   /* the signal cohortrun got, 0 for none */
+  int stopped_count; /* ranks still running when the stop began */
+  int sigkill_count; /* ranks that needed SIGKILL */
   int64_t drain_until_ns;
 } job;
 
@@ -131,7 +131,8 @@ static void begin_stop(job *j, int sig) {
   j->stopping = 1;
   j->stopped_count = j->running;
   j->kill_at_ns = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9);
-  for (int i = 0; i < j->started; i++) signal_worker(&j->workers[i], sig);
+  for (int i = 0; i < j->started; i++)
+    signal_worker(&j->workers[i], sig);
 }
 
 static void kill_all(job *j) {
@@ -185,7 +186,8 @@ static void read_signals(job *j) {
   for (;;) {
     ssize_t n = read(j->sfd, si, sizeof si);
     if (n <= 0) return;
-    for (size_t k = 0; k < (size_t)n / sizeof si[0]; k++) on_signal(j, (int)si[k].ssi_signo);
+    for (size_t k = 0; k < (size_t)n / sizeof si[0]; k++)
+      on_signal(j, (int)si[k].ssi_signo);
   }
 }
 
@@ -255,7 +257,8 @@ static void run_loop(job *j) {
   /* What the workers started may have outlived them; once the job is being stopped it goes too. (After a
    * success, it is left alone: it may be meant to outlive the job.) */
   if (j->stopping && !j->killed)
-    for (int i = 0; i < j->started; i++) signal_worker(&j->workers[i], SIGKILL);
+    for (int i = 0; i < j->started; i++)
+      signal_worker(&j->workers[i], SIGKILL);
 }
 
 static void print_summary(const job *j) {
@@ -371,11 +374,8 @@ int main(int argc, char **argv) {
   for (int r = 0; r < j.opts.np; r++) {
     worker *w = &j.workers[r];
     w->rank = r;
-    cohort__launch_worker_env wenv = {.rank = r,
-                                      .world_size = j.opts.np,
-                                      .master_addr = j.opts.master_addr,
-                                      .master_port = port,
-                                      .secret = secret};
+    cohort__launch_worker_env wenv = {
+        .rank = r, .world_size = j.opts.np, .master_addr = j.opts.master_addr, .master_port = port, .secret = secret};
     char **envp = NULL;
     int out_fd = -1, err_fd = -1;
     spawn_status = cohort__launch_env_build(&wenv, &envp);

@@ -19,7 +19,7 @@
 
 struct cohort__relay {
   int rank;
-  int in_fd;  /* -1 once closed */
+  int in_fd; /* -1 once closed */
   int out_fd;
   int sink_broken; /* the destination went away: drop output from now on */
   char prefix[24];
@@ -33,7 +33,8 @@ struct cohort__relay {
 static cohort_status reserve(char **buf, size_t *cap, size_t need, int rank) {
   if (need <= *cap) return COHORT_OK;
   size_t cap2 = *cap ? *cap : 4096;
-  while (cap2 < need) cap2 *= 2;
+  while (cap2 < need)
+    cap2 *= 2;
   char *b = realloc(*buf, cap2);
   if (!b) return cohort__error(COHORT_ERR_SYSTEM, "out of memory relaying the output of rank %d", rank);
   *buf = b;

@@ -13,9 +13,15 @@
 extern char **environ;
 
 /* The variables cohortrun sets; inherited copies of them are dropped so a worker never sees two values. */
-static const char *const job_vars[] = {"RANK",        "WORLD_SIZE",    "LOCAL_RANK",
-                                       "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                       "COHORT_SECRET", "COHORT_LAUNCHER_STORE", "COHORT_RESTART_COUNT"};
+static const char *const job_vars[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "COHORT_SECRET",
+                                       "COHORT_LAUNCHER_STORE",
+                                       "COHORT_RESTART_COUNT"};
 #define JOB_VAR_COUNT (sizeof job_vars / sizeof job_vars[0])
 
 static int is_job_var(const char *entry) {
@@ -36,14 +42,16 @@ static char *format_var(const char *name, const char *value) {
 /* The job variables come first in envp and are the only entries allocated here; the rest belong to environ. */
 void cohort__launch_env_free(char **envp) {
   if (!envp) return;
-  for (size_t i = 0; i < JOB_VAR_COUNT && envp[i]; i++) free(envp[i]);
+  for (size_t i = 0; i < JOB_VAR_COUNT && envp[i]; i++)
+    free(envp[i]);
   free(envp);
 }
 
 cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out) {
   *envp_out = NULL;
   size_t inherited = 0;
-  for (char **e = environ; *e; e++) inherited++;
+  for (char **e = environ; *e; e++)
+    inherited++;
   char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
   if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
   char num[3][24];
@@ -51,8 +59,8 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
   snprintf(num[1], sizeof num[1], "%d", wenv->world_size);
   snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
   /* Same order as job_vars. On one host the local rank is the rank. */
-  const char *values[JOB_VAR_COUNT] = {num[0], num[1], num[0], num[1], wenv->master_addr, num[2], wenv->secret,
-                                       "1",    "0"};
+  const char *values[JOB_VAR_COUNT] = {num[0], num[1],       num[0], num[1], wenv->master_addr,
+                                       num[2], wenv->secret, "1",    "0"};
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
     envp[i] = format_var(job_vars[i], values[i]);
     if (!envp[i]) {
