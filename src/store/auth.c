@@ -65,15 +65,17 @@ static cohort_status check_header(const unsigned char *h, int accepting) {
     return cohort__error(COHORT_ERR_AUTH, "auth (%s): bad magic: not a cohort peer (first bytes %02x %02x %02x %02x)",
                          side_name(accepting), h[0], h[1], h[2], h[3]);
   if (h[4] != AUTH_VERSION)
-    return cohort__error(COHORT_ERR_AUTH, "auth (%s): peer speaks handshake version %d, this side speaks %d "
-                         "(mixed cohort versions?)", side_name(accepting), h[4], AUTH_VERSION);
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (%s): peer speaks handshake version %d, this side speaks %d "
+                         "(mixed cohort versions?)",
+                         side_name(accepting), h[4], AUTH_VERSION);
   return COHORT_OK;
 }
 
 static cohort_status check_args(const char *purpose, const void *hello, size_t hello_len, int accepting) {
   if (!purpose || strlen(purpose) > AUTH_PURPOSE_MAX)
-    return cohort__error(COHORT_ERR_INVALID, "auth (%s): purpose missing or longer than %d bytes",
-                         side_name(accepting), AUTH_PURPOSE_MAX);
+    return cohort__error(COHORT_ERR_INVALID, "auth (%s): purpose missing or longer than %d bytes", side_name(accepting),
+                         AUTH_PURPOSE_MAX);
   if (hello_len > COHORT_AUTH_HELLO_MAX || (hello_len > 0 && !hello))
     return cohort__error(COHORT_ERR_INVALID, "auth (%s): hello of %zu bytes (at most %d, and not NULL)",
                          side_name(accepting), hello_len, COHORT_AUTH_HELLO_MAX);
@@ -81,9 +83,9 @@ static cohort_status check_args(const char *purpose, const void *hello, size_t h
 }
 
 /* The MAC over the transcript; label tells the two directions apart. */
-static cohort_status compute_mac(const char *label, const char *secret, const char *purpose, const unsigned char *nonce_a,
-                                 const unsigned char *nonce_c, int flags_a, int flags_c, const void *hello,
-                                 size_t hello_len, unsigned char *mac) {
+static cohort_status compute_mac(const char *label, const char *secret, const char *purpose,
+                                 const unsigned char *nonce_a, const unsigned char *nonce_c, int flags_a, int flags_c,
+                                 const void *hello, size_t hello_len, unsigned char *mac) {
   unsigned char buf[64 + AUTH_PURPOSE_MAX + 2 * AUTH_NONCE_LEN + 8 + COHORT_AUTH_HELLO_MAX];
   size_t n = 0, label_len = strlen(label), purpose_len = strlen(purpose);
   memcpy(buf + n, label, label_len + 1);
@@ -154,41 +156,46 @@ cohort_status cohort__auth_accept(int fd, const char *secret, const char *purpos
   if (peer_hello_len != hello_len) {
     unsigned char verdict = AUTH_BAD_HELLO;
     cohort__sock_send_all(fd, &verdict, 1, deadline_ns); /* best effort: the failure is ours to report */
-    return cohort__error(COHORT_ERR_PROTOCOL, "auth (accepting side): peer sent a %u-byte hello, expected %zu "
-                         "(mixed cohort versions?)", peer_hello_len, hello_len);
+    return cohort__error(COHORT_ERR_PROTOCOL,
+                         "auth (accepting side): peer sent a %u-byte hello, expected %zu "
+                         "(mixed cohort versions?)",
+                         peer_hello_len, hello_len);
   }
   unsigned char peer_hello[COHORT_AUTH_HELLO_MAX + AUTH_MAC_LEN];
   COHORT_CHECK(recv_step(fd, peer_hello, hello_len + AUTH_MAC_LEN, deadline_ns, 1, "proof"));
 
   unsigned char expect[AUTH_MAC_LEN];
-  COHORT_CHECK(compute_mac("cohort-auth connecting", secret, purpose, nonce_a, nonce_len, flags_a, flags_c,
-                           peer_hello, hello_len, expect));
+  COHORT_CHECK(compute_mac("cohort-auth connecting", secret, purpose, nonce_a, nonce_len, flags_a, flags_c, peer_hello,
+                           hello_len, expect));
   if ((flags_a ^ flags_c) & AUTH_FLAG_HAS_SECRET) {
     unsigned char verdict = AUTH_SECRET_PRESENCE;
     cohort__sock_send_all(fd, &verdict, 1, deadline_ns);
-    return cohort__error(COHORT_ERR_AUTH, "auth (accepting side): peer did not prove the job secret: %s "
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (accepting side): peer did not prove the job secret: %s "
                          "(set the same COHORT_SECRET on every process)",
-                         flags_a ? "this side has a secret and the peer has none" :
-                                   "the peer has a secret and this side has none");
+                         flags_a ? "this side has a secret and the peer has none"
+                                 : "the peer has a secret and this side has none");
   }
   if (CRYPTO_memcmp(expect, peer_hello + hello_len, AUTH_MAC_LEN) != 0) {
     unsigned char verdict = AUTH_BAD_PROOF;
     cohort__sock_send_all(fd, &verdict, 1, deadline_ns);
-    return cohort__error(COHORT_ERR_AUTH, "auth (accepting side): peer did not prove the job secret "
-                         "(wrong COHORT_SECRET?) for purpose '%s'", purpose);
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (accepting side): peer did not prove the job secret "
+                         "(wrong COHORT_SECRET?) for purpose '%s'",
+                         purpose);
   }
 
   unsigned char answer[1 + AUTH_MAC_LEN];
   answer[0] = AUTH_OK;
-  COHORT_CHECK(compute_mac("cohort-auth accepting", secret, purpose, nonce_a, nonce_len, flags_a, flags_c,
-                           peer_hello, hello_len, answer + 1));
+  COHORT_CHECK(compute_mac("cohort-auth accepting", secret, purpose, nonce_a, nonce_len, flags_a, flags_c, peer_hello,
+                           hello_len, answer + 1));
   COHORT_CHECK(send_step(fd, answer, sizeof answer, deadline_ns, 1, "our proof"));
   if (hello_len) memcpy(hello, peer_hello, hello_len);
   return COHORT_OK;
 }
 
-cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpose, const void *hello,
-                                   size_t hello_len, int64_t deadline_ns) {
+cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpose, const void *hello, size_t hello_len,
+                                   int64_t deadline_ns) {
   if (!secret) secret = "";
   COHORT_CHECK(check_args(purpose, hello, hello_len, 0));
   int flags_c = secret[0] ? AUTH_FLAG_HAS_SECRET : 0;
@@ -218,20 +225,27 @@ cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpo
   unsigned char verdict;
   COHORT_CHECK(recv_step(fd, &verdict, 1, deadline_ns, 0, "the verdict on our proof"));
   switch (verdict) {
-  case AUTH_OK: break;
+  case AUTH_OK:
+    break;
   case AUTH_BAD_PROOF:
-    return cohort__error(COHORT_ERR_AUTH, "auth (connecting side): the accepting side refused our proof of the job "
-                         "secret (wrong COHORT_SECRET?) for purpose '%s'", purpose);
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (connecting side): the accepting side refused our proof of the job "
+                         "secret (wrong COHORT_SECRET?) for purpose '%s'",
+                         purpose);
   case AUTH_SECRET_PRESENCE:
-    return cohort__error(COHORT_ERR_AUTH, "auth (connecting side): the accepting side refused us: %s (set the same "
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (connecting side): the accepting side refused us: %s (set the same "
                          "COHORT_SECRET on every process)",
-                         flags_c ? "this side has a secret and the accepting side has none" :
-                                   "the accepting side has a secret and this side has none");
+                         flags_c ? "this side has a secret and the accepting side has none"
+                                 : "the accepting side has a secret and this side has none");
   case AUTH_BAD_HELLO:
-    return cohort__error(COHORT_ERR_PROTOCOL, "auth (connecting side): the accepting side expects another hello size "
-                         "than our %zu bytes (mixed cohort versions?)", hello_len);
+    return cohort__error(COHORT_ERR_PROTOCOL,
+                         "auth (connecting side): the accepting side expects another hello size "
+                         "than our %zu bytes (mixed cohort versions?)",
+                         hello_len);
   default:
-    return cohort__error(COHORT_ERR_AUTH, "auth (connecting side): unknown verdict %d from the accepting side", verdict);
+    return cohort__error(COHORT_ERR_AUTH, "auth (connecting side): unknown verdict %d from the accepting side",
+                         verdict);
   }
 
   unsigned char peer_mac[AUTH_MAC_LEN], expect[AUTH_MAC_LEN];
@@ -239,7 +253,9 @@ cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpo
   COHORT_CHECK(compute_mac("cohort-auth accepting", secret, purpose, nonce_a, nonce_c, flags_a, flags_c, hello,
                            hello_len, expect));
   if (CRYPTO_memcmp(expect, peer_mac, AUTH_MAC_LEN) != 0)
-    return cohort__error(COHORT_ERR_AUTH, "auth (connecting side): peer did not prove the job secret "
-                         "(wrong COHORT_SECRET?) for purpose '%s'", purpose);
+    return cohort__error(COHORT_ERR_AUTH,
+                         "auth (connecting side): peer did not prove the job secret "
+                         "(wrong COHORT_SECRET?) for purpose '%s'",
+                         purpose);
   return COHORT_OK;
 }

@@ -37,8 +37,7 @@ typedef struct file_store {
 } file_store;
 
 static int safe_char(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-         c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
 /* The file name of key (see the layout above). */
@@ -128,8 +127,8 @@ static cohort_status write_atomic(const file_store *f, const char *path, const v
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s/.tmp.XXXXXX", f->dir);
   int fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "file store: cannot create a temp file in '%s'",
-                                         f->dir);
+  if (fd < 0)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "file store: cannot create a temp file in '%s'", f->dir);
   cohort_status st = COHORT_OK;
   const char *p = value;
   size_t left = len;
@@ -195,8 +194,8 @@ static cohort_status file_get(cohort__store *store, const char *key, double time
     if (found) return COHORT_OK;
     int64_t left_ns = deadline - cohort__now_ns();
     if (left_ns <= 0)
-      return cohort__error(COHORT_ERR_TIMEOUT, "key '%s' was not set in the file store '%s' within %.3g s", key,
-                           f->dir, timeout_s);
+      return cohort__error(COHORT_ERR_TIMEOUT, "key '%s' was not set in the file store '%s' within %.3g s", key, f->dir,
+                           timeout_s);
     /* Polling, because a shared filesystem offers no portable change notification; the sleep grows so that a long
      * wait costs little, and stays short so that a key set by another process is seen within ~20 ms. */
     useconds_t nap = sleep_us;
@@ -267,9 +266,13 @@ static void file_close(cohort__store *store) {
   free(f);
 }
 
-static const cohort__store_ops file_ops = {
-    .name = "file", .set = file_set, .get = file_get, .check = file_check, .add = file_add, .del = file_del,
-    .close = file_close};
+static const cohort__store_ops file_ops = {.name = "file",
+                                           .set = file_set,
+                                           .get = file_get,
+                                           .check = file_check,
+                                           .add = file_add,
+                                           .del = file_del,
+                                           .close = file_close};
 
 /* mkdir -p: several ranks may race to create the same directories, so EEXIST is success. */
 static cohort_status make_dirs(char *path) {
@@ -300,7 +303,8 @@ cohort_status cohort__store_open_file(const char *dir, cohort__store **out) {
   f->lock_fd = -1;
   cohort_status st = COHORT_OK;
   size_t n = strlen(dir);
-  while (n > 1 && dir[n - 1] == '/') n--; /* "dir/" and "dir" are the same store */
+  while (n > 1 && dir[n - 1] == '/')
+    n--; /* "dir/" and "dir" are the same store */
   if (n >= sizeof f->dir) {
     st = cohort__error(COHORT_ERR_INVALID, "file store: directory name of %zu bytes is too long", n);
     goto fail;

@@ -51,7 +51,8 @@ size_t cohort__store_format_int(int64_t v, char *out) {
   } while (u);
   size_t len = 0;
   if (v < 0) out[len++] = '-';
-  while (n) out[len++] = tmp[--n];
+  while (n)
+    out[len++] = tmp[--n];
   out[len] = '\0';
   return len;
 }

@@ -43,10 +43,20 @@ size_t cohort__store_format_int(int64_t v, char *out);
  * arg is the wait in milliseconds for GET and the delta for ADD; in a reply it is the new counter for ADD and
  * 1/0 for CHECK. Only SET carries a value, only a GET reply carries one back.
  */
-enum { COHORT__STORE_OP_SET = 1, COHORT__STORE_OP_GET, COHORT__STORE_OP_CHECK, COHORT__STORE_OP_ADD,
-       COHORT__STORE_OP_DELETE };
-enum { COHORT__STORE_REPLY_OK = 0, COHORT__STORE_REPLY_TIMEOUT, COHORT__STORE_REPLY_NOT_INTEGER,
-       COHORT__STORE_REPLY_OVERFLOW, COHORT__STORE_REPLY_STOPPING };
+enum {
+  COHORT__STORE_OP_SET = 1,
+  COHORT__STORE_OP_GET,
+  COHORT__STORE_OP_CHECK,
+  COHORT__STORE_OP_ADD,
+  COHORT__STORE_OP_DELETE
+};
+enum {
+  COHORT__STORE_REPLY_OK = 0,
+  COHORT__STORE_REPLY_TIMEOUT,
+  COHORT__STORE_REPLY_NOT_INTEGER,
+  COHORT__STORE_REPLY_OVERFLOW,
+  COHORT__STORE_REPLY_STOPPING
+};
 #define COHORT__STORE_FRAME_HEADER 17
 #define COHORT__STORE_PURPOSE "cohort-store"
 
@@ -54,18 +64,24 @@ static inline void cohort__store_put_header(unsigned char *p, int op, uint32_t k
                                             int64_t arg) {
   uint64_t a = (uint64_t)arg;
   p[0] = (unsigned char)op;
-  for (int i = 0; i < 4; i++) p[1 + i] = (unsigned char)(key_len >> (24 - 8 * i));
-  for (int i = 0; i < 4; i++) p[5 + i] = (unsigned char)(value_len >> (24 - 8 * i));
-  for (int i = 0; i < 8; i++) p[9 + i] = (unsigned char)(a >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    p[1 + i] = (unsigned char)(key_len >> (24 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    p[5 + i] = (unsigned char)(value_len >> (24 - 8 * i));
+  for (int i = 0; i < 8; i++)
+    p[9 + i] = (unsigned char)(a >> (56 - 8 * i));
 }
 
 static inline void cohort__store_get_header(const unsigned char *p, int *op, uint32_t *key_len, uint32_t *value_len,
                                             int64_t *arg) {
   uint32_t k = 0, v = 0;
   uint64_t a = 0;
-  for (int i = 0; i < 4; i++) k = k << 8 | p[1 + i];
-  for (int i = 0; i < 4; i++) v = v << 8 | p[5 + i];
-  for (int i = 0; i < 8; i++) a = a << 8 | p[9 + i];
+  for (int i = 0; i < 4; i++)
+    k = k << 8 | p[1 + i];
+  for (int i = 0; i < 4; i++)
+    v = v << 8 | p[5 + i];
+  for (int i = 0; i < 8; i++)
+    a = a << 8 | p[9 + i];
   *op = p[0];
   *key_len = k;
   *value_len = v;

@@ -16,8 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdio.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -76,13 +76,15 @@ struct cohort__store_server {
 
 static uint64_t hash_key(const char *key) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *key; key++) h = (h ^ (unsigned char)*key) * 1099511628211ull;
+  for (; *key; key++)
+    h = (h ^ (unsigned char)*key) * 1099511628211ull;
   return h;
 }
 
 static entry **find_slot(cohort__store_server *s, const char *key) {
   entry **slot = &s->buckets[hash_key(key) & (s->nbuckets - 1)];
-  while (*slot && strcmp((*slot)->key, key) != 0) slot = &(*slot)->next;
+  while (*slot && strcmp((*slot)->key, key) != 0)
+    slot = &(*slot)->next;
   return slot;
 }
 
@@ -272,14 +274,16 @@ static cohort_status serve_one(conn *c) {
     if (rc != 0) return cohort__error(COHORT_ERR_SYSTEM, "out of memory storing key '%s'", key);
     return send_reply(c->fd, COHORT__STORE_REPLY_OK, NULL, 0, 0);
   }
-  case COHORT__STORE_OP_GET: return serve_get(c, key, arg);
+  case COHORT__STORE_OP_GET:
+    return serve_get(c, key, arg);
   case COHORT__STORE_OP_CHECK: {
     pthread_mutex_lock(&s->lock);
     int exists = *find_slot(s, key) != NULL;
     pthread_mutex_unlock(&s->lock);
     return send_reply(c->fd, COHORT__STORE_REPLY_OK, NULL, 0, exists);
   }
-  case COHORT__STORE_OP_ADD: return serve_add(c, key, arg);
+  case COHORT__STORE_OP_ADD:
+    return serve_add(c, key, arg);
   default: /* COHORT__STORE_OP_DELETE */
     pthread_mutex_lock(&s->lock);
     map_delete(s, key);
@@ -302,11 +306,10 @@ static void *conn_main(void *arg) {
   int64_t auth_timeout = s->auth_timeout_ns;
   pthread_mutex_unlock(&s->conns_lock);
 
-  cohort_status st = cohort__auth_accept(c->fd, s->secret, COHORT__STORE_PURPOSE, NULL, 0,
-                                         cohort__now_ns() + auth_timeout);
+  cohort_status st =
+      cohort__auth_accept(c->fd, s->secret, COHORT__STORE_PURPOSE, NULL, 0, cohort__now_ns() + auth_timeout);
   if (st != COHORT_OK) {
-    if (!server_stopping(s))
-      COHORT_LOG_WARN("store: refused connection from %s: %s", c->peer, cohort_last_error());
+    if (!server_stopping(s)) COHORT_LOG_WARN("store: refused connection from %s: %s", c->peer, cohort_last_error());
   } else {
     COHORT_LOG_DEBUG("store: client %s connected", c->peer);
     while ((st = serve_one(c)) == COHORT_OK) {
@@ -410,8 +413,7 @@ static void *accept_main(void *arg) {
   return NULL;
 }
 
-cohort_status cohort__store_server_start(const char *host, int port, const char *secret,
-                                         cohort__store_server **out) {
+cohort_status cohort__store_server_start(const char *host, int port, const char *secret, cohort__store_server **out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "store server start: out is NULL");
   *out = NULL;
   if (port < 0 || port > 65535)
@@ -498,7 +500,8 @@ void cohort__store_server_stop(cohort__store_server *server) {
   /* No new connection can appear now. Shutting each socket wakes its thread wherever it blocks: in recv or poll on
    * the socket, or (through `stopping` and the broadcast above) in a GET's wait. */
   pthread_mutex_lock(&s->conns_lock);
-  for (conn *c = s->conns; c; c = c->next) shutdown(c->fd, SHUT_RDWR);
+  for (conn *c = s->conns; c; c = c->next)
+    shutdown(c->fd, SHUT_RDWR);
   conn *list = s->conns;
   s->conns = NULL;
   pthread_mutex_unlock(&s->conns_lock);

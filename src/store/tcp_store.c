@@ -33,8 +33,7 @@ static int64_t deadline_after(double seconds) { return cohort__now_ns() + (int64
 
 /* Sends one request and reads its reply. *reply_value (when asked for) is malloc'd with a trailing NUL. */
 static cohort_status roundtrip(tcp_store *t, int op, const char *key, const void *value, size_t len, int64_t arg,
-                               int64_t deadline, int *code, int64_t *reply_arg, void **reply_value,
-                               size_t *reply_len) {
+                               int64_t deadline, int *code, int64_t *reply_arg, void **reply_value, size_t *reply_len) {
   if (t->broken)
     return cohort__error(COHORT_ERR_REMOTE, "rendezvous store at %s:%d: the connection broke in an earlier call",
                          t->host, t->port);
@@ -81,7 +80,8 @@ fail:
 /* Turns a reply code other than OK into the caller's status. */
 static cohort_status reply_status(tcp_store *t, int code, const char *key) {
   switch (code) {
-  case COHORT__STORE_REPLY_OK: return COHORT_OK;
+  case COHORT__STORE_REPLY_OK:
+    return COHORT_OK;
   case COHORT__STORE_REPLY_NOT_INTEGER:
     return cohort__error(COHORT_ERR_INVALID, "rendezvous store: key '%s' holds a value that is not an integer counter",
                          key);
@@ -99,8 +99,8 @@ static cohort_status tcp_set(cohort__store *store, const char *key, const void *
   tcp_store *t = (tcp_store *)store;
   int code;
   int64_t arg;
-  COHORT_CHECK(roundtrip(t, COHORT__STORE_OP_SET, key, value, len, 0, deadline_after(t->op_timeout_s), &code, &arg,
-                         NULL, NULL));
+  COHORT_CHECK(
+      roundtrip(t, COHORT__STORE_OP_SET, key, value, len, 0, deadline_after(t->op_timeout_s), &code, &arg, NULL, NULL));
   return reply_status(t, code, key);
 }
 
@@ -117,8 +117,8 @@ static cohort_status tcp_get(cohort__store *store, const char *key, double timeo
                          deadline_after(ms / 1000.0 + t->op_timeout_s), &code, &arg, &got, &got_len));
   if (code == COHORT__STORE_REPLY_TIMEOUT) {
     free(got);
-    return cohort__error(COHORT_ERR_TIMEOUT, "key '%s' was not set in the rendezvous store at %s:%d within %.3g s",
-                         key, t->host, t->port, timeout_s);
+    return cohort__error(COHORT_ERR_TIMEOUT, "key '%s' was not set in the rendezvous store at %s:%d within %.3g s", key,
+                         t->host, t->port, timeout_s);
   }
   if (code != COHORT__STORE_REPLY_OK) {
     free(got);
@@ -133,8 +133,8 @@ static cohort_status tcp_check(cohort__store *store, const char *key, int *exist
   tcp_store *t = (tcp_store *)store;
   int code;
   int64_t arg;
-  COHORT_CHECK(roundtrip(t, COHORT__STORE_OP_CHECK, key, NULL, 0, 0, deadline_after(t->op_timeout_s), &code, &arg,
-                         NULL, NULL));
+  COHORT_CHECK(
+      roundtrip(t, COHORT__STORE_OP_CHECK, key, NULL, 0, 0, deadline_after(t->op_timeout_s), &code, &arg, NULL, NULL));
   COHORT_CHECK(reply_status(t, code, key));
   *exists = arg != 0;
   return COHORT_OK;
@@ -155,8 +155,8 @@ static cohort_status tcp_del(cohort__store *store, const char *key) {
   tcp_store *t = (tcp_store *)store;
   int code;
   int64_t arg;
-  COHORT_CHECK(roundtrip(t, COHORT__STORE_OP_DELETE, key, NULL, 0, 0, deadline_after(t->op_timeout_s), &code, &arg,
-                         NULL, NULL));
+  COHORT_CHECK(
+      roundtrip(t, COHORT__STORE_OP_DELETE, key, NULL, 0, 0, deadline_after(t->op_timeout_s), &code, &arg, NULL, NULL));
   return reply_status(t, code, key);
 }
 
@@ -166,15 +166,19 @@ static void tcp_close(cohort__store *store) {
   free(t);
 }
 
-static const cohort__store_ops tcp_ops = {
-    .name = "tcp", .set = tcp_set, .get = tcp_get, .check = tcp_check, .add = tcp_add, .del = tcp_del,
-    .close = tcp_close};
+static const cohort__store_ops tcp_ops = {.name = "tcp",
+                                          .set = tcp_set,
+                                          .get = tcp_get,
+                                          .check = tcp_check,
+                                          .add = tcp_add,
+                                          .del = tcp_del,
+                                          .close = tcp_close};
 
 cohort_status cohort__store_connect_tcp(const char *host, int port, const char *secret, double timeout_s,
                                         cohort__store **out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "store connect: out is NULL");
   *out = NULL;
-  if (!host || !host[0] || strlen(host) >= sizeof ((tcp_store *)0)->host)
+  if (!host || !host[0] || strlen(host) >= sizeof((tcp_store *)0)->host)
     return cohort__error(COHORT_ERR_INVALID, "store connect: host is empty or too long");
   if (port <= 0 || port > 65535)
     return cohort__error(COHORT_ERR_INVALID, "store connect: port %d is outside 1..65535", port);

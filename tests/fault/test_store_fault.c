@@ -102,9 +102,12 @@ static int closed_by_server(int fd, double timeout_s) {
 
 static void put_header(unsigned char *h, int op, uint32_t key_len, uint32_t value_len, int64_t arg) {
   h[0] = (unsigned char)op;
-  for (int i = 0; i < 4; i++) h[1 + i] = (unsigned char)(key_len >> (24 - 8 * i));
-  for (int i = 0; i < 4; i++) h[5 + i] = (unsigned char)(value_len >> (24 - 8 * i));
-  for (int i = 0; i < 8; i++) h[9 + i] = (unsigned char)((uint64_t)arg >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    h[1 + i] = (unsigned char)(key_len >> (24 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    h[5 + i] = (unsigned char)(value_len >> (24 - 8 * i));
+  for (int i = 0; i < 8; i++)
+    h[9 + i] = (unsigned char)((uint64_t)arg >> (56 - 8 * i));
 }
 
 static void fill_random(unsigned char *buf, size_t len, uint32_t seed) {
@@ -199,15 +202,15 @@ TEST(huge_length_prefixes_are_refused) {
     uint32_t key_len, value_len;
     int64_t arg;
   } bad[] = {
-      {2, 0xffffffffu, 0, 0},         /* GET with a 4 GiB key */
-      {1, 3, 0xfffffff0u, 0},         /* SET with a ~4 GiB value */
-      {1, 3, (16u << 20) + 1, 0},     /* SET one byte over the value limit */
+      {2, 0xffffffffu, 0, 0},     /* GET with a 4 GiB key */
+      {1, 3, 0xfffffff0u, 0},     /* SET with a ~4 GiB value */
+      {1, 3, (16u << 20) + 1, 0}, /* SET one byte over the value limit */
       {2, COHORT_STORE_KEY_MAX + 1, 0, 0},
-      {2, 0, 0, 0},                   /* empty key */
-      {4, 3, 5, 1},                   /* ADD carrying a value */
-      {99, 3, 0, 0},                  /* unknown op */
+      {2, 0, 0, 0},  /* empty key */
+      {4, 3, 5, 1},  /* ADD carrying a value */
+      {99, 3, 0, 0}, /* unknown op */
       {0, 3, 0, 0},
-      {2, 3, 0, -5},                  /* GET with a negative wait */
+      {2, 3, 0, -5}, /* GET with a negative wait */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     fd = raw_authed(fx.port);
@@ -299,7 +302,7 @@ TEST(crowd_of_bad_connections_at_once) {
     unsigned char junk[512];
     fill_random(junk, sizeof junk, 100u + (uint32_t)i);
     if (i % 3 == 1) memcpy(junk, "CHRT\x01\x01\x00\x00", 8); /* right magic, then a forged proof */
-    memset(junk + 40, 0, 4);                                   /* ... for an empty hello */
+    memset(junk + 40, 0, 4);                                 /* ... for an empty hello */
     cohort__sock_send_all(fds[i], junk, i % 3 == 1 ? 8 + 32 + 4 + 32 : sizeof junk, cohort__now_ns() + 1000000000LL);
   }
   check_legit_clients(&fx);

@@ -51,8 +51,8 @@ static cohort_status handshake(const char *server_secret, const char *client_sec
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return COHORT_ERR_SYSTEM;
   start_acceptor(acc, sv[0], server_secret, server_purpose, 8);
   const unsigned char hello[8] = {'r', 'a', 'n', 'k', 0, 0, 0, 7};
-  cohort_status st = cohort__auth_connect(sv[1], client_secret, client_purpose, hello, sizeof hello,
-                                          cohort__now_ns() + 2000000000LL);
+  cohort_status st =
+      cohort__auth_connect(sv[1], client_secret, client_purpose, hello, sizeof hello, cohort__now_ns() + 2000000000LL);
   snprintf(client_error, error_len, "%s", cohort_last_error());
   /* Closing our end lets an acceptor still waiting for bytes we will never send finish at once. */
   close(sv[1]);
@@ -238,8 +238,7 @@ TEST(hello_size_mismatch_is_a_protocol_error) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   acceptor acc;
   start_acceptor(&acc, sv[0], "k", "p", 16);
-  ASSERT_STATUS(cohort__auth_connect(sv[1], "k", "p", "xyz", 3, cohort__now_ns() + 2000000000LL),
-                COHORT_ERR_PROTOCOL);
+  ASSERT_STATUS(cohort__auth_connect(sv[1], "k", "p", "xyz", 3, cohort__now_ns() + 2000000000LL), COHORT_ERR_PROTOCOL);
   pthread_join(acc.thread, NULL);
   ASSERT_EQ(acc.status, COHORT_ERR_PROTOCOL);
   ASSERT_CONTAINS(acc.error, "3-byte hello, expected 16");

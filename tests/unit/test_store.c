@@ -56,8 +56,10 @@ static void remove_tree(const char *path) {
 }
 
 static void fixture_stop(fixture *fx) {
-  if (fx->kind == TCP) cohort__store_server_stop(fx->server);
-  else remove_tree(fx->dir);
+  if (fx->kind == TCP)
+    cohort__store_server_stop(fx->server);
+  else
+    remove_tree(fx->dir);
 }
 
 static double since(int64_t t0) { return (double)(cohort__now_ns() - t0) * 1e-9; }
@@ -85,7 +87,8 @@ static void round_trips(int kind) {
   free(v);
 
   unsigned char bin[256];
-  for (int i = 0; i < 256; i++) bin[i] = (unsigned char)(255 - i);
+  for (int i = 0; i < 256; i++)
+    bin[i] = (unsigned char)(255 - i);
   ASSERT_OK(cohort__store_set(s, "bin", bin, sizeof bin));
   ASSERT_OK(cohort__store_get(s, "bin", 1.0, &v, &len));
   ASSERT_EQ(len, 256);
@@ -101,7 +104,8 @@ static void round_trips(int kind) {
 
   size_t big_len = 1u << 20;
   unsigned char *big = malloc(big_len);
-  for (size_t i = 0; i < big_len; i++) big[i] = (unsigned char)(i * 2654435761u >> 13);
+  for (size_t i = 0; i < big_len; i++)
+    big[i] = (unsigned char)(i * 2654435761u >> 13);
   ASSERT_OK(cohort__store_set(s, "big", big, big_len));
   ASSERT_OK(cohort__store_get(s, "big", 1.0, &v, &len));
   ASSERT_EQ(len, big_len);
@@ -136,7 +140,14 @@ static void round_trips(int kind) {
   ASSERT_OK(cohort__store_delete(s, "a")); /* missing: not an error */
 
   /* Keys with separators, dots, spaces and UTF-8; and a key that would escape a naive file layout. */
-  const char *odd[] = {"rank/0/addr", "../evil", ".", "..", "with space", "gr\xc3\xbc\xc3\x9f" "e", "%41"};
+  const char *odd[] = {"rank/0/addr",
+                       "../evil",
+                       ".",
+                       "..",
+                       "with space",
+                       "gr\xc3\xbc\xc3\x9f"
+                       "e",
+                       "%41"};
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
     char val[32];
     snprintf(val, sizeof val, "value-%zu", i);
@@ -276,7 +287,8 @@ typedef struct adder {
 static cohort_status add_many(fixture *fx, int64_t *results) {
   cohort__store *s = NULL;
   cohort_status st = fixture_open(fx, &s);
-  for (int i = 0; st == COHORT_OK && i < ADDS_EACH; i++) st = cohort__store_add(s, "counter", 1, &results[i]);
+  for (int i = 0; st == COHORT_OK && i < ADDS_EACH; i++)
+    st = cohort__store_add(s, "counter", 1, &results[i]);
   cohort__store_close(s);
   return st;
 }
@@ -308,7 +320,8 @@ static void concurrent_add(int kind) {
     adders[i].fx = &fx;
     pthread_create(&threads[i], NULL, adder_main, &adders[i]);
   }
-  for (int i = 0; i < ADDERS; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < ADDERS; i++)
+    pthread_join(threads[i], NULL);
   int64_t child[ADDS_EACH];
   ssize_t got = 0;
   while (got < (ssize_t)sizeof child) {
@@ -322,7 +335,8 @@ static void concurrent_add(int kind) {
   ASSERT_TRUE(WIFEXITED(wstatus));
   ASSERT_EQ(WEXITSTATUS(wstatus), 0);
   ASSERT_EQ(got, (ssize_t)sizeof child);
-  for (int i = 0; i < ADDERS; i++) ASSERT_OK(adders[i].status);
+  for (int i = 0; i < ADDERS; i++)
+    ASSERT_OK(adders[i].status);
 
   /* Every value 1..N was handed out exactly once: no lost or duplicated increment anywhere. */
   enum { N = (ADDERS + 1) * ADDS_EACH };
