@@ -77,7 +77,13 @@ static void gz_read_full(gzFile gz, void *buf, size_t len, size_t *got, const ch
       *zerr = gzerror(gz, &code);
       break;
     }
-    if (n == 0) break;
+    if (n == 0) {
+      /* zlib reports a stream that ends mid-way (a cut download) as Z_BUF_ERROR beside a plain end of file. */
+      int code;
+      const char *msg = gzerror(gz, &code);
+      if (code != Z_OK) *zerr = msg;
+      break;
+    }
     done += (size_t)n;
   }
   *got = done;
