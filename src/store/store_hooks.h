@@ -12,4 +12,7 @@
  * connections accepted after the call. */
 void cohort__store_server_set_auth_timeout(cohort__store_server *server, double seconds);
 
+/* Connections whose thread is still running (handshaking, serving or waiting in a GET). */
+int cohort__store_server_live_connections(cohort__store_server *server);
+
 #endif

@@ -484,6 +484,15 @@ void cohort__store_server_set_auth_timeout(cohort__store_server *server, double 
   pthread_mutex_unlock(&server->conns_lock);
 }
 
+int cohort__store_server_live_connections(cohort__store_server *server) {
+  int live = 0;
+  pthread_mutex_lock(&server->conns_lock);
+  for (conn *c = server->conns; c; c = c->next)
+    live += !c->done;
+  pthread_mutex_unlock(&server->conns_lock);
+  return live;
+}
+
 void cohort__store_server_stop(cohort__store_server *server) {
   if (!server) return;
   cohort__store_server *s = server;

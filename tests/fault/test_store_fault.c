@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -319,7 +321,72 @@ TEST(crowd_of_bad_connections_at_once) {
   close(late);
 }
 
+/* Polls until the server has `want` live connections; returns the last count seen. */
+static int wait_live(cohort__store_server *server, int want, double timeout_s) {
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  int live;
+  while ((live = cohort__store_server_live_connections(server)) != want && cohort__now_ns() < deadline)
+    usleep(10000);
+  return live;
+}
+
+TEST(killed_clients_release_their_connections) {
+  fixture fx;
+  ASSERT_OK(fixture_start(&fx));
+  check_legit_clients(&fx);
+  ASSERT_EQ(wait_live(fx.server, 1, 1.0), 1); /* fx.before */
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t waiter = fork();
+  ASSERT_TRUE(waiter >= 0);
+  if (waiter == 0) { /* a client blocked in a long GET */
+    close(ready[0]);
+    cohort__store *s = NULL;
+    if (cohort__store_connect_tcp("127.0.0.1", fx.port, SECRET, 5.0, &s) == COHORT_OK && write(ready[1], "w", 1) == 1) {
+      void *v = NULL;
+      size_t len = 0;
+      cohort__store_get(s, "never-set", 30.0, &v, &len);
+    }
+    _exit(1);
+  }
+  pid_t setter = fork();
+  ASSERT_TRUE(setter >= 0);
+  if (setter == 0) { /* a client in the middle of sending a 4 MiB value */
+    close(ready[0]);
+    int fd = raw_authed(fx.port);
+    static unsigned char frame[HEADER_LEN + 4 + (1u << 20)];
+    put_header(frame, 1, 4, 4u << 20, 0);
+    memcpy(frame + HEADER_LEN, "half", 4);
+    if (fd >= 0 && cohort__sock_send_all(fd, frame, sizeof frame, 0) == COHORT_OK && write(ready[1], "s", 1) == 1)
+      pause();
+    _exit(1);
+  }
+  close(ready[1]);
+  char got[2];
+  ASSERT_EQ(read(ready[0], got, 1) + read(ready[0], got + 1, 1), 2);
+  close(ready[0]);
+  usleep(100000); /* let the GET reach the server */
+  ASSERT_EQ(wait_live(fx.server, 3, 1.0), 3);
+
+  kill(waiter, SIGKILL);
+  kill(setter, SIGKILL);
+  int ws;
+  ASSERT_EQ(waitpid(waiter, &ws, 0), waiter);
+  ASSERT_TRUE(WIFSIGNALED(ws));
+  ASSERT_EQ(waitpid(setter, &ws, 0), setter);
+  ASSERT_TRUE(WIFSIGNALED(ws));
+  int64_t t0 = cohort__now_ns();
+  /* The GET's thread notices the dead client well before its 30 s wait ends; the half frame ends at once. */
+  ASSERT_EQ(wait_live(fx.server, 1, 2.0), 1);
+  ASSERT_TRUE((double)(cohort__now_ns() - t0) * 1e-9 < 2.0);
+  int exists = 1;
+  ASSERT_OK(cohort__store_check(fx.before, "half", &exists));
+  ASSERT_EQ(exists, 0);
+  check_legit_clients(&fx);
+  fixture_stop(&fx);
+}
+
 COHORT_TEST_MAIN(TEST_CASE(http_request_is_refused_and_logged_with_the_address), TEST_CASE(random_bytes_are_refused),
                  TEST_CASE(huge_length_prefixes_are_refused), TEST_CASE(truncated_frame_is_dropped_and_not_applied),
                  TEST_CASE(silent_connection_neither_blocks_others_nor_stays),
-                 TEST_CASE(crowd_of_bad_connections_at_once))
+                 TEST_CASE(crowd_of_bad_connections_at_once), TEST_CASE(killed_clients_release_their_connections))
