@@ -94,8 +94,7 @@ cohort_status cohort_ckpt_entry_at(const cohort_ckpt *ck, size_t i, cohort_ckpt_
 cohort_status cohort_ckpt_find(const cohort_ckpt *ck, const char *name, cohort_ckpt_entry *out);
 
 /* Copies the float32 tensor name into out, after checking that its shape is exactly dims[0..ndims). */
-cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims,
-                                  float *out);
+cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims, float *out);
 /* Copies the bytes entry name into out, which must be exactly len bytes long. */
 cohort_status cohort_ckpt_get_bytes(const cohort_ckpt *ck, const char *name, void *out, size_t len);
 cohort_status cohort_ckpt_get_i64(const cohort_ckpt *ck, const char *name, int64_t *out);

@@ -184,8 +184,8 @@ typedef struct cohort_batch {
  * batch of an epoch is smaller unless drop_last, which skips it. The loader starts gathering at once, on its own
  * thread, into two buffers. ds and sampler must outlive the loader; the loader owns the sampler while it lives.
  */
-cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size,
-                                   int drop_last, cohort_loader **out);
+cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size, int drop_last,
+                                   cohort_loader **out);
 /* Stops and joins the background thread, then frees the loader. Safe on NULL. */
 void cohort_loader_destroy(cohort_loader *l);
 

@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cohort/ckpt.h"
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/crc32c.h"
+#include "cohort/ckpt.h"
 #include "core/error.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
@@ -120,7 +120,8 @@ cohort_status cohort_ckpt_add(cohort_ckpt_writer *w, const char *name, cohort_dt
   if (nbytes) memcpy(e->data, data, nbytes);
   e->dtype = dtype;
   e->ndims = ndims;
-  for (int i = 0; i < ndims; i++) e->dims[i] = dims[i];
+  for (int i = 0; i < ndims; i++)
+    e->dims[i] = dims[i];
   e->nbytes = nbytes;
   w->count++;
   return COHORT_OK;
@@ -240,7 +241,8 @@ static cohort_status fsync_dir(const char *path) {
   else
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "checkpoint '%s': cannot open directory '%s'", path, dir);
+  if (fd < 0)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "checkpoint '%s': cannot open directory '%s'", path, dir);
   int rc = fsync(fd);
   int err = errno;
   close(fd);
@@ -256,7 +258,8 @@ cohort_status cohort_ckpt_writer_save(cohort_ckpt_writer *w, const char *path) {
   ostream os = {.fd = -1, .path = path};
   if (!w || !path || !*path) return cohort__error(COHORT_ERR_INVALID, "cohort_ckpt_writer_save: NULL writer or path");
   int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp) return cohort__error(COHORT_ERR_INVALID, "checkpoint path too long: '%s'", path);
+  if (n < 0 || (size_t)n >= sizeof tmp)
+    return cohort__error(COHORT_ERR_INVALID, "checkpoint path too long: '%s'", path);
   os.cap = 1 << 20;
   os.buf = malloc(os.cap);
   if (!os.buf) return cohort__error(COHORT_ERR_SYSTEM, "checkpoint '%s': out of memory", path);
@@ -352,11 +355,11 @@ static cohort_status parse_entries(cohort_ckpt *ck, size_t pos, uint32_t nentrie
   if (!ck->entries || !ck->names) return cohort__error(COHORT_ERR_SYSTEM, "checkpoint '%s': out of memory", ck->path);
   for (uint32_t i = 0; i < nentries; i++) {
     size_t at = pos;
-#define NEED(n)                                                                                                    \
-  do {                                                                                                             \
-    if ((n) > end - pos)                                                                                           \
+#define NEED(n)                                                                                                        \
+  do {                                                                                                                 \
+    if ((n) > end - pos)                                                                                               \
       return cohort__error(COHORT_ERR_INVALID, "checkpoint '%s' is malformed: entry %u at byte %zu runs past the end", \
-                           ck->path, i, at);                                                                       \
+                           ck->path, i, at);                                                                           \
   } while (0)
     NEED(COHORT__CKPT_ENTRY_FIXED);
     uint32_t nlen = get32(ck->buf + pos);
@@ -500,7 +503,8 @@ fail:
 void cohort_ckpt_destroy(cohort_ckpt *ck) {
   if (!ck) return;
   if (ck->names)
-    for (size_t i = 0; ck->names[i]; i++) free(ck->names[i]);
+    for (size_t i = 0; ck->names[i]; i++)
+      free(ck->names[i]);
   free(ck->names);
   free(ck->entries);
   free(ck->signature);
@@ -531,7 +535,8 @@ cohort_status cohort_ckpt_find(const cohort_ckpt *ck, const char *name, cohort_c
 
 static void shape_str(char *buf, size_t len, int ndims, const int64_t *dims) {
   size_t n = (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < ndims && n < len; i++) n += (size_t)snprintf(buf + n, len - n, i ? ", %lld" : "%lld", (long long)dims[i]);
+  for (int i = 0; i < ndims && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, i ? ", %lld" : "%lld", (long long)dims[i]);
   if (n < len) snprintf(buf + n, len - n, "]");
 }
 
@@ -540,7 +545,8 @@ static cohort_status get_checked(const cohort_ckpt *ck, const char *name, cohort
   cohort_ckpt_entry e;
   COHORT_CHECK(cohort_ckpt_find(ck, name, &e));
   int same = e.dtype == dtype && e.ndims == ndims;
-  for (int i = 0; same && i < ndims; i++) same = e.dims[i] == dims[i];
+  for (int i = 0; same && i < ndims; i++)
+    same = e.dims[i] == dims[i];
   if (!same) {
     char have[200], want[200];
     shape_str(have, sizeof have, e.ndims, e.dims);
@@ -552,8 +558,7 @@ static cohort_status get_checked(const cohort_ckpt *ck, const char *name, cohort
   return COHORT_OK;
 }
 
-cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims,
-                                  float *out) {
+cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims, float *out) {
   return get_checked(ck, name, COHORT_F32, ndims, dims, out);
 }
 

@@ -12,11 +12,13 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static void table_init(void) {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+    for (int k = 0; k < 8; k++)
+      c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
     table[0][i] = c;
   }
   for (int t = 1; t < 8; t++)
-    for (int i = 0; i < 256; i++) table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
+    for (int i = 0; i < 256; i++)
+      table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
 }
 
 uint32_t cohort__crc32c_sw(uint32_t crc, const void *buf, size_t len) {
@@ -32,7 +34,8 @@ uint32_t cohort__crc32c_sw(uint32_t crc, const void *buf, size_t len) {
     p += 8;
     len -= 8;
   }
-  while (len--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+  while (len--)
+    crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
   return ~crc;
 }
 
@@ -48,7 +51,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
     len -= 8;
   }
   uint32_t c32 = (uint32_t)c;
-  while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  while (len--)
+    c32 = __builtin_ia32_crc32qi(c32, *p++);
   return ~c32;
 }
 #endif

@@ -93,7 +93,8 @@ cohort_status cohort_dataset_load_idx(const char *images_path, const char *label
   /* The same float32 operations as ToTensor (x / 255) and Normalize ((x - mean) / std), in that order, so that the
    * values are bit-identical to PyTorch's. */
   const uint8_t *px = im.data;
-  for (size_t i = 0; i < im.count; i++) ds->images[i] = ((float)px[i] / 255.0f - mean) / std;
+  for (size_t i = 0; i < im.count; i++)
+    ds->images[i] = ((float)px[i] / 255.0f - mean) / std;
   for (size_t i = 0; i < ds->count; i++) {
     int32_t y = lb.type == COHORT_IDX_U8 ? ((const uint8_t *)lb.data)[i] : ((const int32_t *)lb.data)[i];
     if (num_classes > 0 && (y < 0 || y >= num_classes)) {
@@ -129,8 +130,8 @@ cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, flo
   cohort_dataset *ds;
   COHORT_CHECK(cohort_dataset_load_idx(ip, lp, mean, std, 10, &ds));
   if (ds->channels != 1 || ds->height != 28 || ds->width != 28) {
-    cohort_status st = cohort__error(COHORT_ERR_INVALID, "'%s' holds %dx%dx%d images; Fashion-MNIST's are 1x28x28",
-                                     ip, ds->channels, ds->height, ds->width);
+    cohort_status st = cohort__error(COHORT_ERR_INVALID, "'%s' holds %dx%dx%d images; Fashion-MNIST's are 1x28x28", ip,
+                                     ds->channels, ds->height, ds->width);
     cohort_dataset_destroy(ds);
     return st;
   }

@@ -24,11 +24,15 @@
 size_t cohort_idx_type_size(int type) {
   switch (type) {
   case COHORT_IDX_U8:
-  case COHORT_IDX_I8: return 1;
-  case COHORT_IDX_I16: return 2;
+  case COHORT_IDX_I8:
+    return 1;
+  case COHORT_IDX_I16:
+    return 2;
   case COHORT_IDX_I32:
-  case COHORT_IDX_F32: return 4;
-  case COHORT_IDX_F64: return 8;
+  case COHORT_IDX_F32:
+    return 4;
+  case COHORT_IDX_F64:
+    return 8;
   }
   return 0;
 }
@@ -52,8 +56,8 @@ static cohort_status open_gz(const char *path, const char *what, const char *mod
     if (!write && err == ENOENT)
       return cohort__error(COHORT_ERR_INVALID, "cannot open %s file '%s': %s%s", what, path, strerror(err),
                            missing_hint());
-    return cohort__error_errno(write ? COHORT_ERR_SYSTEM : COHORT_ERR_INVALID, err, "cannot open %s file '%s'",
-                               what, path);
+    return cohort__error_errno(write ? COHORT_ERR_SYSTEM : COHORT_ERR_INVALID, err, "cannot open %s file '%s'", what,
+                               path);
   }
   gzFile gz = gzdopen(fd, mode);
   if (!gz) {
@@ -114,8 +118,8 @@ cohort_status cohort_idx_read(const char *path, const char *what, cohort_idx *ou
   const char *zerr;
   gz_read_full(gz, magic, 4, &got, &zerr);
   if (got < 4) {
-    st = cohort__error(COHORT_ERR_INVALID, "%s file '%s': expected a 4-byte IDX magic number, got %zu bytes%s%s",
-                       what, path, got, zerr ? ": " : "", zerr ? zerr : "");
+    st = cohort__error(COHORT_ERR_INVALID, "%s file '%s': expected a 4-byte IDX magic number, got %zu bytes%s%s", what,
+                       path, got, zerr ? ": " : "", zerr ? zerr : "");
     goto fail;
   }
   size_t esize = cohort_idx_type_size(magic[2]);
@@ -219,7 +223,8 @@ cohort_status cohort_idx_write(const char *path, const cohort_idx *idx, int gzip
     return cohort__error(COHORT_ERR_INVALID, "cohort_idx_write '%s': bad type 0x%02x or %d dimensions", path,
                          (unsigned)idx->type, idx->ndims);
   size_t count = 1;
-  for (int i = 0; i < idx->ndims; i++) count *= idx->dims[i];
+  for (int i = 0; i < idx->ndims; i++)
+    count *= idx->dims[i];
   if (count != idx->count)
     return cohort__error(COHORT_ERR_INVALID, "cohort_idx_write '%s': count %zu is not the product of the dims (%zu)",
                          path, idx->count, count);
@@ -249,7 +254,7 @@ cohort_status cohort_idx_write(const char *path, const cohort_idx *idx, int gzip
   if (rc != Z_OK) return cohort__error(COHORT_ERR_SYSTEM, "cohort_idx_write '%s': closing failed (zlib %d)", path, rc);
   return COHORT_OK;
 
-write_fail: {
+write_fail : {
   int code;
   st = cohort__error(COHORT_ERR_SYSTEM, "cohort_idx_write '%s': write failed: %s", path, gzerror(gz, &code));
 }

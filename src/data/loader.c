@@ -89,12 +89,14 @@ static cohort_status loader_resync(cohort_loader *l, cohort_status (*op)(cohort_
                                    const void *arg) {
   for (;;) {
     int filling = 0;
-    for (int i = 0; i < NSLOTS; i++) filling |= l->slots[i].state == SLOT_FILLING;
+    for (int i = 0; i < NSLOTS; i++)
+      filling |= l->slots[i].state == SLOT_FILLING;
     if (!filling) break;
     pthread_cond_wait(&l->cv, &l->mu);
   }
   cohort_status st = op ? op(l, arg) : COHORT_OK;
-  for (int i = 0; i < NSLOTS; i++) l->slots[i].state = SLOT_FREE;
+  for (int i = 0; i < NSLOTS; i++)
+    l->slots[i].state = SLOT_FREE;
   l->fill_slot = l->take_slot = 0;
   l->held = -1;
   size_t start = cohort_sampler_cursor(l->sampler), num = cohort_sampler_num_samples(l->sampler);
@@ -104,8 +106,8 @@ static cohort_status loader_resync(cohort_loader *l, cohort_status (*op)(cohort_
   return st;
 }
 
-cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size,
-                                   int drop_last, cohort_loader **out) {
+cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size, int drop_last,
+                                   cohort_loader **out) {
   cohort_status st = COHORT_OK;
   if (!ds || !sampler || !out || batch_size == 0)
     return cohort__error(COHORT_ERR_INVALID, "cohort_loader_create: NULL dataset, sampler or output, or batch size 0");
@@ -187,7 +189,8 @@ cohort_status cohort_loader_next(cohort_loader *l, cohort_batch *batch) {
   slot *sl = &l->slots[l->take_slot];
   if (sl->state != SLOT_READY) {
     int64_t t0 = cohort__now_ns();
-    while (sl->state != SLOT_READY) pthread_cond_wait(&l->cv, &l->mu);
+    while (sl->state != SLOT_READY)
+      pthread_cond_wait(&l->cv, &l->mu);
     l->wait_ns += cohort__now_ns() - t0;
   }
   sl->state = SLOT_HELD;
@@ -233,7 +236,8 @@ size_t cohort_loader_batches_left(const cohort_loader *l) {
 int cohort_loader_ready(cohort_loader *l) {
   pthread_mutex_lock(&l->mu);
   int n = 0;
-  for (int i = 0; i < NSLOTS; i++) n += l->slots[i].state == SLOT_READY;
+  for (int i = 0; i < NSLOTS; i++)
+    n += l->slots[i].state == SLOT_READY;
   pthread_mutex_unlock(&l->mu);
   return n;
 }

@@ -34,7 +34,8 @@ uint32_t cohort__mt19937_next(cohort__mt19937 *mt) {
 void cohort__randperm(uint64_t seed, int64_t *perm, int64_t n) {
   cohort__mt19937 mt;
   cohort__mt19937_seed(&mt, seed);
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = 0; i < n; i++)
+    perm[i] = i;
   /* PyTorch's forward Fisher-Yates: position i swaps with a uniform-ish pick from [i, n). The modulo bias is
    * PyTorch's too; keeping it is what makes the orders equal. */
   for (int64_t i = 0; i + 1 < n; i++) {

@@ -24,7 +24,8 @@ static cohort_status sampler_compute(cohort_sampler *s) {
   if (s->shuffle)
     cohort__randperm(s->seed + s->epoch, s->perm, (int64_t)s->n);
   else
-    for (size_t i = 0; i < s->n; i++) s->perm[i] = (int64_t)i;
+    for (size_t i = 0; i < s->n; i++)
+      s->perm[i] = (int64_t)i;
   for (size_t i = 0; i < s->num_samples; i++)
     s->indices[i] = s->perm[((size_t)s->rank + i * (size_t)s->world) % s->n];
   s->cursor = 0;
@@ -101,8 +102,7 @@ void cohort_sampler_get_state(const cohort_sampler *s, cohort_sampler_state *sta
 cohort_status cohort_sampler_restore(cohort_sampler *s, const cohort_sampler_state *st) {
   if (!st) return cohort__error(COHORT_ERR_INVALID, "cohort_sampler_restore: NULL state");
   if (st->dataset_size != s->n)
-    return cohort__error(COHORT_ERR_INVALID,
-                         "sampler state was saved for a dataset of %llu samples, this one has %zu",
+    return cohort__error(COHORT_ERR_INVALID, "sampler state was saved for a dataset of %llu samples, this one has %zu",
                          (unsigned long long)st->dataset_size, s->n);
   if (st->world_size != s->world)
     return cohort__error(COHORT_ERR_INVALID, "sampler state was saved with world size %d, this job has %d",

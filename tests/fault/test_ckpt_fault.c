@@ -44,14 +44,16 @@ static cohort_status save_ref(const char *path, float seed, int64_t step, size_t
   cohort_status st = cohort_ckpt_writer_create("sigA", &w);
   if (st != COHORT_OK) return st;
   float x[W_ROWS * W_COLS];
-  for (int i = 0; i < W_ROWS * W_COLS; i++) x[i] = seed + (float)i * 0.5f;
+  for (int i = 0; i < W_ROWS * W_COLS; i++)
+    x[i] = seed + (float)i * 0.5f;
   int64_t d[2] = {W_ROWS, W_COLS};
   st = cohort_ckpt_add_f32(w, "w", 2, d, x);
   if (st == COHORT_OK) st = cohort_ckpt_add_i64(w, "step", step);
   if (st == COHORT_OK && extra_floats) { /* a big tensor makes a save slow enough to be killed in the middle */
     float *big = calloc(extra_floats, sizeof(float));
     int64_t n = (int64_t)extra_floats;
-    for (size_t i = 0; i < extra_floats; i++) big[i] = seed;
+    for (size_t i = 0; i < extra_floats; i++)
+      big[i] = seed;
     st = cohort_ckpt_add_f32(w, "big", 1, &n, big);
     free(big);
   }
@@ -71,7 +73,8 @@ static int ref_ok(const char *path, float seed, int64_t step) {
   int64_t d[2] = {W_ROWS, W_COLS}, s = -1;
   int ok = cohort_ckpt_get_f32(ck, "w", 2, d, x) == COHORT_OK && cohort_ckpt_get_i64(ck, "step", &s) == COHORT_OK &&
            s == step;
-  for (int i = 0; ok && i < W_ROWS * W_COLS; i++) ok = x[i] == seed + (float)i * 0.5f;
+  for (int i = 0; ok && i < W_ROWS * W_COLS; i++)
+    ok = x[i] == seed + (float)i * 0.5f;
   cohort_ckpt_destroy(ck);
   return ok;
 }
@@ -146,8 +149,8 @@ TEST(truncated_at_many_points) {
   ASSERT_OK(save_ref(ref, 1.0f, 5, 0));
   size_t len;
   uint8_t *b = slurp(ref, &len);
-  const size_t cuts[] = {0, 3, 8, 11, 12, 20, 31, 32, SIG_AT + 2, E1_AT + 5, W_DATA_AT + 17, STEP_AT + 3, CRC_AT,
-                         REF_SIZE - 1};
+  const size_t cuts[] = {0,           3,      8,           11, 12, 20, 31, 32, SIG_AT + 2, E1_AT + 5, W_DATA_AT + 17,
+                         STEP_AT + 3, CRC_AT, REF_SIZE - 1};
   char path[512], want[64];
   snprintf(path, sizeof path, "%s", tmp_path("cut.ckpt"));
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
@@ -330,7 +333,8 @@ TEST(killed_at_random_moments) {
     pid_t pid = fork();
     ASSERT_TRUE(pid >= 0);
     if (pid == 0) {
-      for (int k = 0;; k++) save_ref(path, k % 2 ? 1.0f : 2.0f, k % 2 ? 1 : 2, big);
+      for (int k = 0;; k++)
+        save_ref(path, k % 2 ? 1.0f : 2.0f, k % 2 ? 1 : 2, big);
     }
     sleep_us(2000 + (long)(rand_r(&seed) % 20000));
     kill(pid, SIGKILL);

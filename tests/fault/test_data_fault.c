@@ -61,7 +61,8 @@ static uint8_t *images_idx(size_t *len) {
   uint8_t *b = calloc(*len + 16, 1);
   b[2] = 0x08, b[3] = 3;
   b[7] = 10, b[11] = 5, b[15] = 6;
-  for (int i = 0; i < 300; i++) b[16 + i] = (uint8_t)(i * 7);
+  for (int i = 0; i < 300; i++)
+    b[16 + i] = (uint8_t)(i * 7);
   return b;
 }
 

@@ -39,7 +39,8 @@ TEST(crc32c_known_vectors) {
   ASSERT_EQ(cohort__crc32c(0, buf, 32), 0x8A9136AAu);
   memset(buf, 0xff, 32);
   ASSERT_EQ(cohort__crc32c(0, buf, 32), 0x62A8AB43u);
-  for (int i = 0; i < 32; i++) buf[i] = (uint8_t)i;
+  for (int i = 0; i < 32; i++)
+    buf[i] = (uint8_t)i;
   ASSERT_EQ(cohort__crc32c(0, buf, 32), 0x46DD794Eu);
   ASSERT_EQ(cohort__crc32c_sw(0, buf, 32), 0x46DD794Eu);
 }
@@ -47,7 +48,8 @@ TEST(crc32c_known_vectors) {
 TEST(crc32c_paths_agree_and_chain) {
   uint8_t buf[4099];
   uint32_t x = 12345;
-  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+  for (size_t i = 0; i < sizeof buf; i++)
+    buf[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
   for (size_t off = 0; off < 9; off++)
     for (size_t len = 0; len + off <= sizeof buf; len += 1 + len / 3) {
       uint32_t hw = cohort__crc32c(0, buf + off, len);
@@ -69,14 +71,17 @@ static int count_files(void) {
 
 TEST(roundtrip_is_bitwise) {
   /* Values that a lossy or text path would change: NaN payloads, -0, denormals, infinities. */
-  uint32_t special[8] = {0x7fc00001u, 0xffc12345u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x7f800000u, 0xff800000u,
-                         0x3f800000u};
+  uint32_t special[8] = {0x7fc00001u, 0xffc12345u, 0x80000000u, 0x00000001u,
+                         0x007fffffu, 0x7f800000u, 0xff800000u, 0x3f800000u};
   float w1[3 * 4 * 5], b1[7], sp[8], empty[1];
-  for (int i = 0; i < 60; i++) w1[i] = sinf((float)i) * 1e3f;
-  for (int i = 0; i < 7; i++) b1[i] = (float)i / 3.0f;
+  for (int i = 0; i < 60; i++)
+    w1[i] = sinf((float)i) * 1e3f;
+  for (int i = 0; i < 7; i++)
+    b1[i] = (float)i / 3.0f;
   memcpy(sp, special, sizeof sp);
   uint8_t rng[40];
-  for (int i = 0; i < 40; i++) rng[i] = (uint8_t)(255 - i);
+  for (int i = 0; i < 40; i++)
+    rng[i] = (uint8_t)(255 - i);
   cohort_ckpt_writer *w;
   ASSERT_OK(cohort_ckpt_writer_create("cnn:c1=1x32x3,f2=128x10", &w));
   int64_t d_w1[3] = {3, 4, 5}, d_b1[1] = {7}, d_sp[2] = {2, 4}, d_empty[2] = {0, 9};

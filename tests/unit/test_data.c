@@ -34,7 +34,8 @@ TEST(mt19937_reference) {
   cohort__mt19937 mt;
   cohort__mt19937_seed(&mt, 5489);
   uint32_t v = 0;
-  for (int i = 0; i < 10000; i++) v = cohort__mt19937_next(&mt);
+  for (int i = 0; i < 10000; i++)
+    v = cohort__mt19937_next(&mt);
   ASSERT_EQ(v, 4123659995u);
 }
 
@@ -52,7 +53,8 @@ TEST(randperm_is_permutation) {
     }
     if (n >= 10) { /* a shuffle of 10+ elements that leaves them all in place would be a broken shuffle */
       int moved = 0;
-      for (int64_t i = 0; i < n; i++) moved += p[i] != i;
+      for (int64_t i = 0; i < n; i++)
+        moved += p[i] != i;
       ASSERT_TRUE(moved > n / 2);
     }
     free(p);
@@ -62,7 +64,8 @@ TEST(randperm_is_permutation) {
 
 TEST(idx_roundtrip_plain_and_gzip) {
   uint8_t u8[2 * 3 * 4];
-  for (int i = 0; i < 24; i++) u8[i] = (uint8_t)(i * 11 + 3);
+  for (int i = 0; i < 24; i++)
+    u8[i] = (uint8_t)(i * 11 + 3);
   int32_t i32[5] = {-7, 0, 1, 65536 + 258, INT32_MIN};
   float f32[3] = {1.5f, -0.0f, 3.25e-7f};
   for (int gz = 0; gz <= 1; gz++) {
@@ -79,7 +82,8 @@ TEST(idx_roundtrip_plain_and_gzip) {
       ASSERT_OK(cohort_idx_read(path, "data", &r));
       ASSERT_EQ(r.type, arrs[k]->type);
       ASSERT_EQ(r.ndims, arrs[k]->ndims);
-      for (int d = 0; d < r.ndims; d++) ASSERT_EQ(r.dims[d], arrs[k]->dims[d]);
+      for (int d = 0; d < r.ndims; d++)
+        ASSERT_EQ(r.dims[d], arrs[k]->dims[d]);
       ASSERT_EQ(r.count, arrs[k]->count);
       ASSERT_EQ(memcmp(r.data, arrs[k]->data, r.count * cohort_idx_type_size(r.type)), 0);
       cohort_idx_free(&r);
@@ -101,8 +105,10 @@ TEST(idx_roundtrip_plain_and_gzip) {
 static void write_pair(const char *images, const char *labels, uint32_t n_img, uint32_t n_lab, int gz) {
   uint8_t *px = malloc(n_img * 2 * 3);
   uint8_t *lb = malloc(n_lab);
-  for (uint32_t i = 0; i < n_img * 6; i++) px[i] = (uint8_t)(i * 37);
-  for (uint32_t i = 0; i < n_lab; i++) lb[i] = (uint8_t)(i % 10);
+  for (uint32_t i = 0; i < n_img * 6; i++)
+    px[i] = (uint8_t)(i * 37);
+  for (uint32_t i = 0; i < n_lab; i++)
+    lb[i] = (uint8_t)(i % 10);
   cohort_idx a = {.type = COHORT_IDX_U8, .ndims = 3, .dims = {n_img, 2, 3}, .count = n_img * 6, .data = px};
   cohort_idx b = {.type = COHORT_IDX_U8, .ndims = 1, .dims = {n_lab}, .count = n_lab, .data = lb};
   cohort_idx_write(images, &a, gz);
@@ -130,7 +136,8 @@ TEST(dataset_normalizes_like_torch) {
     ASSERT_TRUE(cohort_dataset_images(ds)[i] == want);
   }
   ASSERT_NEAR(cohort_dataset_images(ds)[1], (37.0 / 255.0 - 0.5) / 0.25, 1e-6);
-  for (int i = 0; i < 7; i++) ASSERT_EQ(cohort_dataset_labels(ds)[i], i % 10);
+  for (int i = 0; i < 7; i++)
+    ASSERT_EQ(cohort_dataset_labels(ds)[i], i % 10);
   cohort_dataset_destroy(ds);
   /* Plain (uncompressed) files load the same way. */
   snprintf(ip, sizeof ip, "%s", tmp_path("img"));
@@ -180,7 +187,8 @@ TEST(sampler_no_shuffle_is_strided) {
   /* rank r takes r, r+4, r+8 of 0..9 padded to 0..9,0,1 */
   static const int64_t want[4][3] = {{0, 4, 8}, {1, 5, 9}, {2, 6, 0}, {3, 7, 1}};
   for (int r = 0; r < 4; r++)
-    for (int i = 0; i < 3; i++) ASSERT_EQ(idx[r * 3 + i], want[r][i]);
+    for (int i = 0; i < 3; i++)
+      ASSERT_EQ(idx[r * 3 + i], want[r][i]);
   free(idx);
 }
 
@@ -199,14 +207,16 @@ TEST(sampler_padding_repeats_the_start) {
         count[idx[(size_t)r * per + i]]++;
       }
     /* every sample is visited; exactly the first two of the permutation twice */
-    for (int k = 0; k < 10; k++) ASSERT_EQ(count[k], (k == perm[0] || k == perm[1]) ? 2 : 1);
+    for (int k = 0; k < 10; k++)
+      ASSERT_EQ(count[k], (k == perm[0] || k == perm[1]) ? 2 : 1);
     free(idx);
   }
   /* More padding than samples: 3 samples over 8 ranks repeat the order, as PyTorch's (indices * k)[:pad] does. */
   size_t per;
   int64_t *idx = all_ranks(3, 8, 0, 0, 0, 0, &per);
   ASSERT_EQ(per, 1);
-  for (int r = 0; r < 8; r++) ASSERT_EQ(idx[r], r % 3);
+  for (int r = 0; r < 8; r++)
+    ASSERT_EQ(idx[r], r % 3);
   free(idx);
 }
 
@@ -218,9 +228,11 @@ TEST(sampler_drop_last_is_disjoint) {
   cohort__randperm(3, perm, 10);
   int count[10] = {0};
   for (int r = 0; r < 4; r++)
-    for (size_t i = 0; i < per; i++) count[idx[(size_t)r * per + i]]++;
+    for (size_t i = 0; i < per; i++)
+      count[idx[(size_t)r * per + i]]++;
   /* the first 8 of the permutation once each, the last 2 never */
-  for (int k = 0; k < 8; k++) ASSERT_EQ(count[perm[k]], 1);
+  for (int k = 0; k < 8; k++)
+    ASSERT_EQ(count[perm[k]], 1);
   ASSERT_EQ(count[perm[8]], 0);
   ASSERT_EQ(count[perm[9]], 0);
   free(idx);
@@ -241,7 +253,8 @@ TEST(sampler_deterministic_disjoint_and_epoch_dependent) {
   free(seen);
   int64_t *c = all_ranks(n, 3, 1, 0, 0, 1, &per2);
   size_t same = 0;
-  for (size_t i = 0; i < 3 * per; i++) same += a[i] == c[i];
+  for (size_t i = 0; i < 3 * per; i++)
+    same += a[i] == c[i];
   ASSERT_TRUE(same < 20); /* another epoch, another order (a random match rate is about 1/999) */
   int64_t *d = all_ranks(n, 3, 1, 1, 0, 0, &per2);
   ASSERT_EQ(memcmp(c, d, 3 * per * sizeof *a), 0); /* the generator is seeded with seed + epoch */
@@ -290,7 +303,8 @@ static cohort_dataset *tagged_dataset(size_t n) {
   float *im = malloc(n * 2 * 3 * 4 * sizeof(float));
   int32_t *lb = malloc(n * sizeof(int32_t));
   for (size_t k = 0; k < n; k++) {
-    for (size_t j = 0; j < 24; j++) im[k * 24 + j] = (float)(k * 1000 + j);
+    for (size_t j = 0; j < 24; j++)
+      im[k * 24 + j] = (float)(k * 1000 + j);
     lb[k] = (int32_t)(k % 7);
   }
   cohort_dataset *ds = NULL;
@@ -308,7 +322,8 @@ static void check_batch(const cohort_batch *b, const int64_t *want_idx, size_t w
   for (size_t i = 0; i < b->size; i++) {
     ASSERT_EQ(b->indices[i], want_idx[i]);
     ASSERT_EQ(b->labels[i], want_idx[i] % 7);
-    for (size_t j = 0; j < 24; j++) ASSERT_TRUE(b->images[i * 24 + j] == (float)(want_idx[i] * 1000 + (int64_t)j));
+    for (size_t j = 0; j < 24; j++)
+      ASSERT_TRUE(b->images[i * 24 + j] == (float)(want_idx[i] * 1000 + (int64_t)j));
   }
 }
 
@@ -389,7 +404,8 @@ TEST(loader_resumes_mid_epoch) {
   ASSERT_OK(cohort_loader_create(ds, s, 4, 0, &l));
   ASSERT_OK(cohort_loader_set_epoch(l, 2));
   cohort_batch b;
-  for (int k = 0; k < 3; k++) ASSERT_OK(cohort_loader_next(l, &b));
+  for (int k = 0; k < 3; k++)
+    ASSERT_OK(cohort_loader_next(l, &b));
   cohort_sampler_state st;
   cohort_sampler_get_state(s, &st); /* as a checkpoint after 3 steps would store it */
   ASSERT_EQ(st.cursor, 12);
@@ -439,13 +455,16 @@ TEST(fmnist_real) {
   ASSERT_EQ(cohort_dataset_size(te), 10000);
   ASSERT_EQ(cohort_dataset_sample_floats(tr), 784);
   int per_class[10] = {0};
-  for (size_t i = 0; i < 60000; i++) per_class[cohort_dataset_labels(tr)[i]]++;
-  for (int c = 0; c < 10; c++) ASSERT_EQ(per_class[c], 6000); /* the dataset is balanced */
-  ASSERT_EQ(cohort_dataset_labels(tr)[0], 9);                 /* the first training image is an ankle boot */
+  for (size_t i = 0; i < 60000; i++)
+    per_class[cohort_dataset_labels(tr)[i]]++;
+  for (int c = 0; c < 10; c++)
+    ASSERT_EQ(per_class[c], 6000);            /* the dataset is balanced */
+  ASSERT_EQ(cohort_dataset_labels(tr)[0], 9); /* the first training image is an ankle boot */
   ASSERT_EQ(cohort_dataset_labels(te)[0], 9);
   double sum = 0, sq = 0;
   const float *x = cohort_dataset_images(tr);
-  for (size_t i = 0; i < 60000 * 784; i++) sum += x[i], sq += (double)x[i] * x[i];
+  for (size_t i = 0; i < 60000 * 784; i++)
+    sum += x[i], sq += (double)x[i] * x[i];
   double mean = sum / (60000.0 * 784), sd = sqrt(sq / (60000.0 * 784) - mean * mean);
   ASSERT_NEAR(mean, 0.2860, 5e-4); /* the published per-pixel statistics */
   ASSERT_NEAR(sd, 0.3530, 5e-4);
@@ -454,7 +473,8 @@ TEST(fmnist_real) {
   ASSERT_OK(cohort_dataset_load_fmnist(NULL, "train", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &tr));
   sum = 0;
   x = cohort_dataset_images(tr);
-  for (size_t i = 0; i < 60000 * 784; i++) sum += x[i];
+  for (size_t i = 0; i < 60000 * 784; i++)
+    sum += x[i];
   ASSERT_NEAR(sum / (60000.0 * 784), 0.0, 2e-3);
   cohort_dataset_destroy(tr);
   cohort_dataset_destroy(te);
