@@ -13,9 +13,8 @@
   X("COHORT_TIMEOUT", "300", "seconds cohort_init() waits for every rank to arrive at the rendezvous")           \
   X("COHORT_OP_TIMEOUT", "600", "seconds a collective waits on a silent peer before failing with a timeout")      \
   X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp")                                                \
-  X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring, rd (recursive doubling) or hd (halving-doubling)")   \
-  X("COHORT_SMALL_BYTES", "65536", "allreduce messages up to this size use recursive doubling (auto)")           \
-  X("COHORT_MEDIUM_BYTES", "0", "messages up to this size use halving-doubling (auto); 0 disables the band")      \
+  X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring or rd (recursive doubling)")                        \
+  X("COHORT_SMALL_BYTES", "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree")           \
   X("COHORT_SEGMENT_BYTES", "262144", "pipeline segment of the ring algorithms, in bytes")                        \
   X("COHORT_SOCKETS_PER_PEER", "1", "TCP connections per peer; large messages are striped over them")             \
   X("COHORT_SOCKET_BUFFER", "4194304", "SO_SNDBUF and SO_RCVBUF of peer sockets, in bytes; 0 keeps the system's") \

@@ -1,0 +1,120 @@
+/* coll.c: argument checks, algorithm choice and dispatch of one collective. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/env.h"
+#include "core/error.h"
+
+cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t) {
+  memset(ctx, 0, sizeof *ctx);
+  ctx->t = t;
+  ctx->rank = t->rank;
+  ctx->size = t->size;
+  const char *algo = cohort__env_str("COHORT_ALGO");
+  if (strcmp(algo, "auto") == 0) ctx->forced_algo = COHORT__ALGO_AUTO;
+  else if (strcmp(algo, "ring") == 0) ctx->forced_algo = COHORT__ALGO_RING;
+  else if (strcmp(algo, "rd") == 0) ctx->forced_algo = COHORT__ALGO_RD;
+  else return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd", algo);
+  long v;
+  COHORT_CHECK(cohort__env_long("COHORT_SMALL_BYTES", 0, 1L << 40, &v));
+  ctx->small_bytes = (size_t)v;
+  COHORT_CHECK(cohort__env_long("COHORT_SEGMENT_BYTES", 1, 1L << 30, &v));
+  ctx->segment_bytes = (size_t)v;
+  return COHORT_OK;
+}
+
+void cohort__coll_ctx_free(cohort__coll_ctx *ctx) {
+  for (int i = 0; i < 2; i++) free(ctx->scratch[i]);
+  memset(ctx->scratch, 0, sizeof ctx->scratch);
+}
+
+void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (ctx->scratch_len[slot] < bytes) {
+    free(ctx->scratch[slot]);
+    ctx->scratch[slot] = malloc(bytes);
+    ctx->scratch_len[slot] = ctx->scratch[slot] ? bytes : 0;
+  }
+  return ctx->scratch[slot];
+}
+
+static const char *coll_api_name(cohort__coll c) {
+  switch (c) {
+  case COHORT__COLL_ALLREDUCE: return "cohort_allreduce";
+  case COHORT__COLL_BROADCAST: return "cohort_broadcast";
+  case COHORT__COLL_ALLGATHER: return "cohort_allgather";
+  case COHORT__COLL_REDUCE_SCATTER: return "cohort_reduce_scatter";
+  default: return "cohort_barrier";
+  }
+}
+
+cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a) {
+  const char *fn = coll_api_name(a->coll);
+  if (a->coll == COHORT__COLL_BARRIER) return COHORT_OK;
+  if ((unsigned)a->dtype >= COHORT_DTYPE_COUNT)
+    return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)a->dtype);
+  if ((a->coll == COHORT__COLL_ALLREDUCE || a->coll == COHORT__COLL_REDUCE_SCATTER) && (unsigned)a->op >= COHORT_OP_COUNT)
+    return cohort__error(COHORT_ERR_INVALID, "%s: unknown op %d", fn, (int)a->op);
+  if (a->coll == COHORT__COLL_BROADCAST && (a->root < 0 || a->root >= ctx->size))
+    return cohort__error(COHORT_ERR_INVALID, "%s: root %d is not a rank of this %d-rank communicator", fn, a->root,
+                         ctx->size);
+  size_t es = cohort_dtype_size(a->dtype);
+  size_t total = a->count;
+  if (a->coll == COHORT__COLL_ALLGATHER || a->coll == COHORT__COLL_REDUCE_SCATTER) total *= (size_t)ctx->size;
+  if (a->count > ((size_t)1 << 62) / es / (size_t)ctx->size)
+    return cohort__error(COHORT_ERR_INVALID, "%s: count %zu is too large", fn, a->count);
+  if (a->count > 0) {
+    if (!a->recvbuf) return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, a->coll == COHORT__COLL_BROADCAST ? "buf" : "recvbuf");
+    if (!a->sendbuf && a->coll != COHORT__COLL_BROADCAST) return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
+  }
+  if (a->coll == COHORT__COLL_REDUCE_SCATTER && a->count && ctx->size > 1) {
+    const char *s = a->sendbuf, *r = a->recvbuf;
+    if (r < s + total * es && s < r + a->count * es)
+      return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf overlaps sendbuf (use separate buffers)", fn);
+  }
+  return COHORT_OK;
+}
+
+static cohort__algo choose(const cohort__coll_ctx *ctx, const cohort__coll_args *a) {
+  size_t bytes = a->count * cohort_dtype_size(a->dtype);
+  switch (a->coll) {
+  case COHORT__COLL_ALLREDUCE:
+    if (ctx->forced_algo != COHORT__ALGO_AUTO) return ctx->forced_algo;
+    return bytes <= ctx->small_bytes ? COHORT__ALGO_RD : COHORT__ALGO_RING;
+  case COHORT__COLL_BROADCAST: return bytes <= ctx->small_bytes ? COHORT__ALGO_TREE : COHORT__ALGO_CHAIN;
+  case COHORT__COLL_BARRIER: return COHORT__ALGO_DISSEMINATION;
+  default: return COHORT__ALGO_RING;
+  }
+}
+
+/* A 1-rank communicator: the result is the input (AVG of one value is the value). */
+static void run_alone(const cohort__coll_args *a) {
+  size_t bytes = a->count * cohort_dtype_size(a->dtype);
+  if (a->coll != COHORT__COLL_BROADCAST && a->coll != COHORT__COLL_BARRIER && bytes && a->recvbuf != a->sendbuf)
+    memmove(a->recvbuf, a->sendbuf, bytes);
+}
+
+cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq) {
+  if (ctx->size == 1) {
+    run_alone(a);
+    return COHORT_OK;
+  }
+  cohort__algo algo = choose(ctx, a);
+  cohort__call call = {.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype, .op = (uint8_t)a->op,
+                       .algo = (uint8_t)algo, .root = a->root, .count = a->count};
+  if (a->coll == COHORT__COLL_BARRIER) call.dtype = call.op = 0, call.count = 0, call.root = 0;
+  if (a->coll == COHORT__COLL_BROADCAST || a->coll == COHORT__COLL_ALLGATHER) call.op = 0;
+  if (a->coll != COHORT__COLL_BROADCAST) call.root = -1;
+  ctx->t->ops->set_call(ctx->t, &call);
+  switch (a->coll) {
+  case COHORT__COLL_ALLREDUCE:
+    return algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
+  case COHORT__COLL_BROADCAST:
+    return algo == COHORT__ALGO_TREE ? cohort__tree_broadcast(ctx, a) : cohort__chain_broadcast(ctx, a);
+  case COHORT__COLL_ALLGATHER: return cohort__ring_allgather(ctx, a);
+  case COHORT__COLL_REDUCE_SCATTER: return cohort__ring_reduce_scatter(ctx, a);
+  case COHORT__COLL_BARRIER: return cohort__dissemination_barrier(ctx);
+  default: return cohort__error(COHORT_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
+  }
+}

@@ -1,0 +1,87 @@
+/*
+ * coll.h: collective algorithms, written against the transport interface (transport/transport.h) and knowing
+ * nothing of sockets or training.
+ *
+ *   ring.c       bandwidth-optimal pipelined ring: allreduce (reduce-scatter + allgather), reduce-scatter, allgather
+ *   rd.c         recursive doubling allreduce for small messages (any world size: extra ranks fold in and out)
+ *   broadcast.c  binomial tree for small messages, pipelined chain for large ones
+ *   barrier.c    dissemination barrier
+ *   reduce.c     the element-wise reduction kernels (vectorized; f16/bf16 computed in f32)
+ *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
+ *
+ * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
+ * (ring), or combined pairwise with commutative operations in the same order on both sides (recursive doubling).
+ * Every algorithm exchanges at least one frame with a neighbour even for count 0, so that a rank calling something
+ * else is always detected as a mismatch instead of hanging.
+ */
+#ifndef COHORT_COLL_COLL_H
+#define COHORT_COLL_COLL_H
+
+#include <stddef.h>
+
+#include "cohort/cohort.h"
+#include "transport/transport.h"
+
+typedef enum cohort__algo {
+  COHORT__ALGO_AUTO = 0,
+  COHORT__ALGO_RING = 1,
+  COHORT__ALGO_RD = 2,
+  COHORT__ALGO_HD = 3,
+  COHORT__ALGO_TREE = 4,
+  COHORT__ALGO_CHAIN = 5,
+  COHORT__ALGO_DISSEMINATION = 6,
+} cohort__algo;
+
+typedef struct cohort__coll_args {
+  cohort__coll coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;
+  cohort_dtype dtype;
+  cohort_op op;
+  int root;
+} cohort__coll_args;
+
+/* Per-communicator state the algorithms use: the transport, tuning, and reusable scratch memory. */
+typedef struct cohort__coll_ctx {
+  cohort__transport *t;
+  int rank, size;
+  cohort__algo forced_algo; /* COHORT_ALGO; AUTO picks by size */
+  size_t small_bytes;       /* allreduce up to this: recursive doubling */
+  size_t segment_bytes;     /* pipeline segment of ring and chain */
+  void *scratch[2];
+  size_t scratch_len[2];
+} cohort__coll_ctx;
+
+/* Reads COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES. */
+cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t);
+void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
+/* Checks arguments (COHORT_ERR_INVALID names the bad one). */
+cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a);
+/* Runs one collective as call number seq. */
+cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
+
+/* Scratch slot `slot` of at least bytes (reused across calls, freed with the context). */
+void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes);
+
+/* The algorithms. The call has been set on the transport already. */
+cohort_status cohort__ring_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__ring_reduce_scatter(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__ring_allgather(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__rd_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__tree_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__chain_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
+
+/* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. AVG reduces as SUM (see cohort__reduce_avg). */
+void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dtype dtype, cohort_op op);
+/* buf[i] /= world, the last step of AVG. Integers round toward zero. */
+void cohort__reduce_avg(void *buf, size_t n, cohort_dtype dtype, int world);
+
+/* Conversions used by the f16/bf16 kernels (and by tests). */
+float cohort__f16_to_f32(uint16_t h);
+uint16_t cohort__f32_to_f16(float f);
+float cohort__bf16_to_f32(uint16_t h);
+uint16_t cohort__f32_to_bf16(float f);
+
+#endif

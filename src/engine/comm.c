@@ -1,0 +1,165 @@
+/*
+ * comm.c: making and destroying communicators: from the torchrun environment (cohort_init) or as threads of one
+ * process (cohort_init_inproc); the accessors; and abort.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/comm.h"
+
+void *cohort__progress_main(void *arg); /* work.c */
+
+cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out) {
+  cohort_comm *c = calloc(1, sizeof *c);
+  if (!c) {
+    transport->ops->destroy(transport);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  c->rank = transport->rank;
+  c->size = transport->size;
+  c->local_rank = local_rank;
+  c->local_size = local_size;
+  c->transport = transport;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  cohort_status st = cohort__coll_ctx_init(&c->coll, transport);
+  if (st == COHORT_OK && pthread_create(&c->thread, NULL, cohort__progress_main, c) != 0)
+    st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the progress thread");
+  if (st != COHORT_OK) {
+    cohort_comm_destroy(c);
+    return st;
+  }
+  c->thread_started = 1;
+  *out = c;
+  return COHORT_OK;
+}
+
+static cohort_status read_layout(int *rank, int *size, int *local_rank, int *local_size) {
+  long r = 0, n = 1, lr = 0, ln = 1;
+  int has_rank, has_size, has_lr, has_ln;
+  COHORT_CHECK(cohort__env_long_var("WORLD_SIZE", 1, 1 << 24, &n, &has_size));
+  COHORT_CHECK(cohort__env_long_var("RANK", 0, 1 << 24, &r, &has_rank));
+  if (has_rank != has_size)
+    return cohort__error(COHORT_ERR_INVALID, "%s is set but %s is not: set both (or run under cohortrun)",
+                         has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
+  if (r >= n) return cohort__error(COHORT_ERR_INVALID, "RANK=%ld is not below WORLD_SIZE=%ld", r, n);
+  COHORT_CHECK(cohort__env_long_var("LOCAL_RANK", 0, 1 << 24, &lr, &has_lr));
+  COHORT_CHECK(cohort__env_long_var("LOCAL_WORLD_SIZE", 1, 1 << 24, &ln, &has_ln));
+  if (!has_lr) lr = r;
+  if (!has_ln) ln = n;
+  if (lr >= ln) return cohort__error(COHORT_ERR_INVALID, "LOCAL_RANK=%ld is not below LOCAL_WORLD_SIZE=%ld", lr, ln);
+  *rank = (int)r;
+  *size = (int)n;
+  *local_rank = (int)lr;
+  *local_size = (int)ln;
+  return COHORT_OK;
+}
+
+cohort_status cohort_init(cohort_comm **out) {
+  if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_init: comm is NULL");
+  *out = NULL;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  COHORT_CHECK(read_layout(&rank, &size, &local_rank, &local_size));
+  cohort__log_set_rank(rank);
+  cohort__env_warn_unknown();
+  const char *transport_name = cohort__env_str("COHORT_TRANSPORT");
+  if (strcmp(transport_name, "tcp") != 0)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT='%s' is not available (expected tcp)", transport_name);
+
+  cohort__transport *t = NULL;
+  cohort__store *store = NULL;
+  cohort__store_server *server = NULL;
+  if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
+    cohort__inproc_hub *hub;
+    COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
+    cohort_status st = cohort__inproc_create(hub, 0, &t);
+    cohort__inproc_hub_release(hub);
+    COHORT_CHECK(st);
+  } else {
+    COHORT_CHECK(cohort__rendezvous_tcp(NULL, rank, size, &t, &store, &server));
+  }
+  cohort_comm *c;
+  cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);
+  if (st != COHORT_OK) {
+    if (store) cohort__store_close(store);
+    cohort__store_server_stop(server);
+    return st;
+  }
+  c->store = store;
+  c->store_server = server;
+  COHORT_LOG_INFO("rank %d of %d joined (transport %s)", rank, size, t->ops->name);
+  *out = c;
+  return COHORT_OK;
+}
+
+void cohort_comm_destroy(cohort_comm *c) {
+  if (!c) return;
+  if (c->thread_started) {
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    if (c->busy || c->queue_head) c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, "communicator destroyed");
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+  }
+  cohort__coll_ctx_free(&c->coll);
+  if (c->transport) c->transport->ops->destroy(c->transport);
+  if (c->store) cohort__store_close(c->store);
+  cohort__store_server_stop(c->store_server);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+int cohort_rank(const cohort_comm *c) { return c ? c->rank : -1; }
+int cohort_size(const cohort_comm *c) { return c ? c->size : -1; }
+int cohort_local_rank(const cohort_comm *c) { return c ? c->local_rank : -1; }
+int cohort_local_size(const cohort_comm *c) { return c ? c->local_size : -1; }
+const char *cohort_transport_name(const cohort_comm *c) { return c ? c->transport->ops->name : "none"; }
+
+/* ---- in-process groups ---- */
+
+struct cohort_inproc_group {
+  cohort__inproc_hub *hub;
+  int size;
+};
+
+cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
+  if (size < 1 || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_inproc_group_create: size %d must be >= 1", size);
+  cohort_inproc_group *g = calloc(1, sizeof *g);
+  if (!g) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  g->size = size;
+  cohort_status st = cohort__inproc_hub_create(size, &g->hub);
+  if (st != COHORT_OK) {
+    free(g);
+    return st;
+  }
+  *out = g;
+  return COHORT_OK;
+}
+
+void cohort_inproc_group_destroy(cohort_inproc_group *g) {
+  if (!g) return;
+  cohort__inproc_hub_release(g->hub);
+  free(g);
+}
+
+cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm **out) {
+  if (!g || !out || rank < 0 || rank >= g->size)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_init_inproc: rank %d is not in [0, %d)", rank, g ? g->size : 0);
+  cohort__transport *t;
+  COHORT_CHECK(cohort__inproc_create(g->hub, rank, &t));
+  cohort_comm *c;
+  COHORT_CHECK(cohort__comm_create(t, rank, g->size, &c));
+  cohort_status st = cohort_barrier(c); /* returns once all ranks have joined */
+  if (st != COHORT_OK) {
+    cohort_comm_destroy(c);
+    return st;
+  }
+  *out = c;
+  return COHORT_OK;
+}

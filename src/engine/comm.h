@@ -1,0 +1,61 @@
+/*
+ * comm.h: the communicator's insides, shared by the files of src/engine/.
+ *
+ * Execution model: collectives run one at a time, in issue order. A blocking call runs on the caller's thread when
+ * nothing is queued (lowest latency); otherwise it queues behind the asynchronous work and waits. Asynchronous
+ * work runs on the communicator's progress thread. `busy` says that some thread is driving the transport; whoever
+ * sets it owns the transport until it clears it.
+ *
+ * After a failure the communicator is dead: `failed` keeps the first status and message, and every later call
+ * returns them at once.
+ */
+#ifndef COHORT_ENGINE_COMM_H
+#define COHORT_ENGINE_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+#include "coll/coll.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+#define COHORT__MESSAGE_MAX 1024
+
+struct cohort_work {
+  struct cohort_work *next;
+  cohort_comm *comm;
+  cohort__coll_args args;
+  int done;
+  cohort_status status;
+  char message[COHORT__MESSAGE_MAX];
+};
+
+struct cohort_comm {
+  int rank, size, local_rank, local_size;
+  cohort__transport *transport;
+  cohort__coll_ctx coll;
+  uint32_t seq; /* number of the next collective; the same on every rank */
+  cohort__store *store;
+  cohort__store_server *store_server;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cohort_work *queue_head, *queue_tail;
+  int busy;
+  int stopping;
+  int thread_started;
+  pthread_t thread;
+
+  cohort_status failed;
+  char failure[COHORT__MESSAGE_MAX];
+};
+
+/* Makes the communicator around a connected transport (takes ownership of it) and starts the progress thread. */
+cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out);
+
+/* Rendezvous over the store: publishes this rank's peer address and collects everyone's (rendezvous.c). */
+cohort_status cohort__rendezvous_tcp(cohort_comm *comm_unused, int rank, int size, cohort__transport **out,
+                                     cohort__store **store_out, cohort__store_server **server_out);
+
+#endif

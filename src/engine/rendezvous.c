@@ -1,0 +1,162 @@
+/*
+ * rendezvous.c: how the ranks of a job find each other over the store.
+ *
+ * Every rank listens on a fresh port, publishes "cohort/<generation>/peer/<rank>" = "ip:port", and waits for
+ * everyone else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final
+ * counter in the store makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
+ * rank never arrives, the error names it once COHORT_TIMEOUT has passed.
+ *
+ * Keys are scoped by COHORT_RESTART_COUNT so that the ranks of a restarted job never meet stale addresses.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "engine/comm.h"
+
+typedef struct rdv {
+  const char *master_addr;
+  long master_port;
+  long timeout_s;
+  long generation;
+  char prefix[64];
+  char where[300]; /* "the store at host:port", for messages */
+} rdv;
+
+static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
+                                cohort__store_server **server) {
+  const char *kind = cohort__env_str("COHORT_STORE");
+  if (strncmp(kind, "file:", 5) == 0) {
+    snprintf(r->where, sizeof r->where, "the file store in %s", kind + 5);
+    return cohort__store_open_file(kind + 5, store);
+  }
+  if (strcmp(kind, "tcp") != 0)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_STORE='%s' is not 'tcp' or 'file:DIR'", kind);
+  int present = 0;
+  COHORT_CHECK(cohort__env_long_var("MASTER_PORT", 1, 65535, &r->master_port, &present));
+  if (!present)
+    return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT is not set: run under cohortrun, or set MASTER_ADDR and "
+                                             "MASTER_PORT to where rank 0 (or the launcher) serves the store");
+  snprintf(r->where, sizeof r->where, "the store at %s:%ld", r->master_addr, r->master_port);
+  long launcher = 0;
+  COHORT_CHECK(cohort__env_long("COHORT_LAUNCHER_STORE", 0, 1, &launcher));
+  if (rank == 0 && !launcher) {
+    cohort_status st = cohort__store_server_start(r->master_addr, (int)r->master_port, secret, server);
+    if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
+  }
+  cohort_status st = cohort__store_connect_tcp(r->master_addr, (int)r->master_port, secret, (double)r->timeout_s, store);
+  if (st != COHORT_OK) return cohort__error_prefix(st, "rendezvous");
+  return COHORT_OK;
+}
+
+/* After a timeout: which ranks never published their address? */
+static cohort_status name_missing(rdv *r, cohort__store *store, int size) {
+  char missing[512] = "";
+  size_t off = 0;
+  int count = 0;
+  for (int p = 0; p < size; p++) {
+    char key[128];
+    snprintf(key, sizeof key, "%speer/%d", r->prefix, p);
+    int exists = 1;
+    if (cohort__store_check(store, key, &exists) == COHORT_OK && !exists) {
+      if (off < sizeof missing - 16) off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count ? ", " : "", p);
+      count++;
+    }
+  }
+  return cohort__error(COHORT_ERR_TIMEOUT,
+                       "rendezvous timed out after %ld s: rank%s %s never arrived at %s (started? same MASTER_ADDR, "
+                       "MASTER_PORT and WORLD_SIZE=%d? COHORT_TIMEOUT sets the wait)",
+                       r->timeout_s, count == 1 ? "" : "s", missing, r->where, size);
+}
+
+cohort_status cohort__rendezvous_tcp(cohort_comm *unused, int rank, int size, cohort__transport **out,
+                                     cohort__store **store_out, cohort__store_server **server_out) {
+  (void)unused;
+  rdv r = {0};
+  cohort__store *store = NULL;
+  cohort__store_server *server = NULL;
+  char **addrs = NULL;
+  int listen_fd = -1;
+  cohort_status st;
+  const char *secret = cohort__env_str("COHORT_SECRET");
+  r.master_addr = getenv("MASTER_ADDR") && getenv("MASTER_ADDR")[0] ? getenv("MASTER_ADDR") : "127.0.0.1";
+  if ((st = cohort__env_long("COHORT_TIMEOUT", 1, 100000000, &r.timeout_s)) != COHORT_OK) goto fail;
+  if ((st = cohort__env_long("COHORT_RESTART_COUNT", 0, 1000000000, &r.generation)) != COHORT_OK) goto fail;
+  snprintf(r.prefix, sizeof r.prefix, "cohort/%ld/", r.generation);
+  int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
+
+  if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
+
+  /* Listen where peers can reach us: the address that routes to the store's host, unless told otherwise. */
+  char bind_addr[128];
+  const char *forced = cohort__env_str("COHORT_BIND_ADDR");
+  if (forced[0]) snprintf(bind_addr, sizeof bind_addr, "%s", forced);
+  else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
+  char my_addr[192], key[128];
+  if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
+  snprintf(key, sizeof key, "%speer/%d", r.prefix, rank);
+  if ((st = cohort__store_set(store, key, my_addr, strlen(my_addr))) != COHORT_OK) goto fail;
+  COHORT_LOG_DEBUG("rank %d listens on %s", rank, my_addr);
+
+  addrs = calloc((size_t)size, sizeof *addrs);
+  if (!addrs) {
+    st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    goto fail;
+  }
+  for (int p = 0; p < size; p++) {
+    snprintf(key, sizeof key, "%speer/%d", r.prefix, p);
+    double left = (double)(deadline - cohort__now_ns()) * 1e-9;
+    size_t len = 0;
+    st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&addrs[p], &len);
+    if (st == COHORT_ERR_TIMEOUT) st = name_missing(&r, store, size);
+    if (st != COHORT_OK) goto fail;
+  }
+
+  long k, buffer, spin, op_timeout;
+  if ((st = cohort__env_long("COHORT_SOCKETS_PER_PEER", 1, 64, &k)) != COHORT_OK ||
+      (st = cohort__env_long("COHORT_SOCKET_BUFFER", 0, 1L << 30, &buffer)) != COHORT_OK ||
+      (st = cohort__env_long("COHORT_SPIN_US", 0, 10000000, &spin)) != COHORT_OK ||
+      (st = cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout)) != COHORT_OK)
+    goto fail;
+  cohort__tcp_options opt = {.secret = secret, .sockets_per_peer = (int)k, .socket_buffer = (int)buffer,
+                             .spin_us = (int)spin, .op_timeout_s = (double)op_timeout, .connect_deadline_ns = deadline};
+  st = cohort__tcp_create(rank, size, listen_fd, addrs, &opt, out);
+  listen_fd = -1;
+  if (st != COHORT_OK) goto fail;
+
+  /* Everyone is connected once everyone has counted in; until then the store (maybe served by us) must stay. */
+  snprintf(key, sizeof key, "%sconnected", r.prefix);
+  int64_t joined = 0;
+  if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail_transport;
+  while (joined < size) {
+    if (cohort__now_ns() > deadline) {
+      st = cohort__error(COHORT_ERR_TIMEOUT, "rendezvous: only %lld of %d ranks finished connecting within %ld s",
+                         (long long)joined, size, r.timeout_s);
+      goto fail_transport;
+    }
+    usleep(1000);
+    if ((st = cohort__store_add(store, key, 0, &joined)) != COHORT_OK) goto fail_transport;
+  }
+  for (int p = 0; p < size; p++) free(addrs[p]);
+  free(addrs);
+  *store_out = store;
+  *server_out = server;
+  return COHORT_OK;
+
+fail_transport:
+  (*out)->ops->destroy(*out);
+  *out = NULL;
+fail:
+  if (listen_fd >= 0) close(listen_fd);
+  for (int p = 0; addrs && p < size; p++) free(addrs[p]);
+  free(addrs);
+  if (store) cohort__store_close(store);
+  cohort__store_server_stop(server);
+  return st;
+}

@@ -1,0 +1,212 @@
+/*
+ * work.c: running collectives in issue order, on the caller's thread or on the progress thread, and the public
+ * collective entry points (blocking and cohort_i*).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/comm.h"
+
+/* Runs one collective; the caller owns the transport (busy is set). */
+static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {
+  if (c->failed != COHORT_OK) return cohort__error(c->failed, "%s", c->failure);
+  cohort_status st = cohort__coll_run(&c->coll, a, seq);
+  if (st != COHORT_OK) {
+    /* Make sure the peers hear about it too (a no-op when the transport has failed already), and keep the first
+     * message for every later call. */
+    char message[COHORT__MESSAGE_MAX];
+    snprintf(message, sizeof message, "%s", cohort_last_error());
+    c->transport->ops->abort(c->transport, st, message);
+    pthread_mutex_lock(&c->mu);
+    if (c->failed == COHORT_OK) {
+      c->failed = st;
+      snprintf(c->failure, sizeof c->failure, "%s", message);
+    }
+    pthread_mutex_unlock(&c->mu);
+    cohort__error_set_text(message);
+  }
+  return st;
+}
+
+static void finish(cohort_work *w, cohort_status st) {
+  w->status = st;
+  snprintf(w->message, sizeof w->message, "%s", st == COHORT_OK ? "" : cohort_last_error());
+  w->done = 1;
+}
+
+void *cohort__progress_main(void *arg) {
+  cohort_comm *c = arg;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    if (c->queue_head && !c->busy) {
+      cohort_work *w = c->queue_head;
+      c->queue_head = w->next;
+      if (!c->queue_head) c->queue_tail = NULL;
+      c->busy = 1;
+      uint32_t seq = c->seq++;
+      pthread_mutex_unlock(&c->mu);
+      cohort_status st = c->stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed")
+                                     : execute(c, &w->args, seq);
+      pthread_mutex_lock(&c->mu);
+      c->busy = 0;
+      finish(w, st);
+      pthread_cond_broadcast(&c->cv);
+      continue;
+    }
+    if (c->stopping && !c->queue_head) break;
+    pthread_cond_wait(&c->cv, &c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static cohort_status run_blocking(cohort_comm *c, const cohort__coll_args *a) {
+  if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
+  COHORT_CHECK(cohort__coll_check(&c->coll, a));
+  pthread_mutex_lock(&c->mu);
+  if (c->failed != COHORT_OK) {
+    cohort_status st = cohort__error(c->failed, "%s", c->failure);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+  }
+  if (!c->busy && !c->queue_head) { /* the fast path: nothing queued, run here */
+    c->busy = 1;
+    uint32_t seq = c->seq++;
+    pthread_mutex_unlock(&c->mu);
+    cohort_status st = execute(c, a, seq);
+    pthread_mutex_lock(&c->mu);
+    c->busy = 0;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+  }
+  cohort_work w = {.comm = c, .args = *a};
+  if (c->queue_tail) c->queue_tail->next = &w;
+  else c->queue_head = &w;
+  c->queue_tail = &w;
+  pthread_cond_broadcast(&c->cv);
+  while (!w.done) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  if (w.status != COHORT_OK) cohort__error_set_text(w.message);
+  return w.status;
+}
+
+static cohort_status run_async(cohort_comm *c, const cohort__coll_args *a, cohort_work **out) {
+  if (!out) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL");
+  *out = NULL;
+  if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
+  COHORT_CHECK(cohort__coll_check(&c->coll, a));
+  cohort_work *w = calloc(1, sizeof *w);
+  if (!w) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  w->comm = c;
+  w->args = *a;
+  pthread_mutex_lock(&c->mu);
+  if (c->queue_tail) c->queue_tail->next = w;
+  else c->queue_head = w;
+  c->queue_tail = w;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  *out = w;
+  return COHORT_OK;
+}
+
+cohort_status cohort_work_wait(cohort_work *w) {
+  if (!w) return cohort__error(COHORT_ERR_INVALID, "cohort_work_wait: work is NULL");
+  cohort_comm *c = w->comm;
+  pthread_mutex_lock(&c->mu);
+  while (!w->done) pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  if (w->status != COHORT_OK) cohort__error_set_text(w->message);
+  return w->status;
+}
+
+cohort_status cohort_work_test(cohort_work *w, int *done) {
+  if (!w || !done) return cohort__error(COHORT_ERR_INVALID, "cohort_work_test: NULL argument");
+  pthread_mutex_lock(&w->comm->mu);
+  *done = w->done;
+  cohort_status st = w->done ? w->status : COHORT_OK;
+  pthread_mutex_unlock(&w->comm->mu);
+  if (st != COHORT_OK) cohort__error_set_text(w->message);
+  return st;
+}
+
+void cohort_work_free(cohort_work *w) {
+  if (!w) return;
+  cohort_work_wait(w);
+  free(w);
+}
+
+void cohort_comm_abort(cohort_comm *c, const char *reason) {
+  if (!c) return;
+  char message[COHORT__MESSAGE_MAX];
+  snprintf(message, sizeof message, "rank %d aborted the job: %s", c->rank, reason ? reason : "(no reason given)");
+  pthread_mutex_lock(&c->mu);
+  if (c->failed == COHORT_OK) {
+    c->failed = COHORT_ERR_REMOTE;
+    snprintf(c->failure, sizeof c->failure, "%s", message);
+  }
+  if (c->busy) { /* the driving thread does it at its next look */
+    c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, message);
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  c->busy = 1;
+  pthread_mutex_unlock(&c->mu);
+  c->transport->ops->abort(c->transport, COHORT_ERR_REMOTE, message);
+  pthread_mutex_lock(&c->mu);
+  c->busy = 0;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- the public collectives ---- */
+
+#define ARGS(kind, s, r, n, d, o, root_)                                                                           \
+  (cohort__coll_args) { .coll = kind, .sendbuf = s, .recvbuf = r, .count = n, .dtype = d, .op = o, .root = root_ }
+
+cohort_status cohort_allreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o) {
+  cohort__coll_args a = ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1);
+  return run_blocking(c, &a);
+}
+cohort_status cohort_broadcast(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root) {
+  cohort__coll_args a = ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root);
+  return run_blocking(c, &a);
+}
+cohort_status cohort_allgather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d) {
+  cohort__coll_args a = ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1);
+  return run_blocking(c, &a);
+}
+cohort_status cohort_reduce_scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o) {
+  cohort__coll_args a = ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1);
+  return run_blocking(c, &a);
+}
+cohort_status cohort_barrier(cohort_comm *c) {
+  cohort__coll_args a = ARGS(COHORT__COLL_BARRIER, NULL, NULL, 0, COHORT_U8, COHORT_SUM, -1);
+  return run_blocking(c, &a);
+}
+
+cohort_status cohort_iallreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
+                                cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1);
+  return run_async(c, &a, w);
+}
+cohort_status cohort_ibroadcast(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root, cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root);
+  return run_async(c, &a, w);
+}
+cohort_status cohort_iallgather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1);
+  return run_async(c, &a, w);
+}
+cohort_status cohort_ireduce_scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
+                                     cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1);
+  return run_async(c, &a, w);
+}
+cohort_status cohort_ibarrier(cohort_comm *c, cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_BARRIER, NULL, NULL, 0, COHORT_U8, COHORT_SUM, -1);
+  return run_async(c, &a, w);
+}

@@ -1,0 +1,52 @@
+/*
+ * frame.h: the wire header in front of every frame on a byte-stream transport.
+ *
+ * Layout (little-endian, 40 bytes): magic "CHRT", kind, coll, dtype, op, seq, root, algo + 3 reserved bytes,
+ * count, payload bytes. ABORT frames carry a status and a message as payload. The header is checked field by field
+ * before a byte of payload is accepted, so that a malformed, foreign or mismatched frame never lands in user memory.
+ */
+#ifndef COHORT_TRANSPORT_FRAME_H
+#define COHORT_TRANSPORT_FRAME_H
+
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+#define COHORT__FRAME_MAGIC 0x54524843u /* "CHRT" */
+#define COHORT__ABORT_TEXT_MAX 1024
+
+enum { COHORT__FRAME_DATA = 1, COHORT__FRAME_ABORT = 2 };
+
+typedef struct cohort__frame {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t coll;
+  uint8_t dtype;
+  uint8_t op;
+  uint32_t seq;
+  int32_t root;
+  uint8_t algo;
+  uint8_t reserved[7];
+  uint64_t count;
+  uint64_t bytes;
+} cohort__frame;
+
+_Static_assert(sizeof(cohort__frame) == 40, "the wire header is 40 bytes");
+
+static inline void cohort__frame_from_call(cohort__frame *f, const cohort__call *c, uint64_t bytes) {
+  *f = (cohort__frame){.magic = COHORT__FRAME_MAGIC, .kind = COHORT__FRAME_DATA, .coll = c->coll,
+                       .dtype = c->dtype, .op = c->op, .seq = c->seq, .root = c->root, .algo = c->algo,
+                       .count = c->count, .bytes = bytes};
+}
+
+static inline void cohort__frame_to_call(const cohort__frame *f, cohort__call *c) {
+  *c = (cohort__call){.seq = f->seq, .coll = f->coll, .dtype = f->dtype, .op = f->op, .algo = f->algo,
+                      .root = f->root, .count = f->count};
+}
+
+static inline int cohort__call_equal(const cohort__call *a, const cohort__call *b) {
+  return a->seq == b->seq && a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->algo == b->algo &&
+         a->root == b->root && a->count == b->count;
+}
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * inproc.c: the in-process transport. Ranks are threads of one process; a frame is copied once, straight from the
+ * sender's buffer into the receiver's, by whichever side arrives second (rendezvous: a send completes when its
+ * data has been copied).
+ *
+ * One hub serves a group: a mutex over all queues and one condition variable per rank. Per (sender, receiver) pair
+ * there is a FIFO of unmatched sends and a FIFO of unmatched receives; matching is by position, and the calls of
+ * the two sides are compared at the match (a difference is a mismatch, as over TCP). A failure of any rank fails
+ * the hub, which wakes every rank with the same status.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "transport/frame.h"
+#include "transport/transport.h"
+
+typedef struct queue {
+  cohort__req *head, *tail;
+} queue;
+
+struct cohort__inproc_hub {
+  int size;
+  atomic_int refs;
+  pthread_mutex_t mu;
+  pthread_cond_t *cv; /* one per rank */
+  queue *sends;       /* [src * size + dst] unmatched sends */
+  queue *recvs;       /* [src * size + dst] unmatched receives, posted by dst */
+  cohort_status status;
+  char message[COHORT__ABORT_TEXT_MAX];
+};
+
+typedef struct inproc_transport {
+  cohort__transport base;
+  cohort__inproc_hub *hub;
+  cohort__call call;
+  double op_timeout_s;
+} inproc_transport;
+
+static void push(queue *q, cohort__req *r) {
+  r->next = NULL;
+  if (q->tail) q->tail->next = r;
+  else q->head = r;
+  q->tail = r;
+}
+
+static cohort__req *pop(queue *q) {
+  cohort__req *r = q->head;
+  if (r) {
+    q->head = r->next;
+    if (!q->head) q->tail = NULL;
+  }
+  return r;
+}
+
+/* Fails the hub (caller holds mu) and wakes everyone. */
+static cohort_status hub_fail(cohort__inproc_hub *hub, cohort_status status, const char *fmt, ...) {
+  if (hub->status == COHORT_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(hub->message, sizeof hub->message, fmt, ap);
+    va_end(ap);
+    hub->status = status;
+    for (int r = 0; r < hub->size; r++) pthread_cond_broadcast(&hub->cv[r]);
+  }
+  return cohort__error(hub->status, "%s", hub->message);
+}
+
+/* Copies send into recv if their calls agree (caller holds mu). */
+static cohort_status match(cohort__inproc_hub *hub, cohort__req *send, int src, cohort__req *recv, int dst) {
+  if (!cohort__call_equal(&send->call, &recv->call) || send->bytes != recv->bytes) {
+    char a[256], b[256];
+    cohort__call_describe(&recv->call, a, sizeof a);
+    cohort__call_describe(&send->call, b, sizeof b);
+    if (cohort__call_equal(&send->call, &recv->call))
+      return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d sent %zu bytes where rank %d expects %zu in %s",
+                      src, send->bytes, dst, recv->bytes, a);
+    return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", dst, a, src, b);
+  }
+  if (send->bytes) memcpy(recv->buf, send->buf, send->bytes);
+  send->done_bytes = recv->done_bytes = send->bytes;
+  send->complete = recv->complete = 1;
+  pthread_cond_broadcast(&hub->cv[src]);
+  pthread_cond_broadcast(&hub->cv[dst]);
+  return COHORT_OK;
+}
+
+static void inproc_set_call(cohort__transport *base, const cohort__call *call) {
+  ((inproc_transport *)base)->call = *call;
+}
+
+static cohort_status inproc_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
+  inproc_transport *t = (inproc_transport *)base;
+  cohort__inproc_hub *hub = t->hub;
+  int me = base->rank;
+  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
+  pthread_mutex_lock(&hub->mu);
+  cohort_status st = hub->status;
+  if (st != COHORT_OK) {
+    st = cohort__error(st, "%s", hub->message);
+  } else {
+    cohort__req *recv = pop(&hub->recvs[me * hub->size + peer]);
+    if (recv) st = match(hub, req, me, recv, peer);
+    else push(&hub->sends[me * hub->size + peer], req);
+  }
+  pthread_mutex_unlock(&hub->mu);
+  return st;
+}
+
+static cohort_status inproc_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
+  inproc_transport *t = (inproc_transport *)base;
+  cohort__inproc_hub *hub = t->hub;
+  int me = base->rank;
+  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
+  pthread_mutex_lock(&hub->mu);
+  cohort_status st = hub->status;
+  if (st != COHORT_OK) {
+    st = cohort__error(st, "%s", hub->message);
+  } else {
+    cohort__req *send = pop(&hub->sends[peer * hub->size + me]);
+    if (send) st = match(hub, send, peer, req, me);
+    else push(&hub->recvs[peer * hub->size + me], req);
+  }
+  pthread_mutex_unlock(&hub->mu);
+  return st;
+}
+
+/* True when nothing this rank posted is still queued (used by wait(NULL)). */
+static int all_done(cohort__inproc_hub *hub, int me) {
+  for (int p = 0; p < hub->size; p++)
+    if (hub->sends[me * hub->size + p].head || hub->recvs[p * hub->size + me].head) return 0;
+  return 1;
+}
+
+static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
+  inproc_transport *t = (inproc_transport *)base;
+  cohort__inproc_hub *hub = t->hub;
+  int me = base->rank;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += (time_t)t->op_timeout_s;
+  cohort_status st = COHORT_OK;
+  pthread_mutex_lock(&hub->mu);
+  while (hub->status == COHORT_OK && !(req ? req->complete : all_done(hub, me))) {
+    if (pthread_cond_timedwait(&hub->cv[me], &hub->mu, &deadline) == ETIMEDOUT) {
+      char call[256];
+      cohort__call_describe(&t->call, call, sizeof call);
+      st = hub_fail(hub, COHORT_ERR_TIMEOUT, "%s: rank %d made no progress for %.0f s (COHORT_OP_TIMEOUT)", call, me,
+                    t->op_timeout_s);
+      break;
+    }
+  }
+  if (hub->status != COHORT_OK) st = cohort__error(hub->status, "%s", hub->message);
+  pthread_mutex_unlock(&hub->mu);
+  return st;
+}
+
+static void inproc_abort(cohort__transport *base, cohort_status status, const char *message) {
+  cohort__inproc_hub *hub = ((inproc_transport *)base)->hub;
+  pthread_mutex_lock(&hub->mu);
+  hub_fail(hub, status, "%s", message);
+  pthread_mutex_unlock(&hub->mu);
+}
+
+static void inproc_destroy(cohort__transport *base) {
+  inproc_transport *t = (inproc_transport *)base;
+  if (!t) return;
+  cohort__inproc_hub_release(t->hub);
+  free(t);
+}
+
+static const cohort__transport_ops inproc_ops = {
+    .name = "inproc",
+    .set_call = inproc_set_call,
+    .isend = inproc_isend,
+    .irecv = inproc_irecv,
+    .wait = inproc_wait,
+    .abort = inproc_abort,
+    .interrupt = inproc_abort,
+    .destroy = inproc_destroy,
+};
+
+cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out) {
+  cohort__inproc_hub *hub = calloc(1, sizeof *hub);
+  if (!hub) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  hub->size = size;
+  atomic_init(&hub->refs, 1);
+  pthread_mutex_init(&hub->mu, NULL);
+  hub->cv = calloc((size_t)size, sizeof *hub->cv);
+  hub->sends = calloc((size_t)size * (size_t)size, sizeof *hub->sends);
+  hub->recvs = calloc((size_t)size * (size_t)size, sizeof *hub->recvs);
+  if (!hub->cv || !hub->sends || !hub->recvs) {
+    free(hub->cv);
+    free(hub->sends);
+    free(hub->recvs);
+    free(hub);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  for (int r = 0; r < size; r++) pthread_cond_init(&hub->cv[r], NULL);
+  *out = hub;
+  return COHORT_OK;
+}
+
+void cohort__inproc_hub_release(cohort__inproc_hub *hub) {
+  if (!hub || atomic_fetch_sub(&hub->refs, 1) != 1) return;
+  for (int r = 0; r < hub->size; r++) pthread_cond_destroy(&hub->cv[r]);
+  pthread_mutex_destroy(&hub->mu);
+  free(hub->cv);
+  free(hub->sends);
+  free(hub->recvs);
+  free(hub);
+}
+
+cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out) {
+  long timeout = 600;
+  COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &timeout));
+  inproc_transport *t = calloc(1, sizeof *t);
+  if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  t->base = (cohort__transport){.ops = &inproc_ops, .rank = rank, .size = hub->size};
+  t->hub = hub;
+  t->op_timeout_s = (double)timeout;
+  atomic_fetch_add(&hub->refs, 1);
+  *out = &t->base;
+  return COHORT_OK;
+}

@@ -1,0 +1,693 @@
+/*
+ * tcp.c: the TCP transport. A full mesh of non-blocking sockets (COHORT_SOCKETS_PER_PEER per pair), driven by
+ * epoll on whichever thread waits (the engine makes that one thread at a time).
+ *
+ * Each socket ("channel") carries frames in both directions. Frame i to a peer goes on channel i % k, and the
+ * peer posts its receives in the same order, so both ends agree on which channel carries which frame.
+ *
+ * Receiving reads the 40-byte header first and checks it before any payload is accepted:
+ *  - a frame of the current call is read straight into the posted receive buffer (no copy); if no receive is
+ *    posted yet, the header is held and the payload stays in the socket (TCP flow control is the buffer);
+ *  - a frame of a later call (a peer that is ahead) is read into a private buffer, so that the socket keeps
+ *    draining and an ABORT or EOF behind it is still seen;
+ *  - an ABORT frame fails the transport with the peer's status and message.
+ * A socket that closes (EOF, reset) fails the transport with COHORT_ERR_REMOTE naming the peer.
+ *
+ * Limits: no reconnection; a failure is final for the communicator (as in NCCL).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "store/auth.h"
+#include "transport/frame.h"
+#include "transport/transport.h"
+
+#define HELLO_MAGIC 0x4f4c4843u /* "CHLO" */
+#define PEER_AUTH_PURPOSE "cohort-peer-v1"
+#define HANDSHAKE_S 5.0
+#define MAX_FRAME_BYTES (1ull << 40)
+
+enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED, RX_ABORT };
+
+typedef struct unexpected {
+  struct unexpected *next;
+  cohort__frame hdr;
+  char *data;
+} unexpected;
+
+typedef struct channel {
+  int fd;
+  int peer;
+  int readable, writable; /* edge-triggered readiness, cleared on EAGAIN */
+  int eof;                /* the peer closed its side between frames (it may simply be done) */
+  /* send side */
+  cohort__req *send_head, *send_tail;
+  cohort__frame send_hdr;
+  size_t send_hdr_done;
+  int send_started;
+  /* receive side */
+  cohort__req *recv_head, *recv_tail;
+  cohort__frame recv_hdr;
+  size_t recv_hdr_done;
+  int rx_state;
+  unexpected *unexp_head, *unexp_tail;
+  char *rx_buf; /* payload target of RX_UNEXPECTED / RX_ABORT */
+  size_t rx_done;
+} channel;
+
+typedef struct hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t channel;
+  int32_t size;
+} hello;
+
+typedef struct tcp_transport {
+  cohort__transport base;
+  int k;          /* channels per peer */
+  channel *chans; /* [peer * k + c]; the self entries are unused */
+  uint64_t *send_frames, *recv_frames;
+  int epfd;
+  cohort__call call;
+  cohort__tcp_options opt;
+  cohort_status status;
+  char message[COHORT__ABORT_TEXT_MAX];
+  atomic_int abort_requested;
+  cohort_status requested_status;
+  char requested_message[COHORT__ABORT_TEXT_MAX];
+  size_t pending; /* posted requests not yet complete */
+} tcp_transport;
+
+static channel *chan_at(tcp_transport *t, int peer, int c) { return &t->chans[peer * t->k + c]; }
+
+/* ---- failure ---- */
+
+static void send_abort_frames(tcp_transport *t);
+
+/* Fails the transport once; later failures keep the first message (the root cause). */
+static cohort_status fail(tcp_transport *t, cohort_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cohort_status fail(tcp_transport *t, cohort_status status, const char *fmt, ...) {
+  if (t->status == COHORT_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->message, sizeof t->message, fmt, ap);
+    va_end(ap);
+    t->status = status;
+    COHORT_LOG_INFO("transport failed: %s", t->message);
+    send_abort_frames(t);
+  }
+  return cohort__error(t->status, "%s", t->message);
+}
+
+/* Best effort, bounded: finish any frame half-written on channel 0 of each peer, then an ABORT frame, then FIN. */
+static void send_abort_frames(tcp_transport *t) {
+  int64_t deadline = cohort__now_ns() + 500000000LL;
+  struct {
+    cohort__frame hdr;
+    int32_t status;
+    char text[COHORT__ABORT_TEXT_MAX];
+  } msg;
+  size_t text_len = strlen(t->message);
+  memset(&msg, 0, sizeof msg);
+  msg.hdr = (cohort__frame){.magic = COHORT__FRAME_MAGIC, .kind = COHORT__FRAME_ABORT, .seq = t->call.seq,
+                            .bytes = sizeof(int32_t) + text_len};
+  msg.status = (int32_t)t->status;
+  memcpy(msg.text, t->message, text_len);
+  for (int p = 0; p < t->base.size; p++) {
+    if (p == t->base.rank) continue;
+    for (int c = 0; c < t->k; c++) {
+      channel *ch = chan_at(t, p, c);
+      if (ch->fd < 0) continue;
+      if (c == 0) {
+        cohort_status st = COHORT_OK;
+        if (ch->send_started) { /* the stream must stay frame-aligned for the peer to read the ABORT */
+          cohort__req *r = ch->send_head;
+          if (ch->send_hdr_done < sizeof ch->send_hdr)
+            st = cohort__sock_send_all(ch->fd, (char *)&ch->send_hdr + ch->send_hdr_done,
+                                       sizeof ch->send_hdr - ch->send_hdr_done, deadline);
+          if (st == COHORT_OK)
+            st = cohort__sock_send_all(ch->fd, (char *)r->buf + r->done_bytes, r->bytes - r->done_bytes, deadline);
+          ch->send_started = 0;
+        }
+        if (st == COHORT_OK) cohort__sock_send_all(ch->fd, &msg, sizeof msg.hdr + msg.hdr.bytes, deadline);
+      }
+      shutdown(ch->fd, SHUT_WR);
+    }
+  }
+}
+
+/* ---- sending ---- */
+
+static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
+  cohort__req *r;
+  while ((r = ch->send_head) != NULL && ch->writable) {
+    if (!ch->send_started) {
+      cohort__frame_from_call(&ch->send_hdr, &t->call, r->bytes);
+      ch->send_hdr_done = 0;
+      ch->send_started = 1;
+    }
+    struct iovec iov[2];
+    int n_iov = 0;
+    if (ch->send_hdr_done < sizeof ch->send_hdr)
+      iov[n_iov++] = (struct iovec){(char *)&ch->send_hdr + ch->send_hdr_done, sizeof ch->send_hdr - ch->send_hdr_done};
+    if (r->done_bytes < r->bytes) iov[n_iov++] = (struct iovec){(char *)r->buf + r->done_bytes, r->bytes - r->done_bytes};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+    ssize_t n = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ch->writable = 0;
+        return COHORT_OK;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EPIPE || errno == ECONNRESET)
+        return fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", ch->peer);
+      return fail(t, COHORT_ERR_SYSTEM, "send to rank %d: %s", ch->peer, strerror(errno));
+    }
+    *progressed = 1;
+    size_t left = (size_t)n;
+    size_t hdr_left = sizeof ch->send_hdr - ch->send_hdr_done;
+    size_t h = left < hdr_left ? left : hdr_left;
+    ch->send_hdr_done += h;
+    left -= h;
+    r->done_bytes += left;
+    if (ch->send_hdr_done == sizeof ch->send_hdr && r->done_bytes == r->bytes) {
+      r->complete = 1;
+      ch->send_head = r->next;
+      if (!ch->send_head) ch->send_tail = NULL;
+      ch->send_started = 0;
+      t->pending--;
+    }
+  }
+  return COHORT_OK;
+}
+
+/* ---- receiving ---- */
+
+static cohort_status mismatch(tcp_transport *t, int peer, const cohort__frame *hdr) {
+  char mine[256], theirs[256];
+  cohort__call c;
+  cohort__frame_to_call(hdr, &c);
+  cohort__call_describe(&t->call, mine, sizeof mine);
+  cohort__call_describe(&c, theirs, sizeof theirs);
+  return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, mine,
+              peer, theirs);
+}
+
+/* Checks a frame of the current call against the receive posted for it. */
+static cohort_status check_frame(tcp_transport *t, channel *ch, const cohort__frame *hdr, const cohort__req *r) {
+  cohort__call c;
+  cohort__frame_to_call(hdr, &c);
+  if (c.seq != t->call.seq) {
+    char mine[256], theirs[256];
+    cohort__call_describe(&t->call, mine, sizeof mine);
+    cohort__call_describe(&c, theirs, sizeof theirs);
+    return fail(t, COHORT_ERR_MISMATCH,
+                "ranks disagree: rank %d is in %s and expects more data from rank %d, which has moved on to %s",
+                t->base.rank, mine, ch->peer, theirs);
+  }
+  if (!cohort__call_equal(&c, &t->call)) return mismatch(t, ch->peer, hdr);
+  if (hdr->bytes != r->bytes)
+    return fail(t, COHORT_ERR_MISMATCH,
+                "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks use the "
+                "same COHORT_SEGMENT_BYTES and COHORT_SOCKETS_PER_PEER?",
+                ch->peer, (unsigned long long)hdr->bytes, t->base.rank, r->bytes);
+  return COHORT_OK;
+}
+
+static void complete_recv(tcp_transport *t, channel *ch) {
+  cohort__req *r = ch->recv_head;
+  r->complete = 1;
+  ch->recv_head = r->next;
+  if (!ch->recv_head) ch->recv_tail = NULL;
+  t->pending--;
+}
+
+/* Reads up to len bytes; returns 1 when bytes came, 0 on EAGAIN, -1 after failing the transport. */
+static int read_some(tcp_transport *t, channel *ch, void *buf, size_t len, size_t *got) {
+  for (;;) {
+    ssize_t n = recv(ch->fd, buf, len, MSG_DONTWAIT);
+    if (n > 0) {
+      *got = (size_t)n;
+      return 1;
+    }
+    if (n == 0) {
+      /* A peer that finished its last collective and exited closes between frames: that only matters once we
+       * expect something more from it. Mid-frame, or with a receive posted, it is a failure now. */
+      ch->eof = 1;
+      ch->readable = 0;
+      if (ch->rx_state == RX_HEADER && ch->recv_hdr_done == 0 && !ch->recv_head) return 0;
+      fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", ch->peer);
+      return -1;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      ch->readable = 0;
+      return 0;
+    }
+    if (errno == ECONNRESET) {
+      fail(t, COHORT_ERR_REMOTE, "rank %d reset its connection (it exited, crashed or aborted)", ch->peer);
+      return -1;
+    }
+    fail(t, COHORT_ERR_SYSTEM, "recv from rank %d: %s", ch->peer, strerror(errno));
+    return -1;
+  }
+}
+
+static cohort_status on_header(tcp_transport *t, channel *ch) {
+  const cohort__frame *h = &ch->recv_hdr;
+  if (h->magic != COHORT__FRAME_MAGIC)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", ch->peer, h->magic);
+  if (h->kind == COHORT__FRAME_ABORT) {
+    if (h->bytes < sizeof(int32_t) || h->bytes > sizeof(int32_t) + COHORT__ABORT_TEXT_MAX)
+      return fail(t, COHORT_ERR_PROTOCOL, "malformed abort frame from rank %d", ch->peer);
+    ch->rx_buf = calloc(1, h->bytes + 1);
+    if (!ch->rx_buf) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
+    ch->rx_done = 0;
+    ch->rx_state = RX_ABORT;
+    return COHORT_OK;
+  }
+  if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", ch->peer, h->kind,
+                (unsigned long long)h->bytes);
+  int32_t ahead = (int32_t)(h->seq - t->call.seq);
+  if (ahead < 0)
+    return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", ch->peer, h->seq,
+                t->call.seq);
+  if (ahead > 0) { /* the peer is already in a later call: keep its frame aside and keep the socket draining */
+    ch->rx_buf = malloc(h->bytes ? h->bytes : 1);
+    if (!ch->rx_buf) return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame", (unsigned long long)h->bytes);
+    ch->rx_done = 0;
+    ch->rx_state = RX_UNEXPECTED;
+    return COHORT_OK;
+  }
+  ch->rx_state = RX_HELD;
+  return COHORT_OK;
+}
+
+static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
+  size_t got;
+  int rc;
+  for (;;) {
+    switch (ch->rx_state) {
+    case RX_HEADER:
+      if (!ch->readable) return COHORT_OK;
+      rc = read_some(t, ch, (char *)&ch->recv_hdr + ch->recv_hdr_done, sizeof ch->recv_hdr - ch->recv_hdr_done, &got);
+      if (rc < 0) return t->status;
+      if (rc == 0) return COHORT_OK;
+      *progressed = 1;
+      ch->recv_hdr_done += got;
+      if (ch->recv_hdr_done < sizeof ch->recv_hdr) break;
+      ch->recv_hdr_done = 0;
+      COHORT_CHECK(on_header(t, ch));
+      break;
+    case RX_HELD:
+      if (!ch->recv_head) return COHORT_OK; /* the payload waits in the socket until a receive is posted */
+      COHORT_CHECK(check_frame(t, ch, &ch->recv_hdr, ch->recv_head));
+      ch->rx_state = RX_PAYLOAD;
+      if (ch->recv_head->bytes == 0) {
+        complete_recv(t, ch);
+        ch->rx_state = RX_HEADER;
+        *progressed = 1;
+      }
+      break;
+    case RX_PAYLOAD: {
+      cohort__req *r = ch->recv_head;
+      if (!ch->readable) return COHORT_OK;
+      rc = read_some(t, ch, (char *)r->buf + r->done_bytes, r->bytes - r->done_bytes, &got);
+      if (rc < 0) return t->status;
+      if (rc == 0) return COHORT_OK;
+      *progressed = 1;
+      r->done_bytes += got;
+      if (r->done_bytes == r->bytes) {
+        complete_recv(t, ch);
+        ch->rx_state = RX_HEADER;
+      }
+      break;
+    }
+    case RX_UNEXPECTED:
+    case RX_ABORT: {
+      size_t want = ch->recv_hdr.bytes - ch->rx_done;
+      if (want > 0) {
+        if (!ch->readable) return COHORT_OK;
+        rc = read_some(t, ch, ch->rx_buf + ch->rx_done, want, &got);
+        if (rc < 0) return t->status;
+        if (rc == 0) return COHORT_OK;
+        *progressed = 1;
+        ch->rx_done += got;
+        if (ch->rx_done < ch->recv_hdr.bytes) break;
+      }
+      if (ch->rx_state == RX_ABORT) {
+        int32_t st;
+        memcpy(&st, ch->rx_buf, sizeof st);
+        if (st <= COHORT_OK || st > COHORT_ERR_PROTOCOL) st = COHORT_ERR_REMOTE;
+        char text[COHORT__ABORT_TEXT_MAX + 1];
+        snprintf(text, sizeof text, "%s", ch->rx_buf + sizeof st);
+        free(ch->rx_buf);
+        ch->rx_buf = NULL;
+        ch->rx_state = RX_HEADER;
+        /* Keep the originator's message as is: it already names the ranks involved. */
+        return fail(t, (cohort_status)st, "%s (reported by rank %d)", text, ch->peer);
+      }
+      unexpected *u = malloc(sizeof *u);
+      if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
+      *u = (unexpected){.hdr = ch->recv_hdr, .data = ch->rx_buf};
+      if (ch->unexp_tail) ch->unexp_tail->next = u;
+      else ch->unexp_head = u;
+      ch->unexp_tail = u;
+      ch->rx_buf = NULL;
+      ch->rx_state = RX_HEADER;
+      break;
+    }
+    }
+  }
+}
+
+/* ---- progress ---- */
+
+static cohort_status progress_once(tcp_transport *t, int *progressed) {
+  int n = t->base.size * t->k;
+  for (int i = 0; i < n; i++) {
+    channel *ch = &t->chans[i];
+    if (ch->fd < 0) continue;
+    if (ch->send_head && ch->writable) COHORT_CHECK(do_send(t, ch, progressed));
+    if (ch->readable || (ch->rx_state == RX_HELD && ch->recv_head)) COHORT_CHECK(do_recv(t, ch, progressed));
+  }
+  return COHORT_OK;
+}
+
+static cohort_status poll_events(tcp_transport *t, int timeout_ms) {
+  struct epoll_event ev[64];
+  int n = epoll_wait(t->epfd, ev, 64, timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return COHORT_OK;
+    return fail(t, COHORT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
+  }
+  for (int i = 0; i < n; i++) {
+    channel *ch = ev[i].data.ptr;
+    if (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ch->readable = 1;
+    if (ev[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) ch->writable = 1;
+  }
+  return COHORT_OK;
+}
+
+static void describe_waiting(tcp_transport *t, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  for (int p = 0; p < t->base.size && off < len; p++)
+    for (int c = 0; c < t->k; c++) {
+      channel *ch = chan_at(t, p, c);
+      if (p == t->base.rank || !(ch->recv_head || ch->send_head)) continue;
+      off += (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
+      break;
+    }
+}
+
+static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
+  tcp_transport *t = (tcp_transport *)base;
+  int64_t last_progress = cohort__now_ns();
+  int64_t spin_ns = (int64_t)t->opt.spin_us * 1000;
+  int64_t timeout_ns = (int64_t)(t->opt.op_timeout_s * 1e9);
+  for (;;) {
+    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+    if (atomic_load(&t->abort_requested))
+      return fail(t, t->requested_status, "%s", t->requested_message);
+    if (req ? req->complete : t->pending == 0) return COHORT_OK;
+    int progressed = 0;
+    COHORT_CHECK(progress_once(t, &progressed));
+    if (progressed) {
+      last_progress = cohort__now_ns();
+      continue;
+    }
+    int64_t idle = cohort__now_ns() - last_progress;
+    if (idle > timeout_ns) {
+      char who[256];
+      describe_waiting(t, who, sizeof who);
+      char call[256];
+      cohort__call_describe(&t->call, call, sizeof call);
+      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)",
+                  call, t->opt.op_timeout_s, who);
+    }
+    COHORT_CHECK(poll_events(t, idle < spin_ns ? 0 : 100));
+  }
+}
+
+/* ---- posting ---- */
+
+static void tcp_set_call(cohort__transport *base, const cohort__call *call) { ((tcp_transport *)base)->call = *call; }
+
+static cohort_status tcp_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  channel *ch = chan_at(t, peer, (int)(t->send_frames[peer]++ % (uint64_t)t->k));
+  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1};
+  if (ch->send_tail) ch->send_tail->next = req;
+  else ch->send_head = req;
+  ch->send_tail = req;
+  t->pending++;
+  int progressed = 0;
+  return do_send(t, ch, &progressed); /* start writing at once: most small frames leave here */
+}
+
+static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  channel *ch = chan_at(t, peer, (int)(t->recv_frames[peer]++ % (uint64_t)t->k));
+  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer};
+  if (!ch->recv_head && ch->unexp_head) { /* the frame came early: it is waiting in memory */
+    unexpected *u = ch->unexp_head;
+    COHORT_CHECK(check_frame(t, ch, &u->hdr, req));
+    if (bytes) memcpy(buf, u->data, bytes);
+    ch->unexp_head = u->next;
+    if (!ch->unexp_head) ch->unexp_tail = NULL;
+    free(u->data);
+    free(u);
+    req->done_bytes = bytes;
+    req->complete = 1;
+    return COHORT_OK;
+  }
+  if (ch->eof && ch->rx_state == RX_HEADER)
+    return fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", peer);
+  if (ch->recv_tail) ch->recv_tail->next = req;
+  else ch->recv_head = req;
+  ch->recv_tail = req;
+  t->pending++;
+  return COHORT_OK;
+}
+
+static void tcp_abort(cohort__transport *base, cohort_status status, const char *message) {
+  fail((tcp_transport *)base, status, "%s", message);
+}
+
+static void tcp_interrupt(cohort__transport *base, cohort_status status, const char *message) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (atomic_load(&t->abort_requested)) return;
+  t->requested_status = status;
+  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
+  atomic_store(&t->abort_requested, 1);
+}
+
+static void tcp_destroy(cohort__transport *base) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (!t) return;
+  if (atomic_load(&t->abort_requested) && t->status == COHORT_OK)
+    fail(t, t->requested_status, "%s", t->requested_message);
+  for (int i = 0; t->chans && i < t->base.size * t->k; i++) {
+    channel *ch = &t->chans[i];
+    if (ch->fd >= 0) close(ch->fd);
+    free(ch->rx_buf);
+    for (unexpected *u = ch->unexp_head, *next; u; u = next) {
+      next = u->next;
+      free(u->data);
+      free(u);
+    }
+  }
+  if (t->epfd >= 0) close(t->epfd);
+  free(t->chans);
+  free(t->send_frames);
+  free(t->recv_frames);
+  free(t);
+}
+
+static const cohort__transport_ops tcp_ops = {
+    .name = "tcp",
+    .set_call = tcp_set_call,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .wait = tcp_wait,
+    .abort = tcp_abort,
+    .interrupt = tcp_interrupt,
+    .destroy = tcp_destroy,
+};
+
+/* ---- connecting the mesh ---- */
+
+cohort_status cohort__tcp_listen(const char *bind_addr, int *listen_fd, char *addr, size_t addr_len) {
+  int port = 0;
+  COHORT_CHECK(cohort__sock_listen(bind_addr, 0, 128, listen_fd, &port));
+  snprintf(addr, addr_len, "%s:%d", bind_addr, port);
+  return COHORT_OK;
+}
+
+static cohort_status split_addr(const char *addr, char *host, size_t host_len, int *port) {
+  const char *colon = strrchr(addr, ':');
+  if (!colon || colon == addr) return cohort__error(COHORT_ERR_PROTOCOL, "bad peer address '%s'", addr);
+  size_t n = (size_t)(colon - addr);
+  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') { /* [v6]:port */
+    addr++;
+    n -= 2;
+  }
+  if (n >= host_len) return cohort__error(COHORT_ERR_PROTOCOL, "peer address too long '%s'", addr);
+  memcpy(host, addr, n);
+  host[n] = '\0';
+  *port = atoi(colon + 1);
+  return COHORT_OK;
+}
+
+typedef struct accept_job {
+  tcp_transport *t;
+  int listen_fd;
+  cohort_status status;
+  char message[1024];
+} accept_job;
+
+/* Accepts the links of every higher rank. A connection that fails the handshake is logged and dropped; it never
+ * takes a slot of a real peer. */
+static void *accept_peers(void *arg) {
+  accept_job *job = arg;
+  tcp_transport *t = job->t;
+  int expected = (t->base.size - 1 - t->base.rank) * t->k;
+  int64_t deadline = t->opt.connect_deadline_ns;
+  job->status = COHORT_OK;
+  while (expected > 0) {
+    int fd = -1;
+    char who[96];
+    cohort_status st = cohort__sock_accept(job->listen_fd, deadline, &fd, who, sizeof who);
+    if (st != COHORT_OK) {
+      job->status = st;
+      snprintf(job->message, sizeof job->message, "%s", cohort_last_error());
+      return NULL;
+    }
+    hello h;
+    int64_t hs_deadline = cohort__now_ns() + (int64_t)(HANDSHAKE_S * 1e9);
+    if (deadline && hs_deadline > deadline) hs_deadline = deadline;
+    st = cohort__auth_accept(fd, t->opt.secret, PEER_AUTH_PURPOSE, &h, sizeof h, hs_deadline);
+    channel *ch = NULL;
+    if (st == COHORT_OK) {
+      if (h.magic != HELLO_MAGIC || h.size != t->base.size || h.rank <= t->base.rank || h.rank >= t->base.size ||
+          h.channel < 0 || h.channel >= t->k) {
+        st = cohort__error(COHORT_ERR_PROTOCOL, "bad hello (rank %d, channel %d, world size %d; this job has %d)",
+                           h.rank, h.channel, h.size, t->base.size);
+      } else {
+        ch = chan_at(t, h.rank, h.channel);
+        if (ch->fd >= 0) st = cohort__error(COHORT_ERR_PROTOCOL, "duplicate link from rank %d", h.rank);
+      }
+    }
+    if (st != COHORT_OK) {
+      COHORT_LOG_WARN("refused a connection from %s to the peer port: %s", who, cohort_last_error());
+      close(fd);
+      continue;
+    }
+    ch->fd = fd;
+    expected--;
+  }
+  return NULL;
+}
+
+static cohort_status connect_peer(tcp_transport *t, int peer, const char *addr) {
+  char host[256];
+  int port = 0;
+  COHORT_CHECK(split_addr(addr, host, sizeof host, &port));
+  for (int c = 0; c < t->k; c++) {
+    int fd = -1;
+    cohort_status st = cohort__sock_connect(host, port, t->opt.connect_deadline_ns, &fd);
+    if (st != COHORT_OK) return cohort__error_prefix(st, "connecting to rank %d at %s", peer, addr);
+    hello h = {.magic = HELLO_MAGIC, .rank = t->base.rank, .channel = c, .size = t->base.size};
+    st = cohort__auth_connect(fd, t->opt.secret, PEER_AUTH_PURPOSE, &h, sizeof h, t->opt.connect_deadline_ns);
+    if (st != COHORT_OK) {
+      close(fd);
+      return cohort__error_prefix(st, "handshake with rank %d at %s", peer, addr);
+    }
+    chan_at(t, peer, c)->fd = fd;
+  }
+  return COHORT_OK;
+}
+
+cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const *peer_addrs,
+                                 const cohort__tcp_options *options, cohort__transport **out) {
+  cohort_status st = COHORT_OK;
+  tcp_transport *t = calloc(1, sizeof *t);
+  if (!t) {
+    close(listen_fd);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  t->base = (cohort__transport){.ops = &tcp_ops, .rank = rank, .size = size};
+  t->opt = *options;
+  t->k = options->sockets_per_peer > 0 ? options->sockets_per_peer : 1;
+  t->epfd = -1;
+  t->chans = calloc((size_t)size * (size_t)t->k, sizeof *t->chans);
+  t->send_frames = calloc((size_t)size, sizeof *t->send_frames);
+  t->recv_frames = calloc((size_t)size, sizeof *t->recv_frames);
+  if (!t->chans || !t->send_frames || !t->recv_frames) {
+    st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < size * t->k; i++) {
+    t->chans[i].fd = -1;
+    t->chans[i].peer = i / t->k;
+  }
+
+  /* Accept from higher ranks on a thread while this one dials the lower ranks, so nobody waits in a chain. */
+  accept_job job = {.t = t, .listen_fd = listen_fd};
+  pthread_t acceptor;
+  if (pthread_create(&acceptor, NULL, accept_peers, &job) != 0) {
+    st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the accept thread");
+    goto fail;
+  }
+  for (int p = 0; p < rank && st == COHORT_OK; p++) st = connect_peer(t, p, peer_addrs[p]);
+  if (st != COHORT_OK) shutdown(listen_fd, SHUT_RDWR); /* wakes the acceptor */
+  pthread_join(acceptor, NULL);
+  close(listen_fd);
+  listen_fd = -1;
+  if (st == COHORT_OK && job.status != COHORT_OK) st = cohort__error(job.status, "%s", job.message);
+  if (st != COHORT_OK) goto fail;
+
+  t->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (t->epfd < 0) {
+    st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "epoll_create1");
+    goto fail;
+  }
+  for (int i = 0; i < size * t->k; i++) {
+    channel *ch = &t->chans[i];
+    if (ch->fd < 0) continue;
+    cohort__sock_set_nonblocking(ch->fd, 1);
+    cohort__sock_tune(ch->fd, options->socket_buffer);
+    ch->readable = ch->writable = 1;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = ch};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, ch->fd, &ev) != 0) {
+      st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "epoll_ctl");
+      goto fail;
+    }
+  }
+  *out = &t->base;
+  return COHORT_OK;
+fail:
+  if (listen_fd >= 0) close(listen_fd);
+  tcp_destroy(&t->base);
+  return st;
+}

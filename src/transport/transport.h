@@ -1,0 +1,109 @@
+/*
+ * transport.h: the one interface every transport implements (a table of functions), and what the collective
+ * algorithms in src/coll/ are written against.
+ *
+ * The model: point-to-point frames between ranks. isend/irecv post a frame to or from a peer and return at once;
+ * wait() drives progress (on the calling thread) until the given request completes. Frames between two ranks are
+ * delivered in the order they were posted, and a rank posts its receives from a peer in the order that peer posted
+ * its sends, so frames are matched by position, not by tag.
+ *
+ * Every frame carries the collective it belongs to (cohort__call: sequence number, collective, count, dtype, op,
+ * root, algorithm). A receiver compares it with its own current call: a difference is COHORT_ERR_MISMATCH naming
+ * both ranks and both calls. Any failure aborts the transport: an ABORT frame with the status and message goes to
+ * every peer, so every rank returns the same status, and later calls fail at once.
+ *
+ * Thread-safety: a transport is driven by one thread at a time (the engine guarantees it); abort() may be called
+ * from any thread.
+ */
+#ifndef COHORT_TRANSPORT_TRANSPORT_H
+#define COHORT_TRANSPORT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+typedef enum cohort__coll {
+  COHORT__COLL_NONE = 0,
+  COHORT__COLL_ALLREDUCE = 1,
+  COHORT__COLL_BROADCAST = 2,
+  COHORT__COLL_ALLGATHER = 3,
+  COHORT__COLL_REDUCE_SCATTER = 4,
+  COHORT__COLL_BARRIER = 5,
+  COHORT__COLL_INTERNAL = 6, /* setup traffic of the library itself */
+} cohort__coll;
+
+/* What a frame belongs to; all ranks must agree on every field for the same seq. */
+typedef struct cohort__call {
+  uint32_t seq;
+  uint8_t coll;  /* cohort__coll */
+  uint8_t dtype; /* cohort_dtype */
+  uint8_t op;    /* cohort_op */
+  uint8_t algo;  /* cohort__algo (src/coll/coll.h) */
+  int32_t root;
+  uint64_t count;
+} cohort__call;
+
+/* "allreduce(count=10, f32, sum, ring)" into buf. */
+void cohort__call_describe(const cohort__call *call, char *buf, size_t len);
+
+/* A posted send or receive. Caller-owned; must stay alive (and untouched) until it completes. */
+typedef struct cohort__req {
+  struct cohort__req *next; /* the transport's queue link */
+  void *buf;
+  size_t bytes;
+  size_t done_bytes;
+  int peer;
+  int is_send;
+  int complete;
+  cohort__call call; /* the call it was posted under (used by transports that match in memory) */
+} cohort__req;
+
+typedef struct cohort__transport cohort__transport;
+
+typedef struct cohort__transport_ops {
+  const char *name;
+  /* Sets the call stamped on outgoing frames and expected on incoming ones. */
+  void (*set_call)(cohort__transport *t, const cohort__call *call);
+  cohort_status (*isend)(cohort__transport *t, int peer, const void *buf, size_t bytes, cohort__req *req);
+  cohort_status (*irecv)(cohort__transport *t, int peer, void *buf, size_t bytes, cohort__req *req);
+  /* Drives progress until req completes (req NULL: until every posted request completes). */
+  cohort_status (*wait)(cohort__transport *t, cohort__req *req);
+  /* Fails the transport with status and message and tells every peer. Only the thread that drives the transport
+   * (or any thread while nobody does) may call it. Idempotent: the first failure is the one reported. */
+  void (*abort)(cohort__transport *t, cohort_status status, const char *message);
+  /* Any thread: makes the wait in progress (or the next one) fail with status and message, and abort. */
+  void (*interrupt)(cohort__transport *t, cohort_status status, const char *message);
+  void (*destroy)(cohort__transport *t);
+} cohort__transport_ops;
+
+/* The common head of every transport. */
+struct cohort__transport {
+  const cohort__transport_ops *ops;
+  int rank;
+  int size;
+};
+
+/* The TCP transport: see tcp.c. Connects the full mesh given every rank's "host:port" listening address. */
+typedef struct cohort__tcp_options {
+  const char *secret;
+  int sockets_per_peer;
+  int socket_buffer;
+  int spin_us;
+  double op_timeout_s;
+  int64_t connect_deadline_ns;
+} cohort__tcp_options;
+
+/* Opens this rank's listening socket first (its address is published before the mesh is connected). */
+cohort_status cohort__tcp_listen(const char *bind_addr, int *listen_fd, char *addr, size_t addr_len);
+/* Connects the mesh; takes ownership of listen_fd (closed once every peer is connected). */
+cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const *peer_addrs,
+                                 const cohort__tcp_options *options, cohort__transport **out);
+
+/* The in-process transport: see inproc.c. */
+typedef struct cohort__inproc_hub cohort__inproc_hub;
+cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out);
+void cohort__inproc_hub_release(cohort__inproc_hub *hub);
+cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out);
+
+#endif

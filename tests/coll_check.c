@@ -1,0 +1,239 @@
+/* coll_check.c: see coll_check.h. */
+#include "coll_check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+
+/* Inputs are small integers so that every sum and product is exact in every dtype; only AVG rounds. */
+static double input(int rank, size_t i, cohort_dtype d, cohort_op op) {
+  int is_unsigned = d == COHORT_U8;
+  if (op == COHORT_PROD) {
+    double v = ((i * 7 + (size_t)rank * 3) % 3 == 0) ? 2 : 1;
+    if (!is_unsigned && (i + (size_t)rank) % 5 == 0) v = -v;
+    return v;
+  }
+  double v = (double)((i * 7 + (size_t)rank * 13) % 11);
+  return is_unsigned ? v : v - 5;
+}
+
+static void store_value(void *buf, size_t i, cohort_dtype d, double v) {
+  switch (d) {
+  case COHORT_F32: ((float *)buf)[i] = (float)v; break;
+  case COHORT_F64: ((double *)buf)[i] = v; break;
+  case COHORT_F16: ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v); break;
+  case COHORT_BF16: ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v); break;
+  case COHORT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case COHORT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case COHORT_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  default: break;
+  }
+}
+
+static double load_value(const void *buf, size_t i, cohort_dtype d) {
+  switch (d) {
+  case COHORT_F32: return ((const float *)buf)[i];
+  case COHORT_F64: return ((const double *)buf)[i];
+  case COHORT_F16: return cohort__f16_to_f32(((const uint16_t *)buf)[i]);
+  case COHORT_BF16: return cohort__bf16_to_f32(((const uint16_t *)buf)[i]);
+  case COHORT_I32: return ((const int32_t *)buf)[i];
+  case COHORT_I64: return (double)((const int64_t *)buf)[i];
+  case COHORT_U8: return ((const uint8_t *)buf)[i];
+  default: return NAN;
+  }
+}
+
+static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
+  double acc = input(0, i, d, op);
+  for (int r = 1; r < n; r++) {
+    double v = input(r, i, d, op);
+    switch (op) {
+    case COHORT_PROD: acc *= v; break;
+    case COHORT_MIN: acc = v < acc ? v : acc; break;
+    case COHORT_MAX: acc = v > acc ? v : acc; break;
+    default: acc += v; break;
+    }
+  }
+  if (op == COHORT_AVG) {
+    int integer = d == COHORT_I32 || d == COHORT_I64 || d == COHORT_U8;
+    acc = integer ? trunc(acc / n) : acc / n;
+  }
+  return acc;
+}
+
+static double tolerance(cohort_dtype d, double expect) {
+  double mag = fabs(expect);
+  switch (d) {
+  case COHORT_F32: return mag * 1e-6;
+  case COHORT_F64: return mag * 1e-12;
+  case COHORT_F16: return mag * (1.0 / 1024);
+  case COHORT_BF16: return mag * (1.0 / 128);
+  default: return 0;
+  }
+}
+
+static int report(const char *what, cohort_dtype d, cohort_op op, size_t count, size_t i, double got, double want,
+                  int rank) {
+  fprintf(stderr, "rank %d: %s %s %s count=%zu: element %zu is %.9g, expected %.9g\n", rank, what,
+          cohort_dtype_name(d), cohort_op_name(op), count, i, got, want);
+  return 1;
+}
+
+static int call_failed(const char *what, cohort_status st, int rank) {
+  fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, cohort_strerror(st), cohort_last_error());
+  return 1;
+}
+
+static int check_allreduce(cohort_comm *c, size_t count, cohort_dtype d, cohort_op op, int in_place) {
+  int r = cohort_rank(c), n = cohort_size(c);
+  size_t es = cohort_dtype_size(d);
+  char *send = malloc(count * es + 1), *recv = malloc(count * es + 1);
+  for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, op));
+  memset(recv, 0x5a, count * es + 1);
+  if (in_place) memcpy(recv, send, count * es);
+  cohort_status st = cohort_allreduce(c, in_place ? recv : send, recv, count, d, op);
+  int bad = 0;
+  if (st != COHORT_OK) bad = call_failed("allreduce", st, r);
+  for (size_t i = 0; i < count && !bad; i++) {
+    double want = reference(n, i, d, op), got = load_value(recv, i, d);
+    if (fabs(got - want) > tolerance(d, want)) bad = report(in_place ? "allreduce(in place)" : "allreduce", d, op, count, i, got, want, r);
+  }
+  free(send);
+  free(recv);
+  return bad;
+}
+
+static int check_reduce_scatter(cohort_comm *c, size_t count, cohort_dtype d, cohort_op op) {
+  int r = cohort_rank(c), n = cohort_size(c);
+  size_t es = cohort_dtype_size(d), total = count * (size_t)n;
+  char *send = malloc(total * es + 1), *recv = malloc(count * es + 1);
+  for (size_t i = 0; i < total; i++) store_value(send, i, d, input(r, i, d, op));
+  memset(recv, 0x5a, count * es + 1);
+  cohort_status st = cohort_reduce_scatter(c, send, recv, count, d, op);
+  int bad = 0;
+  if (st != COHORT_OK) bad = call_failed("reduce_scatter", st, r);
+  for (size_t j = 0; j < count && !bad; j++) {
+    double want = reference(n, (size_t)r * count + j, d, op), got = load_value(recv, j, d);
+    if (fabs(got - want) > tolerance(d, want)) bad = report("reduce_scatter", d, op, count, j, got, want, r);
+  }
+  free(send);
+  free(recv);
+  return bad;
+}
+
+static int check_allgather(cohort_comm *c, size_t count, cohort_dtype d) {
+  int r = cohort_rank(c), n = cohort_size(c);
+  size_t es = cohort_dtype_size(d), total = count * (size_t)n;
+  char *send = malloc(count * es + 1), *recv = malloc(total * es + 1);
+  for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, COHORT_SUM));
+  memset(recv, 0x5a, total * es + 1);
+  cohort_status st = cohort_allgather(c, send, recv, count, d);
+  int bad = 0;
+  if (st != COHORT_OK) bad = call_failed("allgather", st, r);
+  for (size_t i = 0; i < total && !bad; i++) {
+    double want = input((int)(i / (count ? count : 1)), i % (count ? count : 1), d, COHORT_SUM), got = load_value(recv, i, d);
+    if (got != want) bad = report("allgather", d, COHORT_SUM, count, i, got, want, r);
+  }
+  free(send);
+  free(recv);
+  return bad;
+}
+
+static int check_broadcast(cohort_comm *c, size_t count, cohort_dtype d, int root) {
+  int r = cohort_rank(c);
+  size_t es = cohort_dtype_size(d);
+  char *buf = malloc(count * es + 1);
+  if (r == root) for (size_t i = 0; i < count; i++) store_value(buf, i, d, input(root, i, d, COHORT_SUM));
+  else memset(buf, 0x5a, count * es + 1);
+  cohort_status st = cohort_broadcast(c, buf, count, d, root);
+  int bad = 0;
+  if (st != COHORT_OK) bad = call_failed("broadcast", st, r);
+  for (size_t i = 0; i < count && !bad; i++) {
+    double want = input(root, i, d, COHORT_SUM), got = load_value(buf, i, d);
+    if (got != want) bad = report("broadcast", d, COHORT_SUM, count, i, got, want, r);
+  }
+  free(buf);
+  return bad;
+}
+
+int coll_check_all(cohort_comm *c, const size_t *counts, int ncounts) {
+  int bad = 0, n = cohort_size(c);
+  for (int k = 0; k < ncounts; k++) {
+    size_t count = counts[k];
+    for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+      for (int op = 0; op < COHORT_OP_COUNT; op++) {
+        bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);
+        bad += check_reduce_scatter(c, count, (cohort_dtype)d, (cohort_op)op);
+      }
+      bad += check_allgather(c, count, (cohort_dtype)d);
+      bad += check_broadcast(c, count, (cohort_dtype)d, (int)((count + (size_t)d) % (size_t)n));
+      if (bad) return bad; /* after a failure the communicator is dead; the first message says it all */
+    }
+  }
+  return bad;
+}
+
+int coll_check_async(cohort_comm *c) {
+  enum { INFLIGHT = 6, COUNT = 50000 };
+  int r = cohort_rank(c), n = cohort_size(c), bad = 0;
+  float *bufs[INFLIGHT];
+  cohort_work *work[INFLIGHT];
+  for (int k = 0; k < INFLIGHT; k++) {
+    bufs[k] = malloc(COUNT * sizeof(float));
+    for (int i = 0; i < COUNT; i++) bufs[k][i] = (float)(r + k + i % 7);
+    cohort_status st = cohort_iallreduce(c, bufs[k], bufs[k], COUNT, COHORT_F32, COHORT_SUM, &work[k]);
+    if (st != COHORT_OK) return call_failed("iallreduce", st, r);
+  }
+  /* A blocking call issued now runs after the queued work, in issue order, on every rank. */
+  float one = (float)r;
+  cohort_status st = cohort_allreduce(c, &one, &one, 1, COHORT_F32, COHORT_MAX);
+  if (st != COHORT_OK) bad += call_failed("allreduce after iallreduce", st, r);
+  else if (one != (float)(n - 1)) bad += report("allreduce after async", COHORT_F32, COHORT_MAX, 1, 0, one, n - 1, r);
+  for (int k = 0; k < INFLIGHT; k++) {
+    int done = 0;
+    st = cohort_work_test(work[k], &done);
+    if (st != COHORT_OK) bad += call_failed("cohort_work_test", st, r);
+    /* Work completes in issue order, and the blocking call above came after all of it. */
+    if (!done) bad += report("work_test after a later blocking call", COHORT_F32, COHORT_SUM, COUNT, 0, done, 1, r);
+    st = cohort_work_wait(work[k]);
+    if (st != COHORT_OK) bad += call_failed("cohort_work_wait", st, r);
+    for (int i = 0; i < COUNT && !bad; i++) {
+      double want = (double)n * (k + i % 7) + (double)n * (n - 1) / 2;
+      if (bufs[k][i] != (float)want) bad += report("iallreduce", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
+    }
+    cohort_work_free(work[k]);
+    free(bufs[k]);
+  }
+  return bad;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock for every process of this machine */
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int coll_check_barrier(cohort_comm *c) {
+  int r = cohort_rank(c), n = cohort_size(c);
+  double entered = 0;
+  if (r == n - 1) { /* the last rank comes late */
+    usleep(200000);
+    entered = now_s();
+  }
+  cohort_status st = cohort_barrier(c);
+  double left = now_s();
+  if (st != COHORT_OK) return call_failed("barrier", st, r);
+  st = cohort_broadcast(c, &entered, 1, COHORT_F64, n - 1);
+  if (st != COHORT_OK) return call_failed("broadcast", st, r);
+  if (left < entered) {
+    fprintf(stderr, "rank %d left the barrier at %.6f, before rank %d entered it at %.6f\n", r, left, n - 1, entered);
+    return 1;
+  }
+  return 0;
+}

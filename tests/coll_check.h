@@ -1,0 +1,21 @@
+/*
+ * coll_check.h: the collective correctness checks shared by the thread tests (unit/test_coll_inproc.c) and the
+ * multi-process tests (mp/test_collectives.c): every collective x dtype x op x count, each result compared element
+ * by element with a reference computed in double from the inputs every rank generated.
+ */
+#ifndef COHORT_TEST_COLL_CHECK_H
+#define COHORT_TEST_COLL_CHECK_H
+
+#include <stddef.h>
+
+#include "cohort/cohort.h"
+
+/* Runs the full matrix on comm with the given counts; returns the number of failed checks (0 = all good). Prints
+ * one line per failure, naming the collective, dtype, op, count, element, got and expected. */
+int coll_check_all(cohort_comm *comm, const size_t *counts, int ncounts);
+/* Async: several iallreduce in flight, completed in order, mixed with a blocking call. */
+int coll_check_async(cohort_comm *comm);
+/* Barrier: nobody leaves before the last rank has entered. */
+int coll_check_barrier(cohort_comm *comm);
+
+#endif

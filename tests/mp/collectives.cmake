@@ -1,0 +1,16 @@
+# Multi-rank tests: real processes started by cohortrun, talking over TCP on loopback.
+cohort_add_test_binary(test_collectives SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_collectives.c ${CMAKE_CURRENT_LIST_DIR}/../coll_check.c)
+set(COHORTRUN $<TARGET_FILE:cohortrun>)
+foreach(np 1 2 3 4 5)
+  add_test(NAME mp.collectives.np${np} COMMAND ${COHORTRUN} -np ${np} $<TARGET_FILE:test_collectives>)
+  set_tests_properties(mp.collectives.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900)
+endforeach()
+# The other code paths: each algorithm forced, tiny segments, and several sockets per peer (striping).
+add_test(NAME mp.collectives.ring_tiny_segments COMMAND ${COHORTRUN} -np 3 $<TARGET_FILE:test_collectives> --quick)
+set_tests_properties(mp.collectives.ring_tiny_segments PROPERTIES LABELS "mp;sanitize"
+                     ENVIRONMENT "COHORT_ALGO=ring;COHORT_SEGMENT_BYTES=1000")
+add_test(NAME mp.collectives.rd COMMAND ${COHORTRUN} -np 5 $<TARGET_FILE:test_collectives> --quick)
+set_tests_properties(mp.collectives.rd PROPERTIES LABELS "mp;sanitize" ENVIRONMENT "COHORT_ALGO=rd")
+add_test(NAME mp.collectives.striped COMMAND ${COHORTRUN} -np 3 $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.collectives.striped PROPERTIES LABELS "mp" TIMEOUT 900
+                     ENVIRONMENT "COHORT_SOCKETS_PER_PEER=3;COHORT_SEGMENT_BYTES=65536")

@@ -1,0 +1,133 @@
+/*
+ * test_coll_inproc.c: every collective over the in-process transport, ranks as threads (the Gloo way), for world
+ * sizes 1 to 5, with tiny pipeline segments so that every segmenting path is taken; plus the conversion and
+ * reduction kernels, and mismatch detection between threads.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "coll_check.h"
+#include "test.h"
+
+typedef struct rank_job {
+  cohort_inproc_group *group;
+  int rank;
+  int failures;
+  int mismatch; /* this rank calls with a different count */
+  cohort_status mismatch_status;
+  char message[1024];
+} rank_job;
+
+static void *run_matrix(void *arg) {
+  rank_job *j = arg;
+  cohort_comm *c = NULL;
+  cohort_status st = cohort_init_inproc(j->group, j->rank, &c);
+  if (st != COHORT_OK) {
+    fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
+    j->failures = 1;
+    return NULL;
+  }
+  static const size_t counts[] = {0, 1, 7, 4097, 100003};
+  j->failures = coll_check_all(c, counts, 5) + coll_check_async(c) + coll_check_barrier(c);
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+static int run_world(int n, void *(*fn)(void *), rank_job *jobs) {
+  cohort_inproc_group *g;
+  if (cohort_inproc_group_create(n, &g) != COHORT_OK) return -1;
+  pthread_t th[8];
+  for (int r = 0; r < n; r++) {
+    jobs[r].group = g;
+    jobs[r].rank = r;
+    pthread_create(&th[r], NULL, fn, &jobs[r]);
+  }
+  int failures = 0;
+  for (int r = 0; r < n; r++) {
+    pthread_join(th[r], NULL);
+    failures += jobs[r].failures;
+  }
+  cohort_inproc_group_destroy(g);
+  return failures;
+}
+
+TEST(every_collective_dtype_op_and_count_for_world_sizes_1_to_5) {
+  setenv("COHORT_SEGMENT_BYTES", "4096", 1); /* many segments per chunk even for small counts */
+  for (int n = 1; n <= 5; n++) {
+    rank_job jobs[8] = {0};
+    ASSERT_EQ(run_world(n, run_matrix, jobs), 0);
+  }
+  unsetenv("COHORT_SEGMENT_BYTES");
+}
+
+TEST(forced_algorithms_agree) {
+  const char *algos[] = {"ring", "rd"};
+  for (int a = 0; a < 2; a++) {
+    setenv("COHORT_ALGO", algos[a], 1);
+    rank_job jobs[8] = {0};
+    ASSERT_EQ(run_world(3, run_matrix, jobs), 0);
+  }
+  unsetenv("COHORT_ALGO");
+}
+
+static void *run_mismatch(void *arg) {
+  rank_job *j = arg;
+  cohort_comm *c = NULL;
+  if (cohort_init_inproc(j->group, j->rank, &c) != COHORT_OK) return NULL;
+  float buf[64] = {0};
+  j->mismatch_status = cohort_allreduce(c, buf, buf, j->mismatch ? 32 : 64, COHORT_F32, COHORT_SUM);
+  snprintf(j->message, sizeof j->message, "%s", cohort_last_error());
+  /* The communicator stays failed: the next call returns the same status at once. */
+  if (cohort_barrier(c) != j->mismatch_status) j->failures = 1;
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+TEST(mismatched_counts_fail_on_every_thread) {
+  rank_job jobs[8] = {0};
+  jobs[1].mismatch = 1;
+  run_world(3, run_mismatch, jobs);
+  for (int r = 0; r < 3; r++) {
+    ASSERT_EQ(jobs[r].mismatch_status, COHORT_ERR_MISMATCH);
+    ASSERT_EQ(jobs[r].failures, 0);
+    ASSERT_CONTAINS(jobs[r].message, "count=32");
+    ASSERT_CONTAINS(jobs[r].message, "count=64");
+  }
+}
+
+TEST(half_conversions_round_to_nearest_even) {
+  ASSERT_EQ(cohort__f32_to_f16(1.0f), 0x3c00);
+  ASSERT_EQ(cohort__f32_to_f16(-2.0f), 0xc000);
+  ASSERT_EQ(cohort__f32_to_f16(65504.0f), 0x7bff);
+  ASSERT_EQ(cohort__f32_to_f16(1e6f), 0x7c00);                 /* overflow to inf */
+  ASSERT_EQ(cohort__f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);    /* tie: to even */
+  ASSERT_EQ(cohort__f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);    /* tie: to even, upward */
+  ASSERT_EQ(cohort__f32_to_f16(5.9604645e-08f), 0x0001);        /* smallest subnormal */
+  ASSERT_NEAR(cohort__f16_to_f32(0x0001), 5.9604645e-08, 1e-15);
+  ASSERT_NEAR(cohort__f16_to_f32(0x3555), 0.333251953125, 0);
+  ASSERT_EQ(cohort__f32_to_bf16(1.0f), 0x3f80);
+  ASSERT_EQ(cohort__f32_to_bf16(1.00390625f), 0x3f80); /* tie: to even */
+  ASSERT_EQ(cohort__f32_to_bf16(1.01171875f), 0x3f82); /* tie: to even, upward */
+  ASSERT_NEAR(cohort__bf16_to_f32(0xc040), -3.0, 0);
+  for (uint32_t h = 0; h < 0x7c00; h++) ASSERT_EQ(cohort__f32_to_f16(cohort__f16_to_f32((uint16_t)h)), h);
+}
+
+TEST(integer_kernels_wrap_and_avg_truncates) {
+  int32_t a[3] = {INT32_MAX, -7, 9}, b[3] = {1, 2, 2}, d[3];
+  cohort__reduce(d, a, b, 3, COHORT_I32, COHORT_SUM);
+  ASSERT_EQ(d[0], INT32_MIN);
+  ASSERT_EQ(d[1], -5);
+  cohort__reduce_avg(d, 3, COHORT_I32, 2);
+  ASSERT_EQ(d[1], -2); /* toward zero */
+  ASSERT_EQ(d[2], 5);
+  uint8_t u[2] = {200, 3}, v[2] = {100, 4}, w[2];
+  cohort__reduce(w, u, v, 2, COHORT_U8, COHORT_SUM);
+  ASSERT_EQ(w[0], 44);
+  cohort__reduce(w, u, v, 2, COHORT_U8, COHORT_PROD);
+  ASSERT_EQ(w[1], 12);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
+                 TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
+                 TEST_CASE(forced_algorithms_agree), TEST_CASE(mismatched_counts_fail_on_every_thread))
