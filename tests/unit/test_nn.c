@@ -124,10 +124,10 @@ TEST(grad_relu_fused_and_unfused) {
   ASSERT_OK(cohort_model_add_maxpool2d(m, 2, 0));
   ASSERT_OK(cohort_model_add_relu(m)); /* after a pool: a layer of its own */
   ASSERT_OK(cohort_model_add_flatten(m));
-  ASSERT_OK(cohort_model_add_linear(m, "f1", 27, 6));
+  ASSERT_OK(cohort_model_add_linear(m, "f1", 243, 6));
   ASSERT_OK(cohort_model_add_relu(m)); /* last layer: never fused (dy is the caller's) */
   ASSERT_OK(cohort_model_init(m, COHORT_INIT_TORCH_DEFAULT, 5));
-  cohort_tensor x = input4(3, 1, 8, 8, 6);
+  cohort_tensor x = input4(3, 1, 20, 21, 6); /* 18x19 into the 2x2 pool: vector and scalar paths */
   double e = gradcheck(m, &x, 1e-4);
   cohort_tensor_free(&x);
   cohort_model_destroy(m);
