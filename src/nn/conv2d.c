@@ -47,7 +47,7 @@ static void im2col(const float *img, int c, int h, int w, int k, int s, int pad,
           }
           const float *src = plane + (size_t)iy * w;
           if (s == 1 && pad == 0) {
-            memcpy(d, src + kx, (size_t)ow * sizeof(float));
+            cohort__vcopy(d, src + kx, (size_t)ow);
             continue;
           }
           for (int ox = 0; ox < ow; ox++) {

@@ -54,6 +54,13 @@ static inline void cohort__vadd(float *restrict d, const float *restrict s, size
   for (; i < n; i++) d[i] += s[i];
 }
 
+/* d = s, inline: im2col copies many short rows, where a libc call per row costs more than the copy. */
+static inline void cohort__vcopy(float *restrict d, const float *restrict s, size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) cohort__v4_store(d + i, cohort__v4_load(s + i));
+  for (; i < n; i++) d[i] = s[i];
+}
+
 /* d = v. */
 static inline void cohort__vfill(float *restrict d, float v, size_t n) {
   const cohort__v4f b = {v, v, v, v};
