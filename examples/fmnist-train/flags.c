@@ -1,0 +1,189 @@
+/* flags.c: fmnist-train's command line. Every mistake is one line on stderr and exit code 2, before any rank
+ * starts talking to another, so that a typo costs nothing. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train.h"
+
+const char *train_model_name(train_model_kind kind) { return kind == TRAIN_MODEL_MLP ? "mlp" : "cnn"; }
+
+void train_flags_usage(FILE *f) {
+  fprintf(f,
+          "usage: cohortrun -np N fmnist-train [options]\n"
+          "Trains a CNN (or an MLP) on Fashion-MNIST, data-parallel over the ranks; rank 0 reports.\n"
+          "  --model cnn|mlp         the reference CNN (default) or a 784-256-10 MLP\n"
+          "  --epochs N              planned length in epochs; the lr schedule spans it (default 1)\n"
+          "  --steps N               stop after N optimizer steps in all (default: run the epochs)\n"
+          "  --batch N               images per rank per step (default 64)\n"
+          "  --lr X                  peak learning rate per %d images of global batch; the job uses\n"
+          "                          X * ranks * batch / %d (default 0.05)\n"
+          "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
+          "  --weight-decay X        L2 weight decay (default 0)\n"
+          "  --warmup N              linear warmup steps; default: a fifth of an epoch, at most 200\n"
+          "  --seed N                weights and shuffling (default 0)\n"
+          "  --checkpoint PATH       rank 0 writes the state here every epoch and at the end\n"
+          "  --checkpoint-every N    ... and also every N steps\n"
+          "  --resume                continue from --checkpoint (which must exist)\n"
+          "  --data DIR              Fashion-MNIST files (default %s)\n"
+          "  --threads N             BLAS threads per rank (default 1)\n"
+          "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
+          "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
+          "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
+          "  --eval-batch N          images per evaluation batch (default 1000)\n"
+          "  --quiet                 no progress lines, only the final line\n"
+          "  --help                  this text\n"
+          "The last line on rank 0's stdout is machine-readable:\n"
+          "  final: steps=N loss=X test_acc=Y img_per_s=Z param_sha256=H\n"
+          "Exit codes: 0 success, 1 failure while running, 2 bad command line.\n",
+          TRAIN_LR_REFERENCE_BATCH, TRAIN_LR_REFERENCE_BATCH, COHORT_FMNIST_DEFAULT_DIR);
+}
+
+static int usage_error(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "fmnist-train: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, " (see --help)\n");
+  return TRAIN_EXIT_USAGE;
+}
+
+/* A whole decimal integer in [lo, hi]; anything else (empty, trailing bytes, overflow) is refused. */
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || errno == ERANGE)
+    return usage_error("%s needs an integer, got '%s'", flag, s);
+  if (v < lo || v > hi) {
+    char range[96];
+    snprintf(range, sizeof range, "'%s' (allowed: %lld to %lld)", s, lo, hi);
+    return usage_error("%s is out of range: %s", flag, range);
+  }
+  *out = v;
+  return TRAIN_EXIT_OK;
+}
+
+static int parse_double(const char *flag, const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return usage_error("%s needs a finite number, got '%s'", flag, s);
+  *out = v;
+  return TRAIN_EXIT_OK;
+}
+
+static int is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int train_flags_parse(int argc, char **argv, train_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->model = TRAIN_MODEL_CNN;
+  cfg->epochs = 1;
+  cfg->batch = 64;
+  cfg->lr = 0.05;
+  cfg->momentum = 0.9;
+  cfg->warmup_steps = -1;
+  cfg->data_dir = COHORT_FMNIST_DEFAULT_DIR;
+  cfg->threads = 1;
+  cfg->log_every = 50;
+  cfg->eval_batch = 1000;
+
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'%s", arg, "");
+    /* --flag=value and --flag value are both accepted. */
+    char name[64];
+    const char *value = NULL;
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) return usage_error("unknown flag '%s'%s", arg, "");
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    if (eq) value = eq + 1;
+
+    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet");
+    static const char *const known[] = {"--model",       "--epochs",      "--steps",  "--batch",      "--lr",
+                                        "--momentum",    "--weight-decay", "--warmup", "--seed",       "--checkpoint",
+                                        "--checkpoint-every", "--data",   "--threads", "--csv",       "--dump-params",
+                                        "--log-every",   "--eval-batch"};
+    int valued = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+      if (!strcmp(name, known[k])) valued = 1;
+    if (!boolean && !valued) return usage_error("unknown flag '%s'%s", name, "");
+    if (boolean) {
+      if (value) return usage_error("%s takes no value, got '%s'", name, value);
+      if (!strcmp(name, "--help")) {
+        train_flags_usage(stdout);
+        return -1;
+      }
+      if (!strcmp(name, "--resume")) cfg->resume = 1;
+      if (!strcmp(name, "--quiet")) cfg->quiet = 1;
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= argc) return usage_error("%s needs a value%s", name, "");
+      value = argv[++i];
+    }
+
+    long long n = 0;
+    int rc = TRAIN_EXIT_OK;
+    if (!strcmp(name, "--model")) {
+      if (!strcmp(value, "cnn")) cfg->model = TRAIN_MODEL_CNN;
+      else if (!strcmp(value, "mlp")) cfg->model = TRAIN_MODEL_MLP;
+      else return usage_error("--model must be cnn or mlp, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--epochs")) {
+      if ((rc = parse_int(name, value, 1, 100000, &n)) == TRAIN_EXIT_OK) cfg->epochs = (int)n;
+    } else if (!strcmp(name, "--steps")) {
+      if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->max_steps = n;
+    } else if (!strcmp(name, "--batch")) {
+      if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->batch = (int)n;
+    } else if (!strcmp(name, "--lr")) {
+      if ((rc = parse_double(name, value, &cfg->lr)) == TRAIN_EXIT_OK && !(cfg->lr > 0))
+        return usage_error("--lr must be > 0, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--momentum")) {
+      if ((rc = parse_double(name, value, &cfg->momentum)) == TRAIN_EXIT_OK &&
+          !(cfg->momentum >= 0 && cfg->momentum < 1))
+        return usage_error("--momentum must be in [0, 1), got '%s'%s", value, "");
+    } else if (!strcmp(name, "--weight-decay")) {
+      if ((rc = parse_double(name, value, &cfg->weight_decay)) == TRAIN_EXIT_OK && !(cfg->weight_decay >= 0))
+        return usage_error("--weight-decay must be >= 0, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--warmup")) {
+      if ((rc = parse_int(name, value, 0, INT_MAX, &n)) == TRAIN_EXIT_OK) cfg->warmup_steps = (int)n;
+    } else if (!strcmp(name, "--seed")) {
+      if ((rc = parse_int(name, value, 0, LLONG_MAX, &n)) == TRAIN_EXIT_OK) cfg->seed = (uint64_t)n;
+    } else if (!strcmp(name, "--checkpoint")) {
+      if (!*value) return usage_error("--checkpoint needs a path%s%s", "", "");
+      cfg->checkpoint = value;
+    } else if (!strcmp(name, "--checkpoint-every")) {
+      if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->checkpoint_every = n;
+    } else if (!strcmp(name, "--data")) {
+      cfg->data_dir = value;
+    } else if (!strcmp(name, "--threads")) {
+      if ((rc = parse_int(name, value, 1, 256, &n)) == TRAIN_EXIT_OK) cfg->threads = (int)n;
+    } else if (!strcmp(name, "--csv")) {
+      if (!*value) return usage_error("--csv needs a path%s%s", "", "");
+      cfg->csv = value;
+    } else if (!strcmp(name, "--dump-params")) {
+      if (!*value) return usage_error("--dump-params needs a path%s%s", "", "");
+      cfg->dump_params = value;
+    } else if (!strcmp(name, "--log-every")) {
+      if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->log_every = n;
+    } else if (!strcmp(name, "--eval-batch")) {
+      if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->eval_batch = (int)n;
+    }
+    if (rc != TRAIN_EXIT_OK) return rc;
+  }
+
+  if (cfg->resume && !cfg->checkpoint) return usage_error("--resume needs --checkpoint PATH%s%s", "", "");
+  if (cfg->checkpoint_every && !cfg->checkpoint)
+    return usage_error("--checkpoint-every needs --checkpoint PATH%s%s", "", "");
+  if (!is_dir(cfg->data_dir))
+    return usage_error("--data: no directory '%s'%s", cfg->data_dir,
+                       " (install the dataset-fashion-mnist package or pass --data DIR)");
+  return TRAIN_EXIT_OK;
+}

@@ -1,0 +1,25 @@
+/*
+ * fmnist-train: the main job. Data-parallel training of the reference CNN on Fashion-MNIST:
+ *
+ *   build/bin/cohortrun -np 2 build/bin/fmnist-train [--epochs 10] [--steps N] [--batch 64] ...
+ *
+ * See --help, docs/training.md, and train.h for how the pieces fit.
+ */
+#include "train.h"
+
+int main(int argc, char **argv) {
+  train_config cfg;
+  int rc = train_flags_parse(argc, argv, &cfg);
+  if (rc < 0) return TRAIN_EXIT_OK; /* --help */
+  if (rc != TRAIN_EXIT_OK) return rc;
+
+  cohort_comm *comm = NULL;
+  cohort_status st = cohort_init(&comm);
+  if (st != COHORT_OK) {
+    fprintf(stderr, "fmnist-train: joining the job: %s: %s\n", cohort_strerror(st), cohort_last_error());
+    return TRAIN_EXIT_FAIL;
+  }
+  rc = train_run(&cfg, comm);
+  cohort_comm_destroy(comm);
+  return rc;
+}

@@ -1,0 +1,190 @@
+/*
+ * state.c: fmnist-train's checkpoints (the file format is docs/checkpoint-format.md; this is what goes in it).
+ *
+ * Entries: every parameter ("param.<name>") and buffer ("buffer.<name>") with its shape; every optimizer state
+ * array ("optim.<name>") and the optimizer's step count; the sampler's state (epoch and cursor of the next batch);
+ * the model's RNG; the job's step, epoch, loss accumulators and last test accuracy; and the settings the schedule
+ * and the data order depend on ("config.*"), so that resuming with other settings is refused by name instead of
+ * silently becoming a different run.
+ *
+ * Rank 0 writes (all replicas are identical); every rank reads the same file, so no broadcast is needed and a bad
+ * file is reported by each rank in the same words.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cohort/ckpt.h"
+#include "train.h"
+
+static int fail(const train_job *job, const char *what, cohort_status st) {
+  fprintf(stderr, "fmnist-train: rank %d: %s (checkpoint %s): %s: %s\n", job->rank, what, job->cfg->checkpoint,
+          cohort_strerror(st), cohort_last_error());
+  return -1;
+}
+
+#define TRY(what, expr)                                                                                            \
+  do {                                                                                                             \
+    cohort_status try_status__ = (expr);                                                                           \
+    if (try_status__ != COHORT_OK) {                                                                               \
+      rc = fail(job, what, try_status__);                                                                          \
+      goto out;                                                                                                    \
+    }                                                                                                              \
+  } while (0)
+
+/* The settings a resumed run must share with the run that wrote the checkpoint. */
+typedef struct config_entry {
+  const char *name;
+  const char *flag;
+  double value;
+} config_entry;
+
+static int config_entries(const train_job *job, config_entry out[8]) {
+  const train_config *cfg = job->cfg;
+  int n = 0;
+  out[n++] = (config_entry){"config.batch", "--batch", cfg->batch};
+  out[n++] = (config_entry){"config.world", "number of ranks", job->world};
+  out[n++] = (config_entry){"config.epochs", "--epochs", cfg->epochs};
+  out[n++] = (config_entry){"config.lr", "--lr", cfg->lr};
+  out[n++] = (config_entry){"config.momentum", "--momentum", cfg->momentum};
+  out[n++] = (config_entry){"config.weight_decay", "--weight-decay", cfg->weight_decay};
+  out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps};
+  out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed};
+  return n;
+}
+
+static cohort_status add_f64(cohort_ckpt_writer *w, const char *name, double v) {
+  return cohort_ckpt_add(w, name, COHORT_F64, 0, NULL, &v);
+}
+
+int train_state_save(train_job *job) {
+  if (job->rank != 0) return 0;
+  const train_config *cfg = job->cfg;
+  cohort_ckpt_writer *w = NULL;
+  int rc = 0;
+  char name[COHORT_CKPT_MAX_NAME + 1];
+  TRY("starting a checkpoint", cohort_ckpt_writer_create(job->signature, &w));
+  for (int i = 0; i < cohort_model_num_params(job->model); i++) {
+    const cohort_param *p = cohort_model_param(job->model, i);
+    snprintf(name, sizeof name, "param.%s", p->name);
+    TRY("adding a parameter to the checkpoint", cohort_ckpt_add_f32(w, name, p->ndim, p->shape, p->value));
+  }
+  for (int i = 0; i < cohort_model_num_buffers(job->model); i++) {
+    const cohort_param *p = cohort_model_buffer(job->model, i);
+    snprintf(name, sizeof name, "buffer.%s", p->name);
+    TRY("adding a buffer to the checkpoint", cohort_ckpt_add_f32(w, name, p->ndim, p->shape, p->value));
+  }
+  for (int i = 0; i < cohort_optim_num_states(job->optim); i++) {
+    const cohort_named_array *a = cohort_optim_state(job->optim, i);
+    int64_t dims[1] = {(int64_t)a->count};
+    snprintf(name, sizeof name, "optim.%s", a->name);
+    TRY("adding optimizer state to the checkpoint", cohort_ckpt_add_f32(w, name, 1, dims, a->data));
+  }
+  TRY("adding the optimizer's steps", cohort_ckpt_add_i64(w, "optim.steps", cohort_optim_steps(job->optim)));
+  cohort_sampler_state ss;
+  cohort_sampler_get_state(job->sampler, &ss);
+  TRY("adding the sampler state", cohort_ckpt_add_bytes(w, "sampler", &ss, sizeof ss));
+  TRY("adding the RNG state", cohort_ckpt_add_bytes(w, "rng.model", cohort_model_rng(job->model), sizeof(cohort_rng)));
+  TRY("adding the step", cohort_ckpt_add_i64(w, "step", job->step));
+  TRY("adding the epoch", cohort_ckpt_add_i64(w, "epoch", job->epoch));
+  TRY("adding the loss", add_f64(w, "job.loss_sum", job->loss_sum));
+  TRY("adding the loss", cohort_ckpt_add_i64(w, "job.loss_steps", job->loss_steps));
+  TRY("adding the loss", add_f64(w, "job.last_loss", job->last_loss));
+  TRY("adding the accuracy", add_f64(w, "job.test_acc", job->test_acc));
+  config_entry ce[8];
+  int nce = config_entries(job, ce);
+  for (int i = 0; i < nce; i++) TRY("adding the settings", add_f64(w, ce[i].name, ce[i].value));
+  TRY("saving the checkpoint", cohort_ckpt_writer_save(w, cfg->checkpoint));
+out:
+  cohort_ckpt_writer_destroy(w);
+  return rc;
+}
+
+static cohort_status get_f64(const cohort_ckpt *ck, const char *name, double *out) {
+  cohort_ckpt_entry e;
+  cohort_status st = cohort_ckpt_find(ck, name, &e);
+  if (st != COHORT_OK) return st;
+  if (e.dtype != COHORT_F64 || e.count != 1) return COHORT_ERR_INVALID;
+  memcpy(out, e.data, sizeof *out);
+  return COHORT_OK;
+}
+
+int train_state_load(train_job *job) {
+  const train_config *cfg = job->cfg;
+  const char *path = cfg->checkpoint;
+  cohort_ckpt *ck = NULL;
+  int rc = 0;
+  char name[COHORT_CKPT_MAX_NAME + 1];
+  cohort_status st = cohort_ckpt_load(path, job->signature, &ck);
+  if (st != COHORT_OK) {
+    fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: %s\n", job->rank, path, cohort_last_error());
+    return -1;
+  }
+
+  /* Settings first: a checkpoint of another configuration is refused before anything is overwritten. */
+  config_entry ce[8];
+  int nce = config_entries(job, ce);
+  for (int i = 0; i < nce; i++) {
+    double v;
+    if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
+      fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: it has no valid f64 entry '%s'\n", job->rank,
+              path, ce[i].name);
+      rc = -1;
+      goto out;
+    }
+    if (v != ce[i].value) {
+      fprintf(stderr,
+              "fmnist-train: rank %d: cannot resume from %s: it was written with %s %.9g, this run has %.9g "
+              "(resume with the same settings)\n",
+              job->rank, path, ce[i].flag, v, ce[i].value);
+      rc = -1;
+      goto out;
+    }
+  }
+
+  for (int i = 0; i < cohort_model_num_params(job->model); i++) {
+    const cohort_param *p = cohort_model_param(job->model, i);
+    snprintf(name, sizeof name, "param.%s", p->name);
+    TRY("reading a parameter", cohort_ckpt_get_f32(ck, name, p->ndim, p->shape, p->value));
+  }
+  for (int i = 0; i < cohort_model_num_buffers(job->model); i++) {
+    const cohort_param *p = cohort_model_buffer(job->model, i);
+    snprintf(name, sizeof name, "buffer.%s", p->name);
+    TRY("reading a buffer", cohort_ckpt_get_f32(ck, name, p->ndim, p->shape, p->value));
+  }
+  for (int i = 0; i < cohort_optim_num_states(job->optim); i++) {
+    const cohort_named_array *a = cohort_optim_state(job->optim, i);
+    int64_t dims[1] = {(int64_t)a->count};
+    snprintf(name, sizeof name, "optim.%s", a->name);
+    TRY("reading optimizer state", cohort_ckpt_get_f32(ck, name, 1, dims, a->data));
+  }
+  int64_t v64;
+  TRY("reading the optimizer's steps", cohort_ckpt_get_i64(ck, "optim.steps", &v64));
+  cohort_optim_set_steps(job->optim, v64);
+  TRY("reading the RNG state", cohort_ckpt_get_bytes(ck, "rng.model", cohort_model_rng(job->model), sizeof(cohort_rng)));
+  TRY("reading the step", cohort_ckpt_get_i64(ck, "step", &job->step));
+  TRY("reading the epoch", cohort_ckpt_get_i64(ck, "epoch", &v64));
+  job->epoch = (int)v64;
+  TRY("reading the loss", cohort_ckpt_get_i64(ck, "job.loss_steps", &job->loss_steps));
+  if (get_f64(ck, "job.loss_sum", &job->loss_sum) != COHORT_OK || get_f64(ck, "job.last_loss", &job->last_loss) != COHORT_OK ||
+      get_f64(ck, "job.test_acc", &job->test_acc) != COHORT_OK) {
+    fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: the job.* entries are missing or malformed\n",
+            job->rank, path);
+    rc = -1;
+    goto out;
+  }
+  cohort_sampler_state ss;
+  TRY("reading the sampler state", cohort_ckpt_get_bytes(ck, "sampler", &ss, sizeof ss));
+  /* The sampler lives with this rank: the state rank 0 saved applies to every rank once the rank is its own. */
+  TRY("restoring the sampler", cohort_loader_restore(job->loader, &ss));
+  if (job->step < 0 || job->epoch < 0 || (uint64_t)job->epoch != ss.epoch) {
+    fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: step %lld / epoch %d disagree with the sampler's "
+                    "epoch %llu\n",
+            job->rank, path, (long long)job->step, job->epoch, (unsigned long long)ss.epoch);
+    rc = -1;
+    goto out;
+  }
+out:
+  cohort_ckpt_destroy(ck);
+  return rc;
+}

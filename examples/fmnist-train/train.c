@@ -1,0 +1,335 @@
+/* train.c: the job itself: data, model, the data-parallel step, evaluation, and the end-of-run report. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A failed cohort call: one line naming the rank, what was being done and the library's detail. */
+static int fail(const train_job *job, const char *what, cohort_status st) {
+  fprintf(stderr, "fmnist-train: rank %d: %s: %s: %s\n", job->rank, what, cohort_strerror(st), cohort_last_error());
+  return -1;
+}
+
+#define TRY(what, expr)                                                                                            \
+  do {                                                                                                             \
+    cohort_status try_status__ = (expr);                                                                           \
+    if (try_status__ != COHORT_OK) return fail(job, what, try_status__);                                           \
+  } while (0)
+
+/*
+ * The rate for optimizer step `step`: the peak is --lr scaled linearly with the global batch (Goyal et al.), reached
+ * by a linear warmup and followed by a cosine decay to 0 over the planned run. Only the global batch enters, not
+ * the world size, so 1 rank with batch 2B and 2 ranks with batch B take identical steps.
+ */
+static float lr_at(const train_job *job, int64_t step) {
+  const train_config *cfg = job->cfg;
+  const double global_batch = (double)cfg->batch * job->world;
+  cohort_lr_schedule s = {0};
+  s.base_lr = (float)(cfg->lr * global_batch / TRAIN_LR_REFERENCE_BATCH);
+  s.world_size = 1;
+  s.decay = COHORT_LR_COSINE;
+  s.total_steps = job->total_steps;
+  s.min_lr = 0.0f;
+  double rate = cohort_lr_schedule_at(&s, step);
+  int64_t warmup = cfg->warmup_steps >= 0 ? cfg->warmup_steps : job->steps_per_epoch / 5;
+  if (cfg->warmup_steps < 0 && warmup > 200) warmup = 200;
+  if (step < warmup) rate *= (double)(step + 1) / (double)(warmup + 1);
+  return (float)rate;
+}
+
+static int setup(train_job *job) {
+  const train_config *cfg = job->cfg;
+  TRY("setting BLAS threads", cohort_nn_set_threads(cfg->threads));
+  /* Normalized like torchvision's Normalize(mean, std): it lets one learning rate suit both models. */
+  TRY("loading the training set",
+      cohort_dataset_load_fmnist(cfg->data_dir, "train", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &job->train_set));
+  TRY("loading the test set",
+      cohort_dataset_load_fmnist(cfg->data_dir, "t10k", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &job->test_set));
+
+  if (cfg->model == TRAIN_MODEL_CNN) TRY("building the CNN", cohort_model_create_cnn(cfg->seed, &job->model));
+  else TRY("building the MLP", cohort_model_create_mlp(cfg->seed, 784, 256, 10, &job->model));
+
+  char sig[COHORT_HASH_HEX_LEN];
+  TRY("hashing the model's layout", cohort_model_signature(job->model, sig));
+  snprintf(job->signature, sizeof job->signature, "fmnist-train/%s/%s", train_model_name(cfg->model), sig);
+
+  /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
+   * a single allreduce then averages the gradients and the loss together. */
+  job->nparams = cohort_model_param_count(job->model);
+  job->grads = calloc(job->nparams + 1, sizeof(float));
+  if (!job->grads) {
+    fprintf(stderr, "fmnist-train: rank %d: out of memory for %zu gradients\n", job->rank, job->nparams);
+    return -1;
+  }
+  size_t off = 0;
+  for (int i = 0; i < cohort_model_num_params(job->model); i++) {
+    const cohort_param *p = cohort_model_param(job->model, i);
+    TRY("placing the gradients", cohort_model_set_grad_buffer(job->model, i, job->grads + off));
+    off += p->numel;
+  }
+
+  /* Every replica starts from rank 0's weights, whatever each one computed from the seed. */
+  TRY("broadcasting the initial parameters",
+      cohort_broadcast(job->comm, cohort_model_param_data(job->model), job->nparams, COHORT_F32, 0));
+  for (int i = 0; i < cohort_model_num_buffers(job->model); i++) {
+    const cohort_param *b = cohort_model_buffer(job->model, i);
+    TRY("broadcasting the buffers", cohort_broadcast(job->comm, b->value, b->numel, COHORT_F32, 0));
+  }
+
+  cohort_sgd_config sgd = {0};
+  sgd.lr = lr_at(job, 0);
+  sgd.momentum = (float)cfg->momentum;
+  sgd.weight_decay = (float)cfg->weight_decay;
+  TRY("creating the optimizer", cohort_optim_sgd_create(job->model, &sgd, &job->optim));
+
+  TRY("creating the sampler", cohort_sampler_create(cohort_dataset_size(job->train_set), job->world, job->rank, 1,
+                                                    cfg->seed, 0, &job->sampler));
+  size_t per_rank = cohort_sampler_num_samples(job->sampler);
+  job->steps_per_epoch = (int64_t)((per_rank + (size_t)cfg->batch - 1) / (size_t)cfg->batch);
+  job->total_steps = job->steps_per_epoch * cfg->epochs;
+  job->stop_step = cfg->max_steps > 0 && cfg->max_steps < job->total_steps ? cfg->max_steps : job->total_steps;
+  TRY("creating the loader", cohort_loader_create(job->train_set, job->sampler, (size_t)cfg->batch, 0, &job->loader));
+  job->test_acc = -1.0;
+  job->last_loss = NAN;
+  return 0;
+}
+
+/* Test accuracy: each rank classifies its contiguous shard of the test set, then the counts are summed. */
+static int evaluate(train_job *job) {
+  const train_config *cfg = job->cfg;
+  const size_t n = cohort_dataset_size(job->test_set);
+  const size_t lo = n * (size_t)job->rank / (size_t)job->world, hi = n * (size_t)(job->rank + 1) / (size_t)job->world;
+  const size_t sample = cohort_dataset_sample_floats(job->test_set);
+  int ch, h, w;
+  cohort_dataset_shape(job->test_set, &ch, &h, &w);
+  int64_t counts[2] = {0, (int64_t)(hi - lo)}; /* correct, seen */
+  cohort_model_set_training(job->model, 0);
+  for (size_t at = lo; at < hi; at += (size_t)cfg->eval_batch) {
+    size_t m = hi - at < (size_t)cfg->eval_batch ? hi - at : (size_t)cfg->eval_batch;
+    cohort_tensor x;
+    int64_t shape[4] = {(int64_t)m, ch, h, w};
+    const cohort_tensor *logits;
+    float loss;
+    int correct = 0;
+    TRY("wrapping a test batch",
+        cohort_tensor_wrap(&x, (float *)cohort_dataset_images(job->test_set) + at * sample, 4, shape));
+    TRY("evaluating", cohort_model_forward(job->model, &x, &logits));
+    TRY("scoring", cohort_softmax_xent(logits, cohort_dataset_labels(job->test_set) + at, &loss, NULL, &correct));
+    counts[0] += correct;
+  }
+  cohort_model_set_training(job->model, 1);
+  TRY("summing the test counts", cohort_allreduce(job->comm, counts, counts, 2, COHORT_I64, COHORT_SUM));
+  job->test_acc = counts[1] > 0 ? (double)counts[0] / (double)counts[1] : 0.0;
+  return 0;
+}
+
+/* One data-parallel step on batch b: local gradients, one fused average over the ranks, one optimizer update. */
+static int step(train_job *job, const cohort_batch *b, float *dlogits, double *global_loss) {
+  cohort_tensor x;
+  int64_t shape[4] = {(int64_t)b->size, b->channels, b->height, b->width};
+  const cohort_tensor *logits;
+  float loss;
+  TRY("wrapping a batch", cohort_tensor_wrap(&x, (float *)b->images, 4, shape));
+  TRY("forward", cohort_model_forward(job->model, &x, &logits));
+  TRY("loss", cohort_softmax_xent(logits, b->labels, &loss, dlogits, NULL));
+  cohort_model_zero_grad(job->model);
+  TRY("backward", cohort_model_backward(job->model, dlogits));
+  /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
+  job->grads[job->nparams] = loss;
+  TRY("averaging the gradients",
+      cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
+  *global_loss = job->grads[job->nparams];
+  if (!isfinite(*global_loss)) {
+    fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
+            (long long)job->step + 1);
+    return -1;
+  }
+  cohort_optim_set_lr(job->optim, lr_at(job, job->step));
+  TRY("optimizer step", cohort_optim_step(job->optim));
+  job->step++;
+  return 0;
+}
+
+static int dump_params(train_job *job) {
+  const char *path = job->cfg->dump_params;
+  FILE *f = fopen(path, "wb");
+  size_t n = job->nparams;
+  if (!f || fwrite(cohort_model_param_data(job->model), sizeof(float), n, f) != n || fclose(f) != 0) {
+    fprintf(stderr, "fmnist-train: cannot write --dump-params %s\n", path);
+    return -1;
+  }
+  return 0;
+}
+
+/* The replicas must agree bit for bit; a divergence is a bug worth failing loudly over. */
+static int check_replicas(train_job *job, const char *hex) {
+  unsigned char *all = calloc((size_t)job->world, 64);
+  if (!all) return -1;
+  cohort_status st = cohort_allgather(job->comm, hex, all, 64, COHORT_U8);
+  if (st != COHORT_OK) {
+    free(all);
+    return fail(job, "comparing the replicas' parameters", st);
+  }
+  for (int r = 1; r < job->world; r++) {
+    if (memcmp(all, all + (size_t)r * 64, 64) != 0) {
+      fprintf(stderr, "fmnist-train: rank %d: rank %d's parameters differ from rank 0's (sha256 %.64s vs %.64s)\n",
+              job->rank, r, (const char *)all + (size_t)r * 64, (const char *)all);
+      free(all);
+      return -1;
+    }
+  }
+  free(all);
+  return 0;
+}
+
+static int agree(train_job *job, int ok, const char *what) {
+  int32_t bad = ok ? 0 : 1;
+  cohort_status st = cohort_allreduce(job->comm, &bad, &bad, 1, COHORT_I32, COHORT_MAX);
+  if (st != COHORT_OK) return fail(job, what, st);
+  if (bad && ok) fprintf(stderr, "fmnist-train: rank %d: another rank failed %s\n", job->rank, what);
+  return bad ? -1 : 0;
+}
+
+static int run(train_job *job, train_progress **progress_out, train_metrics **metrics_out) {
+  const train_config *cfg = job->cfg;
+  if (setup(job) != 0) return -1;
+  if (cfg->resume) {
+    int ok = train_state_load(job) == 0;
+    if (agree(job, ok, "loading the checkpoint") != 0) return -1;
+  }
+  const int64_t global_batch = (int64_t)cfg->batch * job->world;
+  train_progress *progress = train_progress_create(job->rank == 0 && !cfg->quiet, cfg->log_every, job->stop_step,
+                                                   cfg->epochs, global_batch);
+  *progress_out = progress;
+  if (!progress) return -1;
+  if (job->rank == 0 && cfg->csv && train_metrics_open(cfg->csv, cfg->resume, metrics_out) != 0) return -1;
+  if (cfg->resume)
+    train_progress_note(progress, "resumed from %s at step %lld (epoch %d)", cfg->checkpoint, (long long)job->step,
+                        job->epoch + 1);
+  train_progress_note(progress, "fmnist-train: %s, %d rank%s x batch %d, %lld steps (%lld per epoch), peak lr %.4g",
+                      train_model_name(cfg->model), job->world, job->world == 1 ? "" : "s", cfg->batch,
+                      (long long)job->stop_step, (long long)job->steps_per_epoch,
+                      cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
+
+  float *dlogits = malloc((size_t)cfg->batch * 10 * sizeof(float));
+  if (!dlogits) return -1;
+  const double t_start = now_s();
+  int64_t last_eval = -1, last_ckpt = -1;
+  int rc = 0;
+  while (job->step < job->stop_step) {
+    double t0 = now_s();
+    cohort_batch b;
+    cohort_status st = cohort_loader_next(job->loader, &b);
+    if (st != COHORT_OK) {
+      rc = fail(job, "loading a batch", st);
+      break;
+    }
+    if (b.size == 0) { /* only after a resume from a checkpoint taken right at the end of an epoch */
+      job->epoch++;
+      if ((st = cohort_loader_set_epoch(job->loader, (uint64_t)job->epoch)) != COHORT_OK) {
+        rc = fail(job, "starting an epoch", st);
+        break;
+      }
+      continue;
+    }
+    double loss;
+    if ((rc = step(job, &b, dlogits, &loss)) != 0) break;
+    job->train_seconds += now_s() - t0;
+    job->train_images += global_batch;
+    job->loss_sum += loss;
+    job->loss_steps++;
+    double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
+    train_progress_step(progress, job->step, job->epoch + 1, job->loss_sum / (double)job->loss_steps, img_per_s);
+
+    if (cohort_loader_batches_left(job->loader) == 0) { /* the epoch is complete */
+      if ((rc = evaluate(job)) != 0) break;
+      last_eval = job->step;
+      job->last_loss = job->loss_sum / (double)job->loss_steps;
+      train_progress_eval(progress, job->step, job->epoch + 1, job->last_loss, job->test_acc, img_per_s,
+                          now_s() - t_start);
+      if ((rc = train_metrics_row(*metrics_out, job->epoch + 1, job->step, job->last_loss, job->test_acc, img_per_s,
+                                  now_s() - t_start)) != 0)
+        break;
+      job->loss_sum = 0;
+      job->loss_steps = 0;
+      /* Move on before saving, so the checkpoint says "next: epoch e+1 from its start". */
+      job->epoch++;
+      if ((st = cohort_loader_set_epoch(job->loader, (uint64_t)job->epoch)) != COHORT_OK) {
+        rc = fail(job, "starting an epoch", st);
+        break;
+      }
+      if (cfg->checkpoint) {
+        if ((rc = train_state_save(job)) != 0) break;
+        last_ckpt = job->step;
+      }
+    }
+    if (cfg->checkpoint_every && job->step % cfg->checkpoint_every == 0 && last_ckpt != job->step) {
+      if ((rc = train_state_save(job)) != 0) break;
+      last_ckpt = job->step;
+    }
+  }
+  free(dlogits);
+  if (rc != 0) return -1;
+
+  /* A run that stops mid-epoch still reports a test accuracy and a loss for what it did. */
+  if (last_eval != job->step) {
+    if (evaluate(job) != 0) return -1;
+    if (job->loss_steps > 0) job->last_loss = job->loss_sum / (double)job->loss_steps;
+    double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
+    train_progress_eval(progress, job->step, job->epoch + 1, job->last_loss, job->test_acc, img_per_s,
+                        now_s() - t_start);
+    if (train_metrics_row(*metrics_out, job->epoch + 1, job->step, job->last_loss, job->test_acc, img_per_s,
+                          now_s() - t_start) != 0)
+      return -1;
+  }
+  if (cfg->checkpoint && last_ckpt != job->step && train_state_save(job) != 0) return -1;
+  return 0;
+}
+
+int train_run(const train_config *cfg, cohort_comm *comm) {
+  train_job job;
+  memset(&job, 0, sizeof job);
+  job.cfg = cfg;
+  job.comm = comm;
+  job.rank = cohort_rank(comm);
+  job.world = cohort_size(comm);
+  train_progress *progress = NULL;
+  train_metrics *metrics = NULL;
+  int rc = run(&job, &progress, &metrics) == 0 ? TRAIN_EXIT_OK : TRAIN_EXIT_FAIL;
+
+  if (rc == TRAIN_EXIT_OK) {
+    char hex[COHORT_HASH_HEX_LEN];
+    cohort_status st = cohort_model_hash(job.model, hex);
+    if (st != COHORT_OK) {
+      fail(&job, "hashing the parameters", st);
+      rc = TRAIN_EXIT_FAIL;
+    } else if (check_replicas(&job, hex) != 0) rc = TRAIN_EXIT_FAIL;
+    else if (job.rank == 0 && cfg->dump_params && dump_params(&job) != 0) rc = TRAIN_EXIT_FAIL;
+    else if (job.rank == 0) {
+      train_progress_destroy(progress);
+      progress = NULL;
+      double img_per_s = job.train_seconds > 0 ? (double)job.train_images / job.train_seconds : 0;
+      printf("final: steps=%lld loss=%.6f test_acc=%.4f img_per_s=%.1f param_sha256=%s\n", (long long)job.step,
+             job.last_loss, job.test_acc, img_per_s, hex);
+      fflush(stdout);
+    }
+  }
+  train_progress_destroy(progress);
+  train_metrics_close(metrics);
+  cohort_loader_destroy(job.loader);
+  cohort_sampler_destroy(job.sampler);
+  cohort_optim_destroy(job.optim);
+  cohort_model_destroy(job.model);
+  cohort_dataset_destroy(job.test_set);
+  cohort_dataset_destroy(job.train_set);
+  free(job.grads);
+  return rc;
+}

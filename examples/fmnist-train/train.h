@@ -1,0 +1,146 @@
+/*
+ * train.h: the pieces of fmnist-train, the main job: data-parallel training of the reference CNN (or an MLP) on
+ * Fashion-MNIST, one process per rank under cohortrun.
+ *
+ * The files, one concern each:
+ *   flags.c       the command line -> train_config (usage errors exit 2 with one line)
+ *   train.c       the job: data, model, the step (forward, backward, one fused allreduce, optimizer), evaluation
+ *   state.c       checkpoints: what a resumed run needs to continue bit for bit, written by rank 0, read by all
+ *   progress.c    rank 0's progress line (live \r updates on a terminal, plain periodic lines otherwise)
+ *   metrics.c     the per-evaluation CSV file
+ *   main.c        init, run, the final machine-readable line, exit codes
+ *
+ * Invariants that make runs reproducible and comparable:
+ *  - Every rank starts from rank 0's parameters (broadcast) and applies the same averaged gradient, so all
+ *    replicas hold bitwise the same parameters after every step.
+ *  - The learning rate is a function of the step, the global batch and the planned length (--epochs) only, never
+ *    of the world size by itself or of --steps: 2 ranks with batch B and 1 rank with batch 2B follow the same
+ *    schedule, and a run stopped early with --steps follows the same one as a run that goes on.
+ *  - A checkpoint holds everything the next step depends on (parameters, optimizer state and step count, sampler
+ *    epoch and cursor, the model's RNG, the loss accumulators), so an interrupted and resumed run ends with the
+ *    same parameters as one that never stopped.
+ *
+ * Thread-safety: single-threaded, apart from the loader's prefetch thread and the communicator's progress thread,
+ * which belong to the library.
+ */
+#ifndef FMNIST_TRAIN_H
+#define FMNIST_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cohort/cohort.h"
+#include "cohort/data.h"
+#include "cohort/nn.h"
+
+/* Exit codes: 0 success, 1 a failure while running (message on stderr), 2 a bad command line. */
+enum { TRAIN_EXIT_OK = 0, TRAIN_EXIT_FAIL = 1, TRAIN_EXIT_USAGE = 2 };
+
+/* The global batch at which --lr applies as given: the rate is scaled linearly with the global batch from it. */
+#define TRAIN_LR_REFERENCE_BATCH 64
+
+typedef enum { TRAIN_MODEL_CNN = 0, TRAIN_MODEL_MLP = 1 } train_model_kind;
+
+typedef struct train_config {
+  train_model_kind model;
+  int epochs;
+  int64_t max_steps; /* --steps; 0: no limit (the epochs decide) */
+  int batch;         /* per rank */
+  double lr;         /* per TRAIN_LR_REFERENCE_BATCH images of global batch */
+  double momentum;
+  double weight_decay;
+  int warmup_steps; /* -1: automatic */
+  uint64_t seed;
+  const char *checkpoint; /* NULL: none */
+  int64_t checkpoint_every;
+  int resume;
+  const char *data_dir;
+  int threads;
+  const char *csv;         /* NULL: none */
+  const char *dump_params; /* NULL: none */
+  int64_t log_every;       /* plain progress lines every N steps */
+  int eval_batch;
+  int quiet; /* no progress lines at all, only the final line */
+} train_config;
+
+/* ---- flags.c ---- */
+
+/*
+ * Parses argv into cfg (defaults first). Returns TRAIN_EXIT_OK to go on, TRAIN_EXIT_USAGE after printing one
+ * line to stderr for a bad command line, or -1 after printing the help to stdout (--help: exit 0).
+ */
+int train_flags_parse(int argc, char **argv, train_config *cfg);
+void train_flags_usage(FILE *f);
+const char *train_model_name(train_model_kind kind);
+
+/* ---- progress.c ---- */
+
+typedef struct train_progress train_progress;
+
+/* enabled 0 makes every call a no-op (ranks other than 0, --quiet). total_steps: where this run stops. */
+train_progress *train_progress_create(int enabled, int64_t log_every, int64_t total_steps, int epochs,
+                                      int64_t global_batch);
+void train_progress_destroy(train_progress *p);
+/* After a training step: global step (1-based), epoch (1-based), the mean loss so far this epoch, img/s. */
+void train_progress_step(train_progress *p, int64_t step, int epoch, double loss, double img_per_s);
+/* After an evaluation: ends a live line and prints the epoch's summary. */
+void train_progress_eval(train_progress *p, int64_t step, int epoch, double loss, double test_acc, double img_per_s,
+                         double seconds);
+/* A line of its own (e.g. "resumed from ..."), not mixed into a live line. */
+void train_progress_note(train_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- metrics.c ---- */
+
+typedef struct train_metrics train_metrics;
+
+/* Opens path for the CSV (appending when append != 0 and the file has rows, so a resumed run extends it). */
+int train_metrics_open(const char *path, int append, train_metrics **out);
+/* One row; flushed at once so that a run killed later keeps it. Returns 0 or -1 (message on stderr). */
+int train_metrics_row(train_metrics *m, int epoch, int64_t step, double train_loss, double test_acc,
+                      double img_per_s, double seconds);
+void train_metrics_close(train_metrics *m);
+
+/* ---- the job's running state, shared by train.c and state.c ---- */
+
+typedef struct train_job {
+  const train_config *cfg;
+  cohort_comm *comm;
+  int rank, world;
+  cohort_model *model;
+  cohort_optim *optim;
+  cohort_dataset *train_set, *test_set;
+  cohort_sampler *sampler;
+  cohort_loader *loader;
+  float *grads;      /* param_count + 1 floats: every gradient, then this step's loss (one fused allreduce) */
+  size_t nparams;    /* param_count */
+  int64_t steps_per_epoch;
+  int64_t total_steps; /* the planned length (epochs), for the schedule; --steps may stop earlier */
+  int64_t stop_step;   /* min(total_steps, --steps) */
+  int64_t step;        /* optimizer steps taken */
+  int epoch;           /* 0-based epoch the next step belongs to */
+  double loss_sum;     /* the global mean loss summed over this epoch's steps so far */
+  int64_t loss_steps;  /* how many steps loss_sum holds */
+  double last_loss;    /* mean loss of the last completed epoch window (what the final line shows) */
+  double test_acc;     /* last evaluation, -1 before the first */
+  double train_seconds; /* time spent in steps (not evaluation or checkpoints), this process's run */
+  int64_t train_images; /* global images processed in train_seconds */
+  char signature[128 + COHORT_HASH_HEX_LEN];
+} train_job;
+
+/* ---- train.c ---- */
+
+/* Runs the whole job on comm. Returns TRAIN_EXIT_OK or TRAIN_EXIT_FAIL (message printed on stderr). */
+int train_run(const train_config *cfg, cohort_comm *comm);
+
+/* ---- state.c ---- */
+
+/* Rank 0 writes the job's state to cfg->checkpoint atomically. Other ranks return 0 at once. */
+int train_state_save(train_job *job);
+/*
+ * Every rank reads cfg->checkpoint and restores the job (parameters, optimizer, sampler through the loader, RNG,
+ * step, epoch, loss accumulators). Returns 0, or -1 after printing what is wrong with the file (and where).
+ */
+int train_state_load(train_job *job);
+
+#endif /* FMNIST_TRAIN_H */
