@@ -117,7 +117,7 @@ int train_state_load(train_job *job) {
   char name[COHORT_CKPT_MAX_NAME + 1];
   cohort_status st = cohort_ckpt_load(path, job->signature, &ck);
   if (st != COHORT_OK) {
-    fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: %s\n", job->rank, path, cohort_last_error());
+    fprintf(stderr, "fmnist-train: rank %d: cannot resume: %s\n", job->rank, cohort_last_error());
     return -1;
   }
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test_train_resume.sh CASE: fmnist-train's --resume against damaged checkpoints and a job killed mid-run.
+# COHORT_TEST_COHORTRUN and COHORT_TEST_FMNIST_TRAIN name the two programs.
+#
+#   corrupt  truncated, bit-flipped, missing, another model's and an empty checkpoint: every rank refuses with one
+#            clear line naming the file and what is wrong, and the job exits non-zero without training
+#   killed   a 2-rank job is SIGKILLed (launcher and all) after a few periodic checkpoints; resuming from what
+#            was left on disk ends with the same parameters as a run that was never interrupted
+set -u
+RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
+TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
+CASE=${1:?usage: test_train_resume.sh corrupt|killed}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train_resume.XXXXXX")
+JOB_PID=
+cleanup() {
+  if [ -n "$JOB_PID" ]; then kill -9 "$JOB_PID" 2>/dev/null; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  exit 1
+}
+
+final_of() { grep '^\[0\] final: ' "$1" | tail -n 1 | sed 's/^\[0\] //'; }
+sha_of() { printf '%s\n' "$1" | sed -n 's/.*param_sha256=\([0-9a-f]*\).*/\1/p'; }
+
+# refuse CKPT WANT [ARGS...]: resuming from CKPT on 2 ranks must fail, each rank saying WANT, and not train.
+refuse() {
+  local ck=$1 want=$2
+  shift 2
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 10 --checkpoint "$ck" --resume "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  [ $rc -ne 0 ] || fail "resuming from a bad checkpoint ($want) succeeded: $(cat "$TMP/out")"
+  if grep -q 'final: ' "$TMP/out"; then fail "a final line after a refused resume: $(cat "$TMP/out")"; fi
+  for r in 0 1; do
+    grep -F "[$r] fmnist-train: rank $r: cannot resume" "$TMP/err" | grep -qF -- "$want" ||
+      fail "rank $r did not say '$want': $(cat "$TMP/err")"
+  done
+}
+
+case "$CASE" in
+corrupt)
+  good="$TMP/good.ck"
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 5 --quiet --checkpoint "$good" >"$TMP/out" 2>"$TMP/err" ||
+    fail "could not make a checkpoint: $(cat "$TMP/err")"
+  size=$(stat -c %s "$good")
+  [ "$size" -gt 100000 ] || fail "checkpoint is only $size bytes"
+  # The intact file resumes, to the parameters of a straight run (so the refusals below are about the damage).
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 10 --quiet >"$TMP/straight" 2>&1 || fail "straight run failed"
+  cp "$good" "$TMP/ok.ck"
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 10 --quiet --checkpoint "$TMP/ok.ck" --resume >"$TMP/out" 2>"$TMP/err" ||
+    fail "resuming from an intact checkpoint failed: $(cat "$TMP/err")"
+  [ "$(sha_of "$(final_of "$TMP/out")")" = "$(sha_of "$(final_of "$TMP/straight")")" ] ||
+    fail "resuming from an intact checkpoint ended elsewhere than a straight run"
+
+  for cut in 0 7 64 $((size / 2)) $((size - 1)); do
+    head -c "$cut" "$good" >"$TMP/cut.ck"
+    if [ "$cut" -lt 16 ]; then refuse "$TMP/cut.ck" "$TMP/cut.ck"; else refuse "$TMP/cut.ck" "truncated at byte $cut"; fi
+  done
+  for off in 100 $((size / 3)) $((size - 10)); do
+    cp "$good" "$TMP/flip.ck"
+    byte=$(od -An -tu1 -j "$off" -N1 "$good" | tr -d ' ')
+    printf "\\$(printf %03o $((byte ^ 16)))" | dd of="$TMP/flip.ck" bs=1 seek="$off" conv=notrunc status=none
+    cmp -s "$good" "$TMP/flip.ck" && fail "the bit flip at $off did not change the file"
+    refuse "$TMP/flip.ck" "checksum mismatch"
+  done
+  : >"$TMP/empty.ck"
+  refuse "$TMP/empty.ck" "$TMP/empty.ck"
+  refuse "$TMP/missing.ck" "cannot open checkpoint '$TMP/missing.ck'"
+  # An MLP's checkpoint is not the CNN's, however intact.
+  "$RUN" -np 2 "$TRAIN" --model cnn --steps 10 --checkpoint "$good" --resume >"$TMP/out" 2>"$TMP/err" &&
+    fail "the CNN resumed from an MLP checkpoint"
+  grep -q "cannot resume: .*written by a model with signature \"fmnist-train/mlp/" "$TMP/err" ||
+    fail "no signature message: $(cat "$TMP/err")"
+  ;;
+killed)
+  ck="$TMP/job.ck"
+  args=(--steps 60 --batch 32 --checkpoint-every 5 --log-every 1 --checkpoint "$ck")
+  "$RUN" -np 2 "$TRAIN" --steps 60 --batch 32 --quiet >"$TMP/straight" 2>&1 || fail "straight run failed"
+  want=$(sha_of "$(final_of "$TMP/straight")")
+  [ -n "$want" ] || fail "no final line from the straight run"
+  # Start the job and kill it -9 once it is past step 22: the launcher dies at once and its workers get SIGKILL
+  # from the kernel (PR_SET_PDEATHSIG), wherever they are, possibly in the middle of writing a checkpoint.
+  "$RUN" -np 2 "$TRAIN" "${args[@]}" >"$TMP/run1" 2>&1 &
+  JOB_PID=$!
+  for _ in $(seq 1 600); do
+    grep -q '^\[0\] epoch 1/1 step 2[2-9]/60\|^\[0\] epoch 1/1 step [3-5][0-9]/60' "$TMP/run1" && break
+    kill -0 "$JOB_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -9 "$JOB_PID" 2>/dev/null || fail "the job ended before it could be killed: $(tail -n 3 "$TMP/run1")"
+  wait "$JOB_PID" 2>/dev/null
+  JOB_PID=
+  sleep 0.5 # the workers' SIGKILL is asynchronous
+  if grep -q 'final: ' "$TMP/run1"; then fail "the killed job finished anyway"; fi
+  [ -s "$ck" ] || fail "no checkpoint after the kill"
+  "$RUN" -np 2 "$TRAIN" "${args[@]}" --resume >"$TMP/run2" 2>&1 || fail "resume failed: $(cat "$TMP/run2")"
+  from=$(sed -n 's/^\[0\] resumed from .* at step \([0-9]*\) .*/\1/p' "$TMP/run2")
+  [ -n "$from" ] && [ "$from" -ge 20 ] && [ $((from % 5)) -eq 0 ] && [ "$from" -lt 60 ] ||
+    fail "resumed at step '$from', expected a multiple of 5 from 20 to 55: $(head -n 3 "$TMP/run2")"
+  got=$(sha_of "$(final_of "$TMP/run2")")
+  [ "$got" = "$want" ] || fail "killed at step ~$from and resumed: param_sha256 $got, uninterrupted $want"
+  echo "killed after step $from checkpoint, resumed to the same parameters"
+  ;;
+*)
+  fail "unknown case '$CASE'"
+  ;;
+esac
+echo "PASS [$CASE]"
