@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# ddp_vs_torch.sh: training throughput of fmnist-train against PyTorch DDP (gloo, CPU) on the same model, batch
+# and threads per rank, measured side by side in one run, on 1 and 2 ranks.
+#
+#   bench/ddp_vs_torch.sh [STEPS [BATCH [THREADS [REPEAT]]]]     (defaults: 300 64 1 1)
+#
+# cohort:  build/bin/cohortrun -np N build/bin/fmnist-train --steps STEPS --batch BATCH --threads THREADS
+# torch:   /usr/bin/python3 torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
+# Both report images per second of the training loop (all ranks together), evaluation excluded. With REPEAT > 1
+# every configuration runs REPEAT times, interleaved, and the median is shown. Environment: BUILD (default
+# build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or /work/shared/bench-anchors/).
+set -eu
+cd "$(dirname "$0")/.."
+STEPS=${1:-300}
+BATCH=${2:-64}
+THREADS=${3:-1}
+REPEAT=${4:-1}
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/cohortrun"
+TRAIN="$BUILD/bin/fmnist-train"
+if [ -z "${ANCHOR:-}" ]; then
+  ANCHOR=bench/anchors/torch_ddp_fmnist.py
+  [ -f "$ANCHOR" ] || ANCHOR=/work/shared/bench-anchors/torch_ddp_fmnist.py
+fi
+PY=/usr/bin/python3
+for f in "$RUN" "$TRAIN" "$ANCHOR" "$PY"; do
+  [ -e "$f" ] || { echo "ddp_vs_torch.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
+done
+if [ "$THREADS" != 1 ]; then
+  echo "ddp_vs_torch.sh: the torch anchor always uses 1 thread per rank; THREADS must be 1 to compare" >&2
+  exit 2
+fi
+
+declare -A RESULTS
+cohort_once() { # NP -> img/s
+  "$RUN" -np "$1" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" --quiet |
+    sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
+}
+torch_once() { # NP -> img/s
+  ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" 1 "$BATCH" "$STEPS" 2>/dev/null |
+    sed -n 's/.*img_per_s=\([0-9.]*\).*/\1/p'
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT"
+for r in $(seq 1 "$REPEAT"); do
+  for np in 1 2; do
+    for sys in cohort torch; do
+      v=$(${sys}_once "$np")
+      [ -n "$v" ] || { echo "ddp_vs_torch.sh: $sys on $np ranks gave no img/s" >&2; exit 1; }
+      RESULTS[$sys.$np]="${RESULTS[$sys.$np]:-} $v"
+      echo "# run $r: $sys np=$np img/s=$v"
+    done
+  done
+done
+c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)
+t1=$(echo "${RESULTS[torch.1]}" | median); t2=$(echo "${RESULTS[torch.2]}" | median)
+awk -v c1="$c1" -v c2="$c2" -v t1="$t1" -v t2="$t2" 'BEGIN {
+  printf "| ranks | cohort img/s | torch DDP img/s | cohort / torch |\n| --- | --- | --- | --- |\n"
+  printf "| 1 | %.0f | %.0f | %.2fx |\n", c1, t1, c1 / t1
+  printf "| 2 | %.0f | %.0f | %.2fx |\n", c2, t2, c2 / t2
+  printf "1->2 rank scaling: cohort %.1f%%, torch %.1f%%\n", 100 * c2 / (2 * c1), 100 * t2 / (2 * t1)
+}'
