@@ -35,6 +35,8 @@ void train_flags_usage(FILE *f) {
           "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
           "  --eval-batch N          images per evaluation batch (default 1000)\n"
           "  --quiet                 no progress lines, only the final line\n"
+          "  --overlap               average the last layers' gradients while backward runs (two allreduces)\n"
+          "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
           "  --help                  this text\n"
           "The last line on rank 0's stdout is machine-readable:\n"
           "  final: steps=N loss=X test_acc=Y img_per_s=Z param_sha256=H\n"
@@ -106,7 +108,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     name[len] = '\0';
     if (eq) value = eq + 1;
 
-    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet");
+    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
+                  !strcmp(name, "--profile") || !strcmp(name, "--overlap");
     static const char *const known[] = {"--model",       "--epochs",      "--steps",  "--batch",      "--lr",
                                         "--momentum",    "--weight-decay", "--warmup", "--seed",       "--checkpoint",
                                         "--checkpoint-every", "--data",   "--threads", "--csv",       "--dump-params",
@@ -123,6 +126,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;
       if (!strcmp(name, "--quiet")) cfg->quiet = 1;
+      if (!strcmp(name, "--profile")) cfg->profile = 1;
+      if (!strcmp(name, "--overlap")) cfg->overlap = 1;
       continue;
     }
     if (!value) {

@@ -45,6 +45,8 @@ static float lr_at(const train_job *job, int64_t step) {
   return (float)rate;
 }
 
+static void on_grad_ready(void *user, int index);
+
 static int setup(train_job *job) {
   const train_config *cfg = job->cfg;
   TRY("setting BLAS threads", cohort_nn_set_threads(cfg->threads));
@@ -74,6 +76,20 @@ static int setup(train_job *job) {
     const cohort_param *p = cohort_model_param(job->model, i);
     TRY("placing the gradients", cohort_model_set_grad_buffer(job->model, i, job->grads + off));
     off += p->numel;
+  }
+
+  if (cfg->overlap) {
+    /* The split: the latest parameter whose gradient and all later ones hold at least half the bytes. */
+    size_t tail = 0;
+    for (int i = cohort_model_num_params(job->model) - 1; i >= 0; i--) {
+      tail += cohort_model_param(job->model, i)->numel;
+      if (2 * tail >= job->nparams) {
+        job->split_param = i;
+        job->split_off = job->nparams - tail;
+        break;
+      }
+    }
+    cohort_model_set_grad_hook(job->model, on_grad_ready, job);
   }
 
   /* Every replica starts from rank 0's weights, whatever each one computed from the seed. */
@@ -131,21 +147,46 @@ static int evaluate(train_job *job) {
   return 0;
 }
 
+/* The grad hook (with --overlap): once the gradients from split_param on are final, average them (and the loss
+ * after them) on the progress thread while backward goes on with the earlier layers, which write elsewhere. */
+static void on_grad_ready(void *user, int index) {
+  train_job *job = user;
+  if (index != job->split_param || job->hook_status != COHORT_OK) return;
+  job->hook_status = cohort_iallreduce(job->comm, job->grads + job->split_off, job->grads + job->split_off,
+                                       job->nparams + 1 - job->split_off, COHORT_F32, COHORT_AVG, &job->tail_work);
+}
+
 /* One data-parallel step on batch b: local gradients, one fused average over the ranks, one optimizer update. */
 static int step(train_job *job, const cohort_batch *b, float *dlogits, double *global_loss) {
   cohort_tensor x;
   int64_t shape[4] = {(int64_t)b->size, b->channels, b->height, b->width};
   const cohort_tensor *logits;
   float loss;
+  double t0 = now_s();
   TRY("wrapping a batch", cohort_tensor_wrap(&x, (float *)b->images, 4, shape));
   TRY("forward", cohort_model_forward(job->model, &x, &logits));
   TRY("loss", cohort_softmax_xent(logits, b->labels, &loss, dlogits, NULL));
   cohort_model_zero_grad(job->model);
-  TRY("backward", cohort_model_backward(job->model, dlogits));
   /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
   job->grads[job->nparams] = loss;
-  TRY("averaging the gradients",
-      cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
+  TRY("backward", cohort_model_backward(job->model, dlogits));
+  double t1 = now_s();
+  if (job->cfg->overlap) {
+    cohort_status st = job->hook_status;
+    job->hook_status = COHORT_OK;
+    if (st != COHORT_OK) return fail(job, "averaging the last layers' gradients", st);
+    if (job->split_off > 0)
+      TRY("averaging the first layers' gradients",
+          cohort_allreduce(job->comm, job->grads, job->grads, job->split_off, COHORT_F32, COHORT_AVG));
+    st = cohort_work_wait(job->tail_work);
+    cohort_work_free(job->tail_work);
+    job->tail_work = NULL;
+    if (st != COHORT_OK) return fail(job, "averaging the last layers' gradients", st);
+  } else {
+    TRY("averaging the gradients",
+        cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
+  }
+  double t2 = now_s();
   *global_loss = job->grads[job->nparams];
   if (!isfinite(*global_loss)) {
     fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
@@ -155,6 +196,9 @@ static int step(train_job *job, const cohort_batch *b, float *dlogits, double *g
   cohort_optim_set_lr(job->optim, lr_at(job, job->step));
   TRY("optimizer step", cohort_optim_step(job->optim));
   job->step++;
+  job->t_compute += t1 - t0;
+  job->t_comm += t2 - t1;
+  job->t_update += now_s() - t2;
   return 0;
 }
 
@@ -228,6 +272,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     double t0 = now_s();
     cohort_batch b;
     cohort_status st = cohort_loader_next(job->loader, &b);
+    job->t_data += now_s() - t0;
     if (st != COHORT_OK) {
       rc = fail(job, "loading a batch", st);
       break;
@@ -316,6 +361,13 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
     else if (job.rank == 0) {
       train_progress_destroy(progress);
       progress = NULL;
+      if (cfg->profile && job.step > 0) {
+        double k = 1e3 / (double)job.step;
+        printf("profile: per step: data wait %.2f ms, forward+backward %.2f ms, allreduce %.2f ms (%.1f MB), "
+               "update %.2f ms\n",
+               job.t_data * k, job.t_compute * k, job.t_comm * k, (double)(job.nparams + 1) * 4 / 1e6,
+               job.t_update * k);
+      }
       double img_per_s = job.train_seconds > 0 ? (double)job.train_images / job.train_seconds : 0;
       printf("final: steps=%lld loss=%.6f test_acc=%.4f img_per_s=%.1f param_sha256=%s\n", (long long)job.step,
              job.last_loss, job.test_acc, img_per_s, hex);
@@ -330,6 +382,7 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
   cohort_model_destroy(job.model);
   cohort_dataset_destroy(job.test_set);
   cohort_dataset_destroy(job.train_set);
+  cohort_work_free(job.tail_work);
   free(job.grads);
   return rc;
 }

@@ -61,7 +61,9 @@ typedef struct train_config {
   const char *dump_params; /* NULL: none */
   int64_t log_every;       /* plain progress lines every N steps */
   int eval_batch;
-  int quiet; /* no progress lines at all, only the final line */
+  int quiet;   /* no progress lines at all, only the final line */
+  int profile; /* rank 0 prints where a step's time goes before the final line */
+  int overlap; /* start averaging the last layers' gradients while backward computes the first layers' */
 } train_config;
 
 /* ---- flags.c ---- */
@@ -114,6 +116,10 @@ typedef struct train_job {
   cohort_loader *loader;
   float *grads;      /* param_count + 1 floats: every gradient, then this step's loss (one fused allreduce) */
   size_t nparams;    /* param_count */
+  int split_param;   /* --overlap: gradients from this parameter on are averaged during backward */
+  size_t split_off;  /* offset of split_param's gradient in grads */
+  cohort_work *tail_work;
+  cohort_status hook_status;
   int64_t steps_per_epoch;
   int64_t total_steps; /* the planned length (epochs), for the schedule; --steps may stop earlier */
   int64_t stop_step;   /* min(total_steps, --steps) */
@@ -125,6 +131,7 @@ typedef struct train_job {
   double test_acc;     /* last evaluation, -1 before the first */
   double train_seconds; /* time spent in steps (not evaluation or checkpoints), this process's run */
   int64_t train_images; /* global images processed in train_seconds */
+  double t_data, t_compute, t_comm, t_update; /* --profile: seconds in each part of the steps */
   char signature[128 + COHORT_HASH_HEX_LEN];
 } train_job;
 
