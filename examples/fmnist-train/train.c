@@ -254,7 +254,8 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                                                    cfg->epochs, global_batch);
   *progress_out = progress;
   if (!progress) return -1;
-  if (job->rank == 0 && cfg->csv && train_metrics_open(cfg->csv, cfg->resume, metrics_out) != 0) return -1;
+  int csv_ok = job->rank != 0 || !cfg->csv || train_metrics_open(cfg->csv, cfg->resume, metrics_out) == 0;
+  if (agree(job, csv_ok, "opening --csv") != 0) return -1;
   if (cfg->resume)
     train_progress_note(progress, "resumed from %s at step %lld (epoch %d)", cfg->checkpoint, (long long)job->step,
                         job->epoch + 1);
@@ -264,7 +265,10 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                       cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
 
   float *dlogits = malloc((size_t)cfg->batch * 10 * sizeof(float));
-  if (!dlogits) return -1;
+  if (!dlogits) {
+    fprintf(stderr, "fmnist-train: rank %d: out of memory for the loss gradient\n", job->rank);
+    return -1;
+  }
   const double t_start = now_s();
   int64_t last_eval = -1, last_ckpt = -1;
   int rc = 0;
