@@ -56,8 +56,7 @@ static int parse_int(const char *flag, const char *s, long long lo, long long hi
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || errno == ERANGE)
-    return usage_error("%s needs an integer, got '%s'", flag, s);
+  if (end == s || *end != '\0' || errno == ERANGE) return usage_error("%s needs an integer, got '%s'", flag, s);
   if (v < lo || v > hi) {
     char range[96];
     snprintf(range, sizeof range, "'%s' (allowed: %lld to %lld)", s, lo, hi);
@@ -110,10 +109,23 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
 
     int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
                   !strcmp(name, "--profile") || !strcmp(name, "--overlap");
-    static const char *const known[] = {"--model",       "--epochs",      "--steps",  "--batch",      "--lr",
-                                        "--momentum",    "--weight-decay", "--warmup", "--seed",       "--checkpoint",
-                                        "--checkpoint-every", "--data",   "--threads", "--csv",       "--dump-params",
-                                        "--log-every",   "--eval-batch"};
+    static const char *const known[] = {"--model",
+                                        "--epochs",
+                                        "--steps",
+                                        "--batch",
+                                        "--lr",
+                                        "--momentum",
+                                        "--weight-decay",
+                                        "--warmup",
+                                        "--seed",
+                                        "--checkpoint",
+                                        "--checkpoint-every",
+                                        "--data",
+                                        "--threads",
+                                        "--csv",
+                                        "--dump-params",
+                                        "--log-every",
+                                        "--eval-batch"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -138,9 +150,12 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     long long n = 0;
     int rc = TRAIN_EXIT_OK;
     if (!strcmp(name, "--model")) {
-      if (!strcmp(value, "cnn")) cfg->model = TRAIN_MODEL_CNN;
-      else if (!strcmp(value, "mlp")) cfg->model = TRAIN_MODEL_MLP;
-      else return usage_error("--model must be cnn or mlp, got '%s'%s", value, "");
+      if (!strcmp(value, "cnn"))
+        cfg->model = TRAIN_MODEL_CNN;
+      else if (!strcmp(value, "mlp"))
+        cfg->model = TRAIN_MODEL_MLP;
+      else
+        return usage_error("--model must be cnn or mlp, got '%s'%s", value, "");
     } else if (!strcmp(name, "--epochs")) {
       if ((rc = parse_int(name, value, 1, 100000, &n)) == TRAIN_EXIT_OK) cfg->epochs = (int)n;
     } else if (!strcmp(name, "--steps")) {

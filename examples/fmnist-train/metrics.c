@@ -44,11 +44,11 @@ int train_metrics_open(const char *path, int append, train_metrics **out) {
   return 0;
 }
 
-int train_metrics_row(train_metrics *m, int epoch, int64_t step, double train_loss, double test_acc,
-                      double img_per_s, double seconds) {
+int train_metrics_row(train_metrics *m, int epoch, int64_t step, double train_loss, double test_acc, double img_per_s,
+                      double seconds) {
   if (!m) return 0;
-  if (fprintf(m->f, "%d,%lld,%.6f,%.6f,%.1f,%.3f\n", epoch, (long long)step, train_loss, test_acc, img_per_s,
-              seconds) < 0 ||
+  if (fprintf(m->f, "%d,%lld,%.6f,%.6f,%.1f,%.3f\n", epoch, (long long)step, train_loss, test_acc, img_per_s, seconds) <
+          0 ||
       fflush(m->f) != 0) {
     fprintf(stderr, "fmnist-train: cannot write --csv %s: %s\n", m->path, strerror(errno));
     return -1;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <time.h>
 #include "train.h"
+#include <time.h>
 
 struct train_progress {
   int enabled;
@@ -54,8 +54,10 @@ static void format_eta(double seconds, char *buf, size_t len) {
     return;
   }
   long s = (long)(seconds + 0.5);
-  if (s >= 3600) snprintf(buf, len, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else snprintf(buf, len, "%02ld:%02ld", s / 60, s % 60);
+  if (s >= 3600)
+    snprintf(buf, len, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    snprintf(buf, len, "%02ld:%02ld", s / 60, s % 60);
 }
 
 void train_progress_step(train_progress *p, int64_t step, int epoch, double loss, double img_per_s) {

@@ -23,13 +23,13 @@ static int fail(const train_job *job, const char *what, cohort_status st) {
   return -1;
 }
 
-#define TRY(what, expr)                                                                                            \
-  do {                                                                                                             \
-    cohort_status try_status__ = (expr);                                                                           \
-    if (try_status__ != COHORT_OK) {                                                                               \
-      rc = fail(job, what, try_status__);                                                                          \
-      goto out;                                                                                                    \
-    }                                                                                                              \
+#define TRY(what, expr)                                                                                                \
+  do {                                                                                                                 \
+    cohort_status try_status__ = (expr);                                                                               \
+    if (try_status__ != COHORT_OK) {                                                                                   \
+      rc = fail(job, what, try_status__);                                                                              \
+      goto out;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 /* The settings a resumed run must share with the run that wrote the checkpoint. */
@@ -93,7 +93,8 @@ int train_state_save(train_job *job) {
   TRY("adding the accuracy", add_f64(w, "job.test_acc", job->test_acc));
   config_entry ce[8];
   int nce = config_entries(job, ce);
-  for (int i = 0; i < nce; i++) TRY("adding the settings", add_f64(w, ce[i].name, ce[i].value));
+  for (int i = 0; i < nce; i++)
+    TRY("adding the settings", add_f64(w, ce[i].name, ce[i].value));
   TRY("saving the checkpoint", cohort_ckpt_writer_save(w, cfg->checkpoint));
 out:
   cohort_ckpt_writer_destroy(w);
@@ -127,8 +128,8 @@ int train_state_load(train_job *job) {
   for (int i = 0; i < nce; i++) {
     double v;
     if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
-      fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: it has no valid f64 entry '%s'\n", job->rank,
-              path, ce[i].name);
+      fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: it has no valid f64 entry '%s'\n", job->rank, path,
+              ce[i].name);
       rc = -1;
       goto out;
     }
@@ -161,12 +162,14 @@ int train_state_load(train_job *job) {
   int64_t v64;
   TRY("reading the optimizer's steps", cohort_ckpt_get_i64(ck, "optim.steps", &v64));
   cohort_optim_set_steps(job->optim, v64);
-  TRY("reading the RNG state", cohort_ckpt_get_bytes(ck, "rng.model", cohort_model_rng(job->model), sizeof(cohort_rng)));
+  TRY("reading the RNG state",
+      cohort_ckpt_get_bytes(ck, "rng.model", cohort_model_rng(job->model), sizeof(cohort_rng)));
   TRY("reading the step", cohort_ckpt_get_i64(ck, "step", &job->step));
   TRY("reading the epoch", cohort_ckpt_get_i64(ck, "epoch", &v64));
   job->epoch = (int)v64;
   TRY("reading the loss", cohort_ckpt_get_i64(ck, "job.loss_steps", &job->loss_steps));
-  if (get_f64(ck, "job.loss_sum", &job->loss_sum) != COHORT_OK || get_f64(ck, "job.last_loss", &job->last_loss) != COHORT_OK ||
+  if (get_f64(ck, "job.loss_sum", &job->loss_sum) != COHORT_OK ||
+      get_f64(ck, "job.last_loss", &job->last_loss) != COHORT_OK ||
       get_f64(ck, "job.test_acc", &job->test_acc) != COHORT_OK) {
     fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: the job.* entries are missing or malformed\n",
             job->rank, path);
@@ -178,8 +181,9 @@ int train_state_load(train_job *job) {
   /* The sampler lives with this rank: the state rank 0 saved applies to every rank once the rank is its own. */
   TRY("restoring the sampler", cohort_loader_restore(job->loader, &ss));
   if (job->step < 0 || job->epoch < 0 || (uint64_t)job->epoch != ss.epoch) {
-    fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: step %lld / epoch %d disagree with the sampler's "
-                    "epoch %llu\n",
+    fprintf(stderr,
+            "fmnist-train: rank %d: cannot resume from %s: step %lld / epoch %d disagree with the sampler's "
+            "epoch %llu\n",
             job->rank, path, (long long)job->step, job->epoch, (unsigned long long)ss.epoch);
     rc = -1;
     goto out;

@@ -18,10 +18,10 @@ static int fail(const train_job *job, const char *what, cohort_status st) {
   return -1;
 }
 
-#define TRY(what, expr)                                                                                            \
-  do {                                                                                                             \
-    cohort_status try_status__ = (expr);                                                                           \
-    if (try_status__ != COHORT_OK) return fail(job, what, try_status__);                                           \
+#define TRY(what, expr)                                                                                                \
+  do {                                                                                                                 \
+    cohort_status try_status__ = (expr);                                                                               \
+    if (try_status__ != COHORT_OK) return fail(job, what, try_status__);                                               \
   } while (0)
 
 /*
@@ -56,8 +56,10 @@ static int setup(train_job *job) {
   TRY("loading the test set",
       cohort_dataset_load_fmnist(cfg->data_dir, "t10k", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &job->test_set));
 
-  if (cfg->model == TRAIN_MODEL_CNN) TRY("building the CNN", cohort_model_create_cnn(cfg->seed, &job->model));
-  else TRY("building the MLP", cohort_model_create_mlp(cfg->seed, 784, 256, 10, &job->model));
+  if (cfg->model == TRAIN_MODEL_CNN)
+    TRY("building the CNN", cohort_model_create_cnn(cfg->seed, &job->model));
+  else
+    TRY("building the MLP", cohort_model_create_mlp(cfg->seed, 784, 256, 10, &job->model));
 
   char sig[COHORT_HASH_HEX_LEN];
   TRY("hashing the model's layout", cohort_model_signature(job->model, sig));
@@ -250,8 +252,8 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     if (agree(job, ok, "loading the checkpoint") != 0) return -1;
   }
   const int64_t global_batch = (int64_t)cfg->batch * job->world;
-  train_progress *progress = train_progress_create(job->rank == 0 && !cfg->quiet, cfg->log_every, job->stop_step,
-                                                   cfg->epochs, global_batch);
+  train_progress *progress =
+      train_progress_create(job->rank == 0 && !cfg->quiet, cfg->log_every, job->stop_step, cfg->epochs, global_batch);
   *progress_out = progress;
   if (!progress) return -1;
   int csv_ok = job->rank != 0 || !cfg->csv || train_metrics_open(cfg->csv, cfg->resume, metrics_out) == 0;
@@ -360,8 +362,10 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
     if (st != COHORT_OK) {
       fail(&job, "hashing the parameters", st);
       rc = TRAIN_EXIT_FAIL;
-    } else if (check_replicas(&job, hex) != 0) rc = TRAIN_EXIT_FAIL;
-    else if (job.rank == 0 && cfg->dump_params && dump_params(&job) != 0) rc = TRAIN_EXIT_FAIL;
+    } else if (check_replicas(&job, hex) != 0)
+      rc = TRAIN_EXIT_FAIL;
+    else if (job.rank == 0 && cfg->dump_params && dump_params(&job) != 0)
+      rc = TRAIN_EXIT_FAIL;
     else if (job.rank == 0) {
       train_progress_destroy(progress);
       progress = NULL;

@@ -99,8 +99,8 @@ typedef struct train_metrics train_metrics;
 /* Opens path for the CSV (appending when append != 0 and the file has rows, so a resumed run extends it). */
 int train_metrics_open(const char *path, int append, train_metrics **out);
 /* One row; flushed at once so that a run killed later keeps it. Returns 0 or -1 (message on stderr). */
-int train_metrics_row(train_metrics *m, int epoch, int64_t step, double train_loss, double test_acc,
-                      double img_per_s, double seconds);
+int train_metrics_row(train_metrics *m, int epoch, int64_t step, double train_loss, double test_acc, double img_per_s,
+                      double seconds);
 void train_metrics_close(train_metrics *m);
 
 /* ---- the job's running state, shared by train.c and state.c ---- */
@@ -114,21 +114,21 @@ typedef struct train_job {
   cohort_dataset *train_set, *test_set;
   cohort_sampler *sampler;
   cohort_loader *loader;
-  float *grads;      /* param_count + 1 floats: every gradient, then this step's loss (one fused allreduce) */
-  size_t nparams;    /* param_count */
-  int split_param;   /* --overlap: gradients from this parameter on are averaged during backward */
-  size_t split_off;  /* offset of split_param's gradient in grads */
+  float *grads;     /* param_count + 1 floats: every gradient, then this step's loss (one fused allreduce) */
+  size_t nparams;   /* param_count */
+  int split_param;  /* --overlap: gradients from this parameter on are averaged during backward */
+  size_t split_off; /* offset of split_param's gradient in grads */
   cohort_work *tail_work;
   cohort_status hook_status;
   int64_t steps_per_epoch;
-  int64_t total_steps; /* the planned length (epochs), for the schedule; --steps may stop earlier */
-  int64_t stop_step;   /* min(total_steps, --steps) */
-  int64_t step;        /* optimizer steps taken */
-  int epoch;           /* 0-based epoch the next step belongs to */
-  double loss_sum;     /* the global mean loss summed over this epoch's steps so far */
-  int64_t loss_steps;  /* how many steps loss_sum holds */
-  double last_loss;    /* mean loss of the last completed epoch window (what the final line shows) */
-  double test_acc;     /* last evaluation, -1 before the first */
+  int64_t total_steps;  /* the planned length (epochs), for the schedule; --steps may stop earlier */
+  int64_t stop_step;    /* min(total_steps, --steps) */
+  int64_t step;         /* optimizer steps taken */
+  int epoch;            /* 0-based epoch the next step belongs to */
+  double loss_sum;      /* the global mean loss summed over this epoch's steps so far */
+  int64_t loss_steps;   /* how many steps loss_sum holds */
+  double last_loss;     /* mean loss of the last completed epoch window (what the final line shows) */
+  double test_acc;      /* last evaluation, -1 before the first */
   double train_seconds; /* time spent in steps (not evaluation or checkpoints), this process's run */
   int64_t train_images; /* global images processed in train_seconds */
   double t_data, t_compute, t_comm, t_update; /* --profile: seconds in each part of the steps */
