@@ -16,6 +16,7 @@
  * Limits: no reconnection; a failure is final for the communicator (as in NCCL).
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -269,6 +270,25 @@ static int read_some(tcp_transport *t, channel *ch, void *buf, size_t len, size_
   }
 }
 
+/* Frames that came early wait in memory; once receives are posted for them they are handed over in stream order.
+ * Invariant after this: a channel never has both an early frame and a posted receive waiting. */
+static cohort_status drain_unexpected(tcp_transport *t, channel *ch, int *progressed) {
+  while (ch->recv_head && ch->unexp_head) {
+    unexpected *u = ch->unexp_head;
+    cohort__req *r = ch->recv_head;
+    COHORT_CHECK(check_frame(t, ch, &u->hdr, r));
+    if (r->bytes) memcpy(r->buf, u->data, r->bytes);
+    r->done_bytes = r->bytes;
+    ch->unexp_head = u->next;
+    if (!ch->unexp_head) ch->unexp_tail = NULL;
+    free(u->data);
+    free(u);
+    complete_recv(t, ch);
+    *progressed = 1;
+  }
+  return COHORT_OK;
+}
+
 static cohort_status on_header(tcp_transport *t, channel *ch) {
   const cohort__frame *h = &ch->recv_hdr;
   if (h->magic != COHORT__FRAME_MAGIC)
@@ -306,6 +326,7 @@ static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
   for (;;) {
     switch (ch->rx_state) {
     case RX_HEADER:
+      COHORT_CHECK(drain_unexpected(t, ch, progressed));
       if (!ch->readable) return COHORT_OK;
       rc = read_some(t, ch, (char *)&ch->recv_hdr + ch->recv_hdr_done, sizeof ch->recv_hdr - ch->recv_hdr_done, &got);
       if (rc < 0) return t->status;
@@ -372,6 +393,7 @@ static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
       ch->unexp_tail = u;
       ch->rx_buf = NULL;
       ch->rx_state = RX_HEADER;
+      COHORT_CHECK(drain_unexpected(t, ch, progressed)); /* the call may have moved on while it was read */
       break;
     }
     }
@@ -386,7 +408,8 @@ static cohort_status progress_once(tcp_transport *t, int *progressed) {
     channel *ch = &t->chans[i];
     if (ch->fd < 0) continue;
     if (ch->send_head && ch->writable) COHORT_CHECK(do_send(t, ch, progressed));
-    if (ch->readable || (ch->rx_state == RX_HELD && ch->recv_head)) COHORT_CHECK(do_recv(t, ch, progressed));
+    if (ch->readable || (ch->recv_head && (ch->rx_state == RX_HELD || ch->unexp_head)))
+      COHORT_CHECK(do_recv(t, ch, progressed));
   }
   return COHORT_OK;
 }
@@ -470,16 +493,10 @@ static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, siz
   channel *ch = chan_at(t, peer, (int)(t->recv_frames[peer]++ % (uint64_t)t->k));
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer};
   if (!ch->recv_head && ch->unexp_head) { /* the frame came early: it is waiting in memory */
-    unexpected *u = ch->unexp_head;
-    COHORT_CHECK(check_frame(t, ch, &u->hdr, req));
-    if (bytes) memcpy(buf, u->data, bytes);
-    ch->unexp_head = u->next;
-    if (!ch->unexp_head) ch->unexp_tail = NULL;
-    free(u->data);
-    free(u);
-    req->done_bytes = bytes;
-    req->complete = 1;
-    return COHORT_OK;
+    ch->recv_head = ch->recv_tail = req;
+    t->pending++;
+    int progressed = 0;
+    return drain_unexpected(t, ch, &progressed);
   }
   if (ch->eof && ch->rx_state == RX_HEADER)
     return fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", peer);
@@ -559,53 +576,120 @@ static cohort_status split_addr(const char *addr, char *host, size_t host_len, i
   return COHORT_OK;
 }
 
+typedef struct handshake {
+  struct handshake *next;
+  struct accept_job *job;
+  int fd; /* -1 once the thread has handed it over or closed it (under job->mu) */
+  char who[96];
+  pthread_t thread;
+} handshake;
+
 typedef struct accept_job {
   tcp_transport *t;
   int listen_fd;
+  pthread_mutex_t mu;
+  int connected; /* links from higher ranks proven so far */
+  handshake *handshakes;
   cohort_status status;
   char message[1024];
 } accept_job;
 
-/* Accepts the links of every higher rank. A connection that fails the handshake is logged and dropped; it never
- * takes a slot of a real peer. */
+/* One thread per incoming connection: a stranger that says nothing or speaks garbage only ever holds its own
+ * thread, never the real peers' handshakes. */
+static void *handshake_main(void *arg) {
+  handshake *h = arg;
+  accept_job *job = h->job;
+  tcp_transport *t = job->t;
+  hello hl;
+  int64_t deadline = cohort__now_ns() + (int64_t)(HANDSHAKE_S * 1e9);
+  cohort_status st = cohort__auth_accept(h->fd, t->opt.secret, PEER_AUTH_PURPOSE, &hl, sizeof hl, deadline);
+  if (st == COHORT_OK && (hl.magic != HELLO_MAGIC || hl.size != t->base.size || hl.rank <= t->base.rank ||
+                          hl.rank >= t->base.size || hl.channel < 0 || hl.channel >= t->k))
+    st = cohort__error(COHORT_ERR_PROTOCOL, "bad hello (rank %d, channel %d, world size %d; this job has %d)", hl.rank,
+                       hl.channel, hl.size, t->base.size);
+  pthread_mutex_lock(&job->mu);
+  if (st == COHORT_OK) {
+    channel *ch = chan_at(t, hl.rank, hl.channel);
+    if (ch->fd >= 0) {
+      st = cohort__error(COHORT_ERR_PROTOCOL, "duplicate link from rank %d", hl.rank);
+    } else {
+      ch->fd = h->fd;
+      h->fd = -1;
+      job->connected++;
+    }
+  }
+  int fd = h->fd;
+  h->fd = -1;
+  pthread_mutex_unlock(&job->mu);
+  if (st != COHORT_OK) {
+    COHORT_LOG_WARN("refused a connection from %s to the peer port: %s", h->who, cohort_last_error());
+    close(fd);
+  }
+  return NULL;
+}
+
+/* Accepts the links of every higher rank, each handshake on its own thread. */
 static void *accept_peers(void *arg) {
   accept_job *job = arg;
   tcp_transport *t = job->t;
   int expected = (t->base.size - 1 - t->base.rank) * t->k;
-  int64_t deadline = t->opt.connect_deadline_ns;
   job->status = COHORT_OK;
-  while (expected > 0) {
-    int fd = -1;
-    char who[96];
-    cohort_status st = cohort__sock_accept(job->listen_fd, deadline, &fd, who, sizeof who);
-    if (st != COHORT_OK) {
-      job->status = st;
-      snprintf(job->message, sizeof job->message, "%s", cohort_last_error());
-      return NULL;
+  for (;;) {
+    pthread_mutex_lock(&job->mu);
+    int done = job->connected >= expected;
+    pthread_mutex_unlock(&job->mu);
+    if (done) break;
+    if (t->opt.connect_deadline_ns && cohort__now_ns() > t->opt.connect_deadline_ns) {
+      job->status = cohort__error(COHORT_ERR_TIMEOUT, "timed out waiting for higher ranks to connect to rank %d",
+                                  t->base.rank);
+      break;
     }
-    hello h;
-    int64_t hs_deadline = cohort__now_ns() + (int64_t)(HANDSHAKE_S * 1e9);
-    if (deadline && hs_deadline > deadline) hs_deadline = deadline;
-    st = cohort__auth_accept(fd, t->opt.secret, PEER_AUTH_PURPOSE, &h, sizeof h, hs_deadline);
-    channel *ch = NULL;
-    if (st == COHORT_OK) {
-      if (h.magic != HELLO_MAGIC || h.size != t->base.size || h.rank <= t->base.rank || h.rank >= t->base.size ||
-          h.channel < 0 || h.channel >= t->k) {
-        st = cohort__error(COHORT_ERR_PROTOCOL, "bad hello (rank %d, channel %d, world size %d; this job has %d)",
-                           h.rank, h.channel, h.size, t->base.size);
-      } else {
-        ch = chan_at(t, h.rank, h.channel);
-        if (ch->fd >= 0) st = cohort__error(COHORT_ERR_PROTOCOL, "duplicate link from rank %d", h.rank);
-      }
+    struct pollfd p = {.fd = job->listen_fd, .events = POLLIN};
+    int n = poll(&p, 1, 50);
+    if (n <= 0) continue;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) { /* shut down by the dialing side after a failure */
+      job->status = cohort__error(COHORT_ERR_REMOTE, "mesh setup abandoned");
+      break;
     }
-    if (st != COHORT_OK) {
-      COHORT_LOG_WARN("refused a connection from %s to the peer port: %s", who, cohort_last_error());
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(job->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    handshake *h = calloc(1, sizeof *h);
+    if (!h) {
       close(fd);
       continue;
     }
-    ch->fd = fd;
-    expected--;
+    h->job = job;
+    h->fd = fd;
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof peer;
+    if (getpeername(fd, (struct sockaddr *)&peer, &pl) == 0) {
+      char host[64] = "?";
+      if (peer.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, host, sizeof host);
+      snprintf(h->who, sizeof h->who, "%s:%d", host, ntohs(((struct sockaddr_in *)&peer)->sin_port));
+    }
+    if (pthread_create(&h->thread, NULL, handshake_main, h) != 0) {
+      close(fd);
+      free(h);
+      continue;
+    }
+    h->next = job->handshakes;
+    job->handshakes = h;
   }
+  /* Strangers still talking (or silent) are cut off now; their threads end at once. */
+  pthread_mutex_lock(&job->mu);
+  for (handshake *h = job->handshakes; h; h = h->next)
+    if (h->fd >= 0) shutdown(h->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&job->mu);
+  for (handshake *h = job->handshakes, *next; h; h = next) {
+    next = h->next;
+    pthread_join(h->thread, NULL);
+    free(h);
+  }
+  job->handshakes = NULL;
+  if (job->status != COHORT_OK) snprintf(job->message, sizeof job->message, "%s", cohort_last_error());
   return NULL;
 }
 
@@ -654,6 +738,7 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
 
   /* Accept from higher ranks on a thread while this one dials the lower ranks, so nobody waits in a chain. */
   accept_job job = {.t = t, .listen_fd = listen_fd};
+  pthread_mutex_init(&job.mu, NULL);
   pthread_t acceptor;
   if (pthread_create(&acceptor, NULL, accept_peers, &job) != 0) {
     st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the accept thread");
@@ -662,6 +747,7 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
   for (int p = 0; p < rank && st == COHORT_OK; p++) st = connect_peer(t, p, peer_addrs[p]);
   if (st != COHORT_OK) shutdown(listen_fd, SHUT_RDWR); /* wakes the acceptor */
   pthread_join(acceptor, NULL);
+  pthread_mutex_destroy(&job.mu);
   close(listen_fd);
   listen_fd = -1;
   if (st == COHORT_OK && job.status != COHORT_OK) st = cohort__error(job.status, "%s", job.message);
