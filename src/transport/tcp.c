@@ -92,7 +92,14 @@ typedef struct tcp_transport {
   cohort_status requested_status;
   char requested_message[COHORT__ABORT_TEXT_MAX];
   size_t pending; /* posted requests not yet complete */
+  /* A link that broke while we still needed it. Its failure is reported after a short grace, in which the other
+   * links are still read: if an ABORT with the real cause (a mismatch, say) is on its way, that wins. */
+  int64_t lost_deadline_ns;
+  int lost_peer;
+  char lost_why[96];
 } tcp_transport;
+
+#define LOST_GRACE_NS 200000000LL
 
 static channel *chan_at(tcp_transport *t, int peer, int c) { return &t->chans[peer * t->k + c]; }
 
@@ -153,6 +160,17 @@ static void send_abort_frames(tcp_transport *t) {
   }
 }
 
+/* Marks ch's peer as gone; the failure is raised by tcp_wait once the grace has passed. */
+static void peer_lost(tcp_transport *t, channel *ch, const char *why) {
+  ch->eof = 1;
+  ch->readable = ch->writable = 0;
+  if (t->lost_deadline_ns == 0) {
+    t->lost_deadline_ns = cohort__now_ns() + LOST_GRACE_NS;
+    t->lost_peer = ch->peer;
+    snprintf(t->lost_why, sizeof t->lost_why, "%s", why);
+  }
+}
+
 /* ---- sending ---- */
 
 static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
@@ -176,8 +194,10 @@ static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
         return COHORT_OK;
       }
       if (errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET)
-        return fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", ch->peer);
+      if (errno == EPIPE || errno == ECONNRESET) {
+        peer_lost(t, ch, "closed its connection");
+        return COHORT_OK;
+      }
       return fail(t, COHORT_ERR_SYSTEM, "send to rank %d: %s", ch->peer, strerror(errno));
     }
     *progressed = 1;
@@ -253,8 +273,8 @@ static int read_some(tcp_transport *t, channel *ch, void *buf, size_t len, size_
       ch->eof = 1;
       ch->readable = 0;
       if (ch->rx_state == RX_HEADER && ch->recv_hdr_done == 0 && !ch->recv_head) return 0;
-      fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", ch->peer);
-      return -1;
+      peer_lost(t, ch, "closed its connection");
+      return 0;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -262,8 +282,8 @@ static int read_some(tcp_transport *t, channel *ch, void *buf, size_t len, size_
       return 0;
     }
     if (errno == ECONNRESET) {
-      fail(t, COHORT_ERR_REMOTE, "rank %d reset its connection (it exited, crashed or aborted)", ch->peer);
-      return -1;
+      peer_lost(t, ch, "reset its connection");
+      return 0;
     }
     fail(t, COHORT_ERR_SYSTEM, "recv from rank %d: %s", ch->peer, strerror(errno));
     return -1;
@@ -406,7 +426,7 @@ static cohort_status progress_once(tcp_transport *t, int *progressed) {
   int n = t->base.size * t->k;
   for (int i = 0; i < n; i++) {
     channel *ch = &t->chans[i];
-    if (ch->fd < 0) continue;
+    if (ch->fd < 0 || (ch->eof && ch->peer == t->lost_peer && t->lost_deadline_ns)) continue;
     if (ch->send_head && ch->writable) COHORT_CHECK(do_send(t, ch, progressed));
     if (ch->readable || (ch->recv_head && (ch->rx_state == RX_HELD || ch->unexp_head)))
       COHORT_CHECK(do_recv(t, ch, progressed));
@@ -451,6 +471,8 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
     if (atomic_load(&t->abort_requested))
       return fail(t, t->requested_status, "%s", t->requested_message);
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
+    if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
+      return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
     int progressed = 0;
     COHORT_CHECK(progress_once(t, &progressed));
     if (progressed) {
@@ -466,7 +488,7 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)",
                   call, t->opt.op_timeout_s, who);
     }
-    COHORT_CHECK(poll_events(t, idle < spin_ns ? 0 : 100));
+    COHORT_CHECK(poll_events(t, idle < spin_ns ? 0 : t->lost_deadline_ns ? 10 : 100));
   }
 }
 
@@ -498,8 +520,7 @@ static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, siz
     int progressed = 0;
     return drain_unexpected(t, ch, &progressed);
   }
-  if (ch->eof && ch->rx_state == RX_HEADER)
-    return fail(t, COHORT_ERR_REMOTE, "rank %d closed its connection (it exited, crashed or aborted)", peer);
+  if (ch->eof && ch->rx_state == RX_HEADER) peer_lost(t, ch, "closed its connection");
   if (ch->recv_tail) ch->recv_tail->next = req;
   else ch->recv_head = req;
   ch->recv_tail = req;
