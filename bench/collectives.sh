@@ -87,7 +87,8 @@ if ((KEEP)); then trap 'echo "$ME: raw outputs kept in $TMP" >&2' EXIT; else tra
   die "mpicc could not build $ANCHORS/mpi_allreduce.c: $(head -n 1 "$TMP/mpicc.log")"
 
 echo "# \`$CMDLINE\`"
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $NP ranks, allreduce float32 sum, $REPEATS repeat(s), median shown"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $NP ranks, allreduce float32 sum," \
+  "$REPEATS repeat(s), median shown"
 
 MPI=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$NP")
 # One system's run, by name; timeout(1) needs a program, not a shell function, hence the arrays.

@@ -163,9 +163,10 @@ def self_test(script):
             f"{b:12d} {10:8d} {t:10.4f} {0:10.2f}\n" for b, t in sorted(times.items()))
 
     def cohort_text(times, transport="tcp"):
+        rows = "".join(f"[0] {b:12d} {b // 4:12d}   f32 {t:12.4f} {0:10.3f} {0:10.3f}\n"
+                       for b, t in sorted(times.items()))
         return (f"[0] # cohort-bench allreduce: 2 ranks, transport {transport}, dtype f32, op sum, x\n"
-                "[0] # size_bytes count dtype time_us algbw_GBs busbw_GBs\n" + "".join(
-                    f"[0] {b:12d} {b // 4:12d}   f32 {t:12.4f} {0:10.3f} {0:10.3f}\n" for b, t in sorted(times.items())))
+                "[0] # size_bytes count dtype time_us algbw_GBs busbw_GBs\n" + rows)
 
     sizes = expected_sizes(4 * MIB, 4)  # 4K 16K 64K 256K 1M 4M
     # time = bytes / (busbw GB/s * 1e3) us for 2 ranks, where busbw = algbw.
