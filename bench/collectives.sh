@@ -49,10 +49,10 @@ done
 # --max: the anchors take whole MiB and step by 4 from 4 KiB, so SIZE must be a whole number of MiB >= 1.
 [[ "$MAX" =~ ^([0-9]+)([KkMmGg]?)[Bb]?$ ]] || die "bad --max '$MAX' (e.g. 4M, 256M, 1G)"
 case "${BASH_REMATCH[2]}" in
-  K | k) MAXBYTES=$((BASH_REMATCH[1] * 1024)) ;;
-  M | m) MAXBYTES=$((BASH_REMATCH[1] * 1024 * 1024)) ;;
-  G | g) MAXBYTES=$((BASH_REMATCH[1] * 1024 * 1024 * 1024)) ;;
-  *) MAXBYTES=$((BASH_REMATCH[1])) ;;
+  K | k) MAXBYTES=$((10#${BASH_REMATCH[1]} * 1024)) ;;
+  M | m) MAXBYTES=$((10#${BASH_REMATCH[1]} * 1024 * 1024)) ;;
+  G | g) MAXBYTES=$((10#${BASH_REMATCH[1]} * 1024 * 1024 * 1024)) ;;
+  *) MAXBYTES=$((10#${BASH_REMATCH[1]})) ;;
 esac
 ((MAXBYTES >= 1048576 && MAXBYTES % 1048576 == 0)) || die "--max must be a whole number of MiB, at least 1M, not '$MAX'"
 MAXMB=$((MAXBYTES / 1048576))
