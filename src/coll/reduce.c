@@ -119,7 +119,24 @@ DEFINE_KERNELS(u8, uint8_t, uint32_t)
     }                                                                                                              \
   }
 
+#ifdef __FLT16_MANT_DIG__
+/* With _Float16 the compiler converts with F16C (vcvtph2ps/vcvtps2ph, round to nearest even) in the x86-64-v3
+ * clone, eight lanes at a time; the portable functions above remain the reference and the fallback. */
+static inline float f16_bits_to_f32(uint16_t h) {
+  _Float16 x;
+  memcpy(&x, &h, 2);
+  return (float)x;
+}
+static inline uint16_t f32_to_f16_bits(float f) {
+  _Float16 x = (_Float16)f;
+  uint16_t h;
+  memcpy(&h, &x, 2);
+  return h;
+}
+DEFINE_HALF(f16, f16_bits_to_f32, f32_to_f16_bits)
+#else
 DEFINE_HALF(f16, cohort__f16_to_f32, cohort__f32_to_f16)
+#endif
 DEFINE_HALF(bf16, cohort__bf16_to_f32, cohort__f32_to_bf16)
 
 #define DISPATCH(NAME, T)                                                                                          \

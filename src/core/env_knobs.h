@@ -17,8 +17,8 @@
   X("COHORT_SMALL_BYTES", "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree")           \
   X("COHORT_SEGMENT_BYTES", "262144", "pipeline segment of the ring algorithms, in bytes")                        \
   X("COHORT_SOCKETS_PER_PEER", "1", "TCP connections per peer; large messages are striped over them")             \
-  X("COHORT_SOCKET_BUFFER", "4194304", "SO_SNDBUF and SO_RCVBUF of peer sockets, in bytes; 0 keeps the system's") \
-  X("COHORT_SPIN_US", "50", "microseconds a waiting rank polls its sockets before sleeping in epoll")             \
+  X("COHORT_SOCKET_BUFFER", "0", "SO_SNDBUF and SO_RCVBUF of peer sockets, in bytes; 0 lets the kernel autotune") \
+  X("COHORT_SPIN_US", "auto", "microseconds a waiting rank polls before sleeping in epoll; auto: 1000, 0 if oversubscribed") \
   X("COHORT_STORE", "tcp", "rendezvous store: tcp (MASTER_ADDR:MASTER_PORT) or file:DIR on a shared filesystem") \
   X("COHORT_LAUNCHER_STORE", "0", "1 when the launcher (cohortrun) serves the store; else rank 0 serves it")     \
   X("COHORT_RESTART_COUNT", "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \

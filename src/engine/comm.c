@@ -80,7 +80,7 @@ cohort_status cohort_init(cohort_comm **out) {
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_tcp(NULL, rank, size, &t, &store, &server));
+    COHORT_CHECK(cohort__rendezvous_tcp(rank, size, local_size, &t, &store, &server));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);

@@ -55,7 +55,7 @@ struct cohort_comm {
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out);
 
 /* Rendezvous over the store: publishes this rank's peer address and collects everyone's (rendezvous.c). */
-cohort_status cohort__rendezvous_tcp(cohort_comm *comm_unused, int rank, int size, cohort__transport **out,
+cohort_status cohort__rendezvous_tcp(int rank, int size, int local_size, cohort__transport **out,
                                      cohort__store **store_out, cohort__store_server **server_out);
 
 #endif

@@ -75,9 +75,17 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size) {
                        r->timeout_s, count == 1 ? "" : "s", missing, r->where, size);
 }
 
-cohort_status cohort__rendezvous_tcp(cohort_comm *unused, int rank, int size, cohort__transport **out,
+/* COHORT_SPIN_US: a number, or auto. Spinning pays only while every rank of this host has a CPU of its own. */
+static cohort_status spin_us(int local_size, long *out) {
+  if (strcmp(cohort__env_str("COHORT_SPIN_US"), "auto") != 0)
+    return cohort__env_long("COHORT_SPIN_US", 0, 10000000, out);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  *out = local_size <= cpus ? 1000 : 0;
+  return COHORT_OK;
+}
+
+cohort_status cohort__rendezvous_tcp(int rank, int size, int local_size, cohort__transport **out,
                                      cohort__store **store_out, cohort__store_server **server_out) {
-  (void)unused;
   rdv r = {0};
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
@@ -121,7 +129,7 @@ cohort_status cohort__rendezvous_tcp(cohort_comm *unused, int rank, int size, co
   long k, buffer, spin, op_timeout;
   if ((st = cohort__env_long("COHORT_SOCKETS_PER_PEER", 1, 64, &k)) != COHORT_OK ||
       (st = cohort__env_long("COHORT_SOCKET_BUFFER", 0, 1L << 30, &buffer)) != COHORT_OK ||
-      (st = cohort__env_long("COHORT_SPIN_US", 0, 10000000, &spin)) != COHORT_OK ||
+      (st = spin_us(local_size, &spin)) != COHORT_OK ||
       (st = cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout)) != COHORT_OK)
     goto fail;
   cohort__tcp_options opt = {.secret = secret, .sockets_per_peer = (int)k, .socket_buffer = (int)buffer,

@@ -271,7 +271,9 @@ int main(int argc, char **argv) {
   }
   int failed = 0;
   size_t last = 0;
-  for (double sz = (double)o.min_bytes; sz <= (double)o.max_bytes * 1.0000001 && !failed; sz *= o.factor) {
+  /* Sizes from min to max, multiplied by factor each line (from 0, the next size is one element). */
+  for (double sz = (double)o.min_bytes; sz <= (double)o.max_bytes * 1.0000001 && !failed;
+       sz = sz * o.factor > sz ? sz * o.factor : sz + (double)es) {
     size_t bytes = (size_t)sz / es * es;
     if (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) bytes = bytes / ((size_t)n * es) * (size_t)n * es;
     if (o.kind == B_BARRIER) bytes = 0;
