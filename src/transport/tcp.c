@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -488,7 +489,14 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)",
                   call, t->opt.op_timeout_s, who);
     }
-    COHORT_CHECK(poll_events(t, idle < spin_ns ? 0 : t->lost_deadline_ns ? 10 : 100));
+    if (idle < spin_ns) {
+      COHORT_CHECK(poll_events(t, 0));
+      /* Spin, but give the core away if anything else wants it: on a busy host the task we would keep off the
+       * CPU may be the very peer (or softirq work) that we are waiting for. */
+      sched_yield();
+    } else {
+      COHORT_CHECK(poll_events(t, t->lost_deadline_ns ? 10 : 100));
+    }
   }
 }
 
