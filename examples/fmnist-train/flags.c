@@ -45,9 +45,12 @@ void train_flags_usage(FILE *f) {
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "fmnist-train: ");
-  fprintf(stderr, fmt, a, b);
-  fprintf(stderr, " (see --help)\n");
+  /* One write for the whole line: under cohortrun a sibling's exit may stop this rank between two writes. */
+  char msg[1024];
+  int n = snprintf(msg, sizeof msg, "fmnist-train: ");
+  n += snprintf(msg + n, sizeof msg - (size_t)n, fmt, a, b);
+  if (n < (int)sizeof msg) snprintf(msg + n, sizeof msg - (size_t)n, " (see --help)\n");
+  fputs(msg, stderr);
   return TRAIN_EXIT_USAGE;
 }
 

@@ -59,7 +59,8 @@ extern char **environ;
 
 void cohort__env_warn_unknown(void) {
   for (char **e = environ; e && *e; e++) {
-    if (strncmp(*e, "COHORT_", 7) != 0) continue;
+    /* COHORT_TEST_* belongs to the test suite (docs/env.md), not to the library. */
+    if (strncmp(*e, "COHORT_", 7) != 0 || strncmp(*e, "COHORT_TEST_", 12) == 0) continue;
     const char *eq = strchr(*e, '=');
     size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
     int known = 0;

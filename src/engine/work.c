@@ -12,7 +12,14 @@
 
 /* Runs one collective; the caller owns the transport (busy is set). */
 static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {
-  if (c->failed != COHORT_OK) return cohort__error(c->failed, "%s", c->failure);
+  pthread_mutex_lock(&c->mu); /* cohort_comm_abort() may set it from another thread */
+  cohort_status failed = c->failed;
+  if (failed != COHORT_OK) {
+    cohort__error(failed, "%s", c->failure);
+    pthread_mutex_unlock(&c->mu);
+    return failed;
+  }
+  pthread_mutex_unlock(&c->mu);
   cohort_status st = cohort__coll_run(&c->coll, a, seq);
   if (st != COHORT_OK) {
     /* Make sure the peers hear about it too (a no-op when the transport has failed already), and keep the first
@@ -47,9 +54,10 @@ void *cohort__progress_main(void *arg) {
       if (!c->queue_head) c->queue_tail = NULL;
       c->busy = 1;
       uint32_t seq = c->seq++;
+      int stopping = c->stopping;
       pthread_mutex_unlock(&c->mu);
-      cohort_status st = c->stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed")
-                                     : execute(c, &w->args, seq);
+      cohort_status st = stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed")
+                                  : execute(c, &w->args, seq);
       pthread_mutex_lock(&c->mu);
       c->busy = 0;
       finish(w, st);

@@ -1,8 +1,8 @@
 /*
  * frame.h: the wire header in front of every frame on a byte-stream transport.
  *
- * Layout (little-endian, 40 bytes): magic "CHRT", kind, coll, dtype, op, seq, root, algo + 3 reserved bytes,
- * count, payload bytes. ABORT frames carry a status and a message as payload. The header is checked field by field
+ * Layout (40 bytes, host byte order, which must be little-endian on every rank): magic "CHRT", kind, coll, dtype,
+ * op, seq, root, algo + 7 reserved bytes, count, payload bytes. ABORT frames carry a status and a message as payload. The header is checked field by field
  * before a byte of payload is accepted, so that a malformed, foreign or mismatched frame never lands in user memory.
  */
 #ifndef COHORT_TRANSPORT_FRAME_H
@@ -32,6 +32,9 @@ typedef struct cohort__frame {
 } cohort__frame;
 
 _Static_assert(sizeof(cohort__frame) == 40, "the wire header is 40 bytes");
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the frame header is sent as host memory and assumes a little-endian host"
+#endif
 
 static inline void cohort__frame_from_call(cohort__frame *f, const cohort__call *c, uint64_t bytes) {
   *f = (cohort__frame){.magic = COHORT__FRAME_MAGIC, .kind = COHORT__FRAME_DATA, .coll = c->coll,

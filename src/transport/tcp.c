@@ -11,7 +11,10 @@
  *  - a frame of a later call (a peer that is ahead) is read into a private buffer, so that the socket keeps
  *    draining and an ABORT or EOF behind it is still seen;
  *  - an ABORT frame fails the transport with the peer's status and message.
- * A socket that closes (EOF, reset) fails the transport with COHORT_ERR_REMOTE naming the peer.
+ * A peer that closes its socket between frames may simply be done (it finished its last collective and exited):
+ * that only fails the transport when something more is expected from it. Mid-frame, or with a receive posted, it
+ * is a failure: COHORT_ERR_REMOTE naming the peer, raised after a 200 ms grace in which the other links are still
+ * read, so that an ABORT carrying the root cause (a mismatch elsewhere, say) wins over "connection closed".
  *
  * Limits: no reconnection; a failure is final for the communicator (as in NCCL).
  */
@@ -89,7 +92,8 @@ typedef struct tcp_transport {
   cohort__tcp_options opt;
   cohort_status status;
   char message[COHORT__ABORT_TEXT_MAX];
-  atomic_int abort_requested;
+  atomic_int abort_requested; /* set once the requested_* fields are written */
+  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
   cohort_status requested_status;
   char requested_message[COHORT__ABORT_TEXT_MAX];
   size_t pending; /* posted requests not yet complete */
@@ -542,7 +546,7 @@ static void tcp_abort(cohort__transport *base, cohort_status status, const char 
 
 static void tcp_interrupt(cohort__transport *base, cohort_status status, const char *message) {
   tcp_transport *t = (tcp_transport *)base;
-  if (atomic_load(&t->abort_requested)) return;
+  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
   t->requested_status = status;
   snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
   atomic_store(&t->abort_requested, 1);

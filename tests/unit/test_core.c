@@ -71,7 +71,7 @@ static void check_documented(const char *name, const char *def, const char *desc
 }
 
 TEST(docs_env_md_lists_every_knob) {
-  const char *src = getenv("COHORT_SOURCE_DIR");
+  const char *src = getenv("COHORT_TEST_SOURCE_DIR");
   ASSERT_TRUE(src != NULL);
   char path[4096];
   snprintf(path, sizeof path, "%s/docs/env.md", src);

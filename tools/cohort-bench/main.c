@@ -95,10 +95,14 @@ static int parse_args(int argc, char **argv, options *o) {
       o->check = 1;
       continue;
     }
-    if (!strcmp(a, "--help")) {
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       exit(0);
     }
+    static const char *const valued[] = {"--min", "--max", "--factor", "--dtype", "--op", "--iters", "--warmup"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
+    if (!known) return bad_usage("unknown option '%s'", a);
     if (!v) return bad_usage("option %s needs a value", a);
     i++;
     if (!strcmp(a, "--min")) {
@@ -263,8 +267,8 @@ int main(int argc, char **argv) {
                       : (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? (double)(n - 1) / n
                                                                                 : 1.0;
   if (r == 0) {
-    printf("# cohort-bench %s: %d ranks, transport %s, dtype %s, op %s, %s\n", o.kind_name, n,
-           cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
+    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s\n", o.kind_name, n, n == 1 ? "" : "s",
+           n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
     fflush(stdout);
