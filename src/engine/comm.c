@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/comm.h"
+#include "engine/launch_env.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 
@@ -38,32 +39,12 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   return COHORT_OK;
 }
 
-static cohort_status read_layout(int *rank, int *size, int *local_rank, int *local_size) {
-  long r = 0, n = 1, lr = 0, ln = 1;
-  int has_rank, has_size, has_lr, has_ln;
-  COHORT_CHECK(cohort__env_long_var("WORLD_SIZE", 1, 1 << 24, &n, &has_size));
-  COHORT_CHECK(cohort__env_long_var("RANK", 0, 1 << 24, &r, &has_rank));
-  if (has_rank != has_size)
-    return cohort__error(COHORT_ERR_INVALID, "%s is set but %s is not: set both (or run under cohortrun)",
-                         has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
-  if (r >= n) return cohort__error(COHORT_ERR_INVALID, "RANK=%ld is not below WORLD_SIZE=%ld", r, n);
-  COHORT_CHECK(cohort__env_long_var("LOCAL_RANK", 0, 1 << 24, &lr, &has_lr));
-  COHORT_CHECK(cohort__env_long_var("LOCAL_WORLD_SIZE", 1, 1 << 24, &ln, &has_ln));
-  if (!has_lr) lr = r;
-  if (!has_ln) ln = n;
-  if (lr >= ln) return cohort__error(COHORT_ERR_INVALID, "LOCAL_RANK=%ld is not below LOCAL_WORLD_SIZE=%ld", lr, ln);
-  *rank = (int)r;
-  *size = (int)n;
-  *local_rank = (int)lr;
-  *local_size = (int)ln;
-  return COHORT_OK;
-}
-
 cohort_status cohort_init(cohort_comm **out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_init: comm is NULL");
   *out = NULL;
-  int rank = 0, size = 1, local_rank = 0, local_size = 1;
-  COHORT_CHECK(read_layout(&rank, &size, &local_rank, &local_size));
+  cohort__launch_env env;
+  COHORT_CHECK(cohort__launch_env_read(&env));
+  int rank = env.rank, size = env.size, local_rank = env.local_rank, local_size = env.local_size;
   cohort__log_set_rank(rank);
   cohort__env_warn_unknown();
   const char *transport_name = cohort__env_str("COHORT_TRANSPORT");
@@ -80,7 +61,7 @@ cohort_status cohort_init(cohort_comm **out) {
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_tcp(rank, size, local_size, &t, &store, &server));
+    COHORT_CHECK(cohort__rendezvous_tcp(&env, &t, &store, &server));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);
@@ -91,7 +72,7 @@ cohort_status cohort_init(cohort_comm **out) {
   }
   c->store = store;
   c->store_server = server;
-  COHORT_LOG_INFO("rank %d of %d joined (transport %s)", rank, size, t->ops->name);
+  COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env.source, t->ops->name);
   *out = c;
   return COHORT_OK;
 }

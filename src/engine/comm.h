@@ -55,7 +55,8 @@ struct cohort_comm {
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out);
 
 /* Rendezvous over the store: publishes this rank's peer address and collects everyone's (rendezvous.c). */
-cohort_status cohort__rendezvous_tcp(int rank, int size, int local_size, cohort__transport **out,
+struct cohort__launch_env;
+cohort_status cohort__rendezvous_tcp(const struct cohort__launch_env *env, cohort__transport **out,
                                      cohort__store **store_out, cohort__store_server **server_out);
 
 #endif

@@ -19,8 +19,10 @@
 #include "core/log.h"
 #include "core/sock.h"
 #include "engine/comm.h"
+#include "engine/launch_env.h"
 
 typedef struct rdv {
+  const cohort__launch_env *env;
   const char *master_addr;
   long master_port;
   long timeout_s;
@@ -31,6 +33,7 @@ typedef struct rdv {
 
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
+  r->master_port = r->env->master_port;
   const char *kind = cohort__env_str("COHORT_STORE");
   if (strncmp(kind, "file:", 5) == 0) {
     snprintf(r->where, sizeof r->where, "the file store in %s", kind + 5);
@@ -38,9 +41,7 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
   }
   if (strcmp(kind, "tcp") != 0)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_STORE='%s' is not 'tcp' or 'file:DIR'", kind);
-  int present = 0;
-  COHORT_CHECK(cohort__env_long_var("MASTER_PORT", 1, 65535, &r->master_port, &present));
-  if (!present)
+  if (r->master_port == 0)
     return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT is not set: run under cohortrun, or set MASTER_ADDR and "
                                              "MASTER_PORT to where rank 0 (or the launcher) serves the store");
   snprintf(r->where, sizeof r->where, "the store at %s:%ld", r->master_addr, r->master_port);
@@ -84,16 +85,17 @@ static cohort_status spin_us(int local_size, long *out) {
   return COHORT_OK;
 }
 
-cohort_status cohort__rendezvous_tcp(int rank, int size, int local_size, cohort__transport **out,
+cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out,
                                      cohort__store **store_out, cohort__store_server **server_out) {
-  rdv r = {0};
+  int rank = env->rank, size = env->size, local_size = env->local_size;
+  rdv r = {.env = env};
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
   char **addrs = NULL;
   int listen_fd = -1;
   cohort_status st;
   const char *secret = cohort__env_str("COHORT_SECRET");
-  r.master_addr = getenv("MASTER_ADDR") && getenv("MASTER_ADDR")[0] ? getenv("MASTER_ADDR") : "127.0.0.1";
+  r.master_addr = env->master_addr;
   if ((st = cohort__env_long("COHORT_TIMEOUT", 1, 100000000, &r.timeout_s)) != COHORT_OK) goto fail;
   if ((st = cohort__env_long("COHORT_RESTART_COUNT", 0, 1000000000, &r.generation)) != COHORT_OK) goto fail;
   snprintf(r.prefix, sizeof r.prefix, "cohort/%ld/", r.generation);

@@ -17,3 +17,6 @@ set_tests_properties(mp.collectives.striped PROPERTIES LABELS "mp" TIMEOUT 900
 # No launcher: rank 0 serves the store (MASTER_ADDR/MASTER_PORT set by hand, as under torchrun-style scripts).
 add_test(NAME mp.collectives.rank0_store COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_rank0_store.sh $<TARGET_FILE:test_collectives> 3)
 set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" TIMEOUT 300)
+# Under Open MPI's mpirun, no cohortrun: the layout comes from OMPI_COMM_WORLD_*.
+add_test(NAME mp.collectives.mpirun COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun.sh $<TARGET_FILE:test_collectives> 3)
+set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300)

@@ -1,0 +1,28 @@
+/*
+ * launch_env.h: where this process sits in the job, read from whichever launcher started it.
+ *
+ * torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), set by cohortrun,
+ * win. Without them, the ones mpirun (Open MPI: OMPI_COMM_WORLD_*; MPICH/Hydra: PMI_RANK, PMI_SIZE,
+ * MPI_LOCALRANKID, MPI_LOCALNRANKS) and Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+ * SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST) set are used, so a worker needs no cohortrun under those launchers.
+ * MASTER_ADDR defaults to the first host of SLURM_JOB_NODELIST under Slurm and to 127.0.0.1 otherwise; MASTER_PORT
+ * defaults to 29500 + SLURM_JOB_ID % 10000 under Slurm (jobs sharing a node get different ports) and to 29500
+ * otherwise (torchrun's default). Pure: reads the environment, changes nothing.
+ */
+#ifndef COHORT_ENGINE_LAUNCH_ENV_H
+#define COHORT_ENGINE_LAUNCH_ENV_H
+
+#include "cohort/cohort.h"
+
+typedef struct cohort__launch_env {
+  const char *source; /* "torchrun", "openmpi", "pmi", "slurm" or "none" (a 1-rank job) */
+  int rank, size, local_rank, local_size;
+  char master_addr[256];
+  int master_port; /* 0: none given and none needed (1 rank) */
+} cohort__launch_env;
+
+cohort_status cohort__launch_env_read(cohort__launch_env *out);
+/* The first host of a Slurm hostlist: "node[07-09,12],gpu3" gives "node07". */
+cohort_status cohort__slurm_first_host(const char *nodelist, char *out, size_t out_len);
+
+#endif
