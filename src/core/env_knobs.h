@@ -12,7 +12,8 @@
   X("COHORT_SECRET", "", "job secret; when set, every store and peer link proves it knows it (HMAC-SHA256)")      \
   X("COHORT_TIMEOUT", "300", "seconds cohort_init() waits for every rank to arrive at the rendezvous")           \
   X("COHORT_OP_TIMEOUT", "600", "seconds a collective waits on a silent peer before failing with a timeout")      \
-  X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp")                                                \
+  X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp, or shm when every rank is on one host")         \
+  X("COHORT_SHM_RING_BYTES", "4194304", "with shm, bytes of the ring from each peer to each rank")                \
   X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring or rd (recursive doubling)")                        \
   X("COHORT_SMALL_BYTES", "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree")           \
   X("COHORT_SEGMENT_BYTES", "262144", "pipeline segment of the ring algorithms, in bytes")                        \
@@ -21,6 +22,7 @@
   X("COHORT_SPIN_US", "auto", "microseconds a waiting rank polls before sleeping in epoll; auto: 1000, 0 if oversubscribed") \
   X("COHORT_STORE", "tcp", "rendezvous store: tcp (MASTER_ADDR:MASTER_PORT) or file:DIR on a shared filesystem") \
   X("COHORT_LAUNCHER_STORE", "0", "1 when the launcher (cohortrun) serves the store; else rank 0 serves it")     \
+  X("COHORT_RUN_ID", "", "job id scoping the rendezvous keys; default: derived from COHORT_SECRET, else 'default'") \
   X("COHORT_RESTART_COUNT", "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \
   X("COHORT_BIND_ADDR", "", "address peers listen on; default: the address that reaches MASTER_ADDR")            \
   X("COHORT_LOG_LEVEL", "warn", "error, warn, info or debug")

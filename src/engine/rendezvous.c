@@ -13,6 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -20,6 +23,7 @@
 #include "core/sock.h"
 #include "engine/comm.h"
 #include "engine/launch_env.h"
+#include "transport/shm.h"
 
 typedef struct rdv {
   const cohort__launch_env *env;
@@ -27,7 +31,7 @@ typedef struct rdv {
   long master_port;
   long timeout_s;
   long generation;
-  char prefix[64];
+  char prefix[128];
   char where[300]; /* "the store at host:port", for messages */
 } rdv;
 
@@ -62,7 +66,7 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size) {
   size_t off = 0;
   int count = 0;
   for (int p = 0; p < size; p++) {
-    char key[128];
+    char key[COHORT_STORE_KEY_MAX];
     snprintf(key, sizeof key, "%speer/%d", r->prefix, p);
     int exists = 1;
     if (cohort__store_check(store, key, &exists) == COHORT_OK && !exists) {
@@ -74,6 +78,25 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size) {
                        "rendezvous timed out after %ld s: rank%s %s never arrived at %s (started? same MASTER_ADDR, "
                        "MASTER_PORT and WORLD_SIZE=%d? COHORT_TIMEOUT sets the wait)",
                        r->timeout_s, count == 1 ? "" : "s", missing, r->where, size);
+}
+
+/* The run id scoping every key: COHORT_RUN_ID, else a tag derived from the secret (an HMAC, so the store never
+ * holds the secret itself), else "default". */
+static void run_id_of(const char *secret, char *out, size_t len) {
+  const char *forced = cohort__env_str("COHORT_RUN_ID");
+  if (forced[0]) {
+    snprintf(out, len, "%s", forced);
+    return;
+  }
+  if (!secret[0]) {
+    snprintf(out, len, "default");
+    return;
+  }
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
+  size_t n = 0;
+  for (unsigned i = 0; i < 8 && n + 3 <= len; i++) n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
 }
 
 /* COHORT_SPIN_US: a number, or auto. Spinning pays only while every rank of this host has a CPU of its own. */
@@ -98,17 +121,29 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   r.master_addr = env->master_addr;
   if ((st = cohort__env_long("COHORT_TIMEOUT", 1, 100000000, &r.timeout_s)) != COHORT_OK) goto fail;
   if ((st = cohort__env_long("COHORT_RESTART_COUNT", 0, 1000000000, &r.generation)) != COHORT_OK) goto fail;
-  snprintf(r.prefix, sizeof r.prefix, "cohort/%ld/", r.generation);
+  char run_id[64];
+  run_id_of(secret, run_id, sizeof run_id);
+  snprintf(r.prefix, sizeof r.prefix, "cohort/%s/%ld/", run_id, r.generation);
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
 
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
+
+  if (strcmp(cohort__env_str("COHORT_TRANSPORT"), "shm") == 0) { /* one host: rings in shared memory (shm.h) */
+    long spin = 0;
+    if ((st = spin_us(local_size, &spin)) != COHORT_OK ||
+        (st = cohort__shm_rendezvous(rank, size, store, r.prefix, deadline, spin, out)) != COHORT_OK)
+      goto fail;
+    *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
+    *server_out = server;
+    return COHORT_OK;
+  }
 
   /* Listen where peers can reach us: the address that routes to the store's host, unless told otherwise. */
   char bind_addr[128];
   const char *forced = cohort__env_str("COHORT_BIND_ADDR");
   if (forced[0]) snprintf(bind_addr, sizeof bind_addr, "%s", forced);
   else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
-  char my_addr[192], key[128];
+  char my_addr[192], key[COHORT_STORE_KEY_MAX];
   if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
   snprintf(key, sizeof key, "%speer/%d", r.prefix, rank);
   if ((st = cohort__store_set(store, key, my_addr, strlen(my_addr))) != COHORT_OK) goto fail;

@@ -330,6 +330,11 @@ static cohort_status on_header(tcp_transport *t, channel *ch) {
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
     return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", ch->peer, h->kind,
                 (unsigned long long)h->bytes);
+  /* No algorithm sends more than the call's whole buffer in one frame; checked before any allocation. */
+  size_t es = cohort_dtype_size((cohort_dtype)h->dtype);
+  if (es == 0 || h->bytes / es > h->count || h->bytes % es != 0)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d: %llu bytes for a call of %llu elements of dtype %u",
+                ch->peer, (unsigned long long)h->bytes, (unsigned long long)h->count, h->dtype);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
     return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", ch->peer, h->seq,

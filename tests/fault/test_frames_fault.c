@@ -4,7 +4,7 @@
  * The test process plays rank 1 of a 2-rank job itself. It serves the rendezvous store (so it knows the secret),
  * starts rank 0 as a child (this binary with --child: one cohort_allreduce of 1000 f32, sum), publishes an address
  * for rank 1 that nobody ever dials (rank 0 only dials lower ranks), reads rank 0's address, connects, passes the
- * peer handshake with the right secret and hello {CHLO, 1, 0, 2}, and counts itself in on "cohort/0/connected".
+ * peer handshake with the right secret and hello {CHLO, 1, 0, 2}, and counts itself in on "cohort/0/0/connected".
  * From then on rank 0 believes it talks to a real rank 1, and the test writes whatever bytes it likes.
  *
  * Rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), so a frame that matches its
@@ -164,6 +164,7 @@ static void start_rank0(job *j, int port) {
     setenv("WORLD_SIZE", "2", 1);
     setenv("COHORT_SECRET", SECRET, 1);
     setenv("COHORT_LAUNCHER_STORE", "1", 1);
+    setenv("COHORT_RUN_ID", "0", 1); /* keys under cohort/0/0/: the test plays a rank and reads them */
     setenv("COHORT_RESTART_COUNT", "0", 1);
     setenv("COHORT_STORE", "tcp", 1);
     /* Pin what decides the frame rank 0 expects, whatever the caller's environment says. */
@@ -200,10 +201,10 @@ static const char *join_as_rank1(job *j) {
   if (cohort__store_connect_tcp("127.0.0.1", port, SECRET, 10, &j->store) != COHORT_OK) return "store connect";
   /* Port 9 (discard): rank 0 has no lower rank to dial, so it never uses this address. */
   static const char fake_addr[] = "127.0.0.1:9";
-  if (cohort__store_set(j->store, "cohort/0/peer/1", fake_addr, strlen(fake_addr)) != COHORT_OK) return "publish";
+  if (cohort__store_set(j->store, "cohort/0/0/peer/1", fake_addr, strlen(fake_addr)) != COHORT_OK) return "publish";
   void *addr = NULL;
   size_t len = 0;
-  if (cohort__store_get(j->store, "cohort/0/peer/0", 10, &addr, &len) != COHORT_OK) return "rank 0's address";
+  if (cohort__store_get(j->store, "cohort/0/0/peer/0", 10, &addr, &len) != COHORT_OK) return "rank 0's address";
   char host[128];
   snprintf(host, sizeof host, "%s", (char *)addr);
   free(addr);
@@ -221,7 +222,7 @@ static const char *join_as_rank1(job *j) {
     return "peer handshake";
   int64_t joined = 0;
   /* Rank 0 counts itself in once its side of the handshake is done: before or after us. */
-  if (cohort__store_add(j->store, "cohort/0/connected", 1, &joined) != COHORT_OK || joined < 1 || joined > 2)
+  if (cohort__store_add(j->store, "cohort/0/0/connected", 1, &joined) != COHORT_OK || joined < 1 || joined > 2)
     return "count in on cohort/0/connected";
   /* Rank 0 sends its vector at once (recursive doubling exchanges in both directions). Reading it now keeps our
    * receive queue empty, so that our close() later is a clean FIN and not a reset. */
