@@ -19,6 +19,8 @@
  *   stale_seq       a frame of an earlier call (seq -1): COHORT_ERR_PROTOCOL.
  *   bad_abort       an ABORT frame with a 2-byte body (too short for its status): COHORT_ERR_PROTOCOL.
  *   huge_bytes      a header claiming 2^50 payload bytes: COHORT_ERR_PROTOCOL, without trying to allocate it.
+ *   early_oversize  a frame of the next call claiming more bytes than its call holds: COHORT_ERR_PROTOCOL, before
+ *                   any allocation.
  *   other_call      a header of another call (count 999): COHORT_ERR_MISMATCH naming both calls.
  *   short_payload   a correct header, 100 of its 4000 payload bytes, then close: COHORT_ERR_REMOTE naming rank 1
  *                   within 1 s of the close (no hang).
@@ -350,6 +352,15 @@ TEST(huge_payload_length_is_a_protocol_error_without_allocating) {
   expect_rejected(&h, COHORT_ERR_PROTOCOL, "1125899906842624 bytes");
 }
 
+TEST(early_frame_larger_than_its_call_is_refused_before_allocating) {
+  /* A frame of the next call is kept in memory until its receive is posted: its size must be bounded by its call's
+   * own count before anything is allocated for it. */
+  wire_hdr h = matching_header();
+  h.seq = 1;
+  h.bytes = 1ull << 33;
+  expect_rejected(&h, COHORT_ERR_PROTOCOL, "8589934592 bytes for a call of 1000 elements");
+}
+
 TEST(frame_of_another_call_is_a_mismatch) {
   wire_hdr h = matching_header();
   h.count = COUNT - 1;
@@ -396,6 +407,7 @@ int main(int argc, char **argv) {
       TEST_CASE(frame_of_an_earlier_call_is_a_protocol_error),
       TEST_CASE(abort_frame_too_short_for_its_status_is_a_protocol_error),
       TEST_CASE(huge_payload_length_is_a_protocol_error_without_allocating),
+      TEST_CASE(early_frame_larger_than_its_call_is_refused_before_allocating),
       TEST_CASE(frame_of_another_call_is_a_mismatch),
       TEST_CASE(truncated_payload_then_close_is_reported_within_a_second),
       TEST_CASE(truncated_header_then_close_is_reported_within_a_second),
