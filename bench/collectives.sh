@@ -13,6 +13,7 @@
 #
 # Per repeat, in this order:
 #   cohort:       COHORT_TRANSPORT=tcp DIR/bin/cohortrun -np N DIR/bin/cohort-bench allreduce --min 4K --max SIZE
+#                 --in-place (both anchors reduce in place: MPI_IN_PLACE, torch's tensor)
 #   OpenMPI TCP:  mpirun --allow-run-as-root --oversubscribe -np N --mca pml ob1 --mca btl tcp,self mpi_allreduce MAXMB
 #                 (pml ob1 so that no other messaging layer, UCX say, can route around the TCP btl)
 #   OpenMPI shm:  mpirun --allow-run-as-root --oversubscribe -np N mpi_allreduce MAXMB      (default btl; reference)
@@ -95,7 +96,7 @@ MPI=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$NP")
 command_of() {
   case "$1" in
     cohort) CMD=(env COHORT_TRANSPORT=tcp "$BUILD/bin/cohortrun" -np "$NP" "$BUILD/bin/cohort-bench" allreduce
-                 --min 4K --max "$MAXBYTES" --factor "$FACTOR") ;;
+                 --min 4K --max "$MAXBYTES" --factor "$FACTOR" --in-place) ;;
     mpi_tcp) CMD=("${MPI[@]}" --mca pml ob1 --mca btl tcp,self "$TMP/mpi_allreduce" "$MAXMB") ;;
     mpi_shm) CMD=("${MPI[@]}" "$TMP/mpi_allreduce" "$MAXMB") ;;
     gloo) CMD=(env ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHORS/torch_allreduce.py" "$NP" "$MAXMB") ;;

@@ -31,6 +31,7 @@ typedef struct options {
   int iters; /* 0: automatic */
   int warmup;
   int check;
+  int in_place; /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
 } options;
 
 static void usage(FILE *f) {
@@ -42,6 +43,7 @@ static void usage(FILE *f) {
              "  --op OP         sum avg min max prod (default sum)\n"
              "  --iters N       timed iterations per size (default: about 0.2 s worth, 5 to 1000)\n"
              "  --warmup N      untimed iterations per size (default 3)\n"
+             "  --in-place      allreduce/reduce in place (sendbuf == recvbuf), as the OpenMPI and torch anchors do\n"
              "  --check         verify every result element\n");
 }
 
@@ -95,6 +97,10 @@ static int parse_args(int argc, char **argv, options *o) {
       o->check = 1;
       continue;
     }
+    if (!strcmp(a, "--in-place")) {
+      o->in_place = 1;
+      continue;
+    }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       exit(0);
@@ -142,7 +148,7 @@ typedef struct buffers {
 
 static cohort_status run_once(cohort_comm *c, const options *o, buffers *b) {
   switch (o->kind) {
-  case B_ALLREDUCE: return cohort_allreduce(c, b->send, b->recv, b->count, o->dtype, o->op);
+  case B_ALLREDUCE: return cohort_allreduce(c, o->in_place ? b->recv : b->send, b->recv, b->count, o->dtype, o->op);
   case B_BROADCAST: return cohort_broadcast(c, b->recv, b->count, o->dtype, 0);
   case B_ALLGATHER: return cohort_allgather(c, b->send, b->recv, b->count, o->dtype);
   case B_REDUCE_SCATTER: return cohort_reduce_scatter(c, b->send, b->recv, b->count, o->dtype, o->op);
@@ -235,6 +241,7 @@ static int check(cohort_comm *c, const options *o, buffers *b) {
   }
   if (o->kind == B_BROADCAST)
     for (size_t i = 0; i < recv_n; i++) put(b->recv, i, o->dtype, r == 0 ? input_value(0, i) : 99);
+  if (o->kind == B_ALLREDUCE && o->in_place) memcpy(b->recv, b->send, send_n * cohort_dtype_size(o->dtype));
   cohort_status st = run_once(c, o, b);
   if (st != COHORT_OK) {
     fprintf(stderr, "rank %d: %s failed: %s\n", r, o->kind_name, cohort_last_error());
@@ -267,8 +274,9 @@ int main(int argc, char **argv) {
                       : (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? (double)(n - 1) / n
                                                                                 : 1.0;
   if (r == 0) {
-    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s\n", o.kind_name, n, n == 1 ? "" : "s",
-           n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
+    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s, %s\n", o.kind_name, n,
+           n == 1 ? "" : "s", n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype),
+           cohort_op_name(o.op), o.in_place && o.kind == B_ALLREDUCE ? "in place" : "out of place",
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
     fflush(stdout);
