@@ -1,0 +1,890 @@
+/*
+ * shm.c: the shared-memory transport, for ranks on one host (COHORT_TRANSPORT=shm; setup in shm.h).
+ *
+ * Each rank owns one segment holding its inbound rings, one per peer: a single-producer single-consumer byte ring
+ * (COHORT_SHM_RING_BYTES) whose producer is the peer. The stream in a ring is the same as on a TCP socket: the
+ * 40-byte frame header (frame.h) and the payload, frame after frame, split anywhere by the wrap-around. head
+ * (bytes written, by the producer) and tail (bytes consumed, by the consumer) only grow; they sit on cache lines
+ * of their own and are published with release and read with acquire, so the bytes below head are visible to the
+ * consumer and the bytes below tail are free for the producer.
+ *
+ * The sender copies into the ring as space allows, in pieces of at most CHUNK_BYTES so that the receiver copies
+ * out of the ring while the sender still copies in. The receiver checks every header before a byte of payload is
+ * accepted and then copies into the posted receive buffer; a frame of a later call (a peer that is ahead) goes into
+ * a private buffer so that the ring keeps draining; a frame of the current call with no receive posted yet stays
+ * in the ring (the ring is the flow control, as the socket buffer is for TCP).
+ *
+ * Waiting: a rank with nothing to do polls its rings (yielding the CPU) for spin_us, then sleeps on the futex word
+ * in its own segment header. Whoever may have unblocked it (a producer that wrote, a consumer that freed space, a
+ * rank that failed) bumps that word and wakes it when its `sleeping` flag is up; a seq_cst fence on both sides
+ * (flag store then ring re-check; index store then flag load) makes sure a wake-up is never lost. Sleeps are short
+ * (SLEEP_NS) so that liveness is checked while waiting.
+ *
+ * Failure: a rank that fails writes its status and message into the abort slot of its own segment and wakes every
+ * peer; every rank watches its peers' slots while waiting and fails with the same status and message. (TCP sends
+ * ABORT frames instead; in a ring such a frame could sit behind a half-written frame or a full ring that nobody
+ * drains, while the slot is always readable, even after the failed rank has exited.) A peer that dies is seen
+ * through a pidfd (or /proc when pidfd_open is not allowed): once nothing more can come from its ring while a
+ * receive from it (or a send to it) is pending, that is COHORT_ERR_REMOTE naming it, unless its slot holds the
+ * real cause. A peer that exits after its last frame is not a failure. A silent peer fails the call after
+ * COHORT_OP_TIMEOUT.
+ *
+ * Trust: segments are created 0600 under a random name that only the authenticated store carries, so only the
+ * job's processes (same user, knowing the names) map them; what a peer writes is still checked like TCP input
+ * (header fields, frame sizes, segment layout against its size).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "transport/frame.h"
+#include "transport/shm.h"
+
+#define SEG_MAGIC 0x314d485354524843ull /* "CHRTSHM1" */
+#define CACHE_LINE 64
+#define PAGE 4096
+#define CHUNK_BYTES (64u << 10)
+#define SLEEP_NS 5000000LL    /* futex sleeps; liveness and abort slots are checked between them */
+#define LIVENESS_NS 5000000LL /* how often an idle waiter polls its peers' pidfds */
+#define MAX_FRAME_BYTES (1ull << 40)
+#define HOST_ID_MAX 256
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "ring indices are shared between processes: their atomics must be lock-free");
+
+/* ---- the segment (shared; laid out by its owner, read by everyone) ---- */
+
+typedef struct ring_ctl {
+  _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
+  _Alignas(CACHE_LINE) _Atomic uint64_t tail; /* bytes consumed so far (the consumer, the owner) */
+} ring_ctl;
+
+typedef struct seg_hdr {
+  uint64_t magic;
+  int32_t rank, size;
+  uint64_t ring_bytes;  /* capacity of each inbound ring */
+  uint64_t ctl_offset;  /* ring_ctl[size], indexed by producer rank (the owner's own entry is unused) */
+  uint64_t data_offset; /* size - 1 rings of ring_bytes, in producer order without the owner */
+  uint64_t total_bytes;
+  _Alignas(CACHE_LINE) _Atomic uint32_t futex; /* bumped by whoever may have unblocked the owner */
+  _Atomic uint32_t sleeping;                   /* the owner is (about to be) asleep on futex */
+  _Alignas(CACHE_LINE) _Atomic uint32_t aborted; /* 1 once abort_status and abort_text are written */
+  int32_t abort_status;
+  char abort_text[COHORT__ABORT_TEXT_MAX];
+} seg_hdr;
+
+/* ---- private state ---- */
+
+enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED };
+enum { ALIVE, DEAD_SEEN, DEAD };
+
+typedef struct unexpected {
+  struct unexpected *next;
+  cohort__frame hdr;
+  char *data;
+} unexpected;
+
+typedef struct peer {
+  seg_hdr *seg; /* the peer's segment (our outbound ring lives there) */
+  size_t seg_len;
+  int pid, pidfd;
+  int life; /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
+  /* outbound: the ring in the peer's segment that we produce into */
+  ring_ctl *out_ctl;
+  char *out_data;
+  uint64_t out_cap, out_head, out_tail;
+  cohort__req *send_head, *send_tail;
+  cohort__frame send_hdr;
+  size_t send_hdr_done;
+  int send_started;
+  /* inbound: the ring in our segment that the peer produces into */
+  ring_ctl *in_ctl;
+  char *in_data;
+  uint64_t in_cap, in_head, in_tail;
+  cohort__req *recv_head, *recv_tail;
+  cohort__frame recv_hdr;
+  size_t recv_hdr_done;
+  int rx_state;
+  unexpected *unexp_head, *unexp_tail;
+  char *rx_buf; /* payload target of RX_UNEXPECTED */
+  size_t rx_done;
+} peer;
+
+typedef struct shm_transport {
+  cohort__transport base;
+  seg_hdr *me; /* our own segment */
+  size_t me_len;
+  peer *peers; /* [size]; our own entry is unused */
+  cohort__call call;
+  int64_t spin_ns, timeout_ns;
+  double op_timeout_s;
+  size_t pending; /* posted requests not yet complete */
+  cohort_status status;
+  char message[COHORT__ABORT_TEXT_MAX];
+  atomic_int abort_requested; /* set once the requested_* fields are written */
+  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
+  cohort_status requested_status;
+  char requested_message[COHORT__ABORT_TEXT_MAX];
+} shm_transport;
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
+  return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
+}
+
+/* Wakes the owner of s if it sleeps; the caller has just published an index (or an abort) it may wait for. */
+static void notify(seg_hdr *s) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&s->sleeping, memory_order_relaxed)) {
+    atomic_fetch_add(&s->futex, 1);
+    futex(&s->futex, FUTEX_WAKE, INT_MAX, NULL);
+  }
+}
+
+static void wake(seg_hdr *s) {
+  atomic_fetch_add(&s->futex, 1);
+  futex(&s->futex, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* ---- failure ---- */
+
+static cohort_status fail(shm_transport *t, cohort_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails the transport once (later failures keep the first message, the root cause) and tells every peer through
+ * the abort slot of our segment. */
+static cohort_status fail(shm_transport *t, cohort_status status, const char *fmt, ...) {
+  if (t->status == COHORT_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->message, sizeof t->message, fmt, ap);
+    va_end(ap);
+    t->status = status;
+    COHORT_LOG_INFO("transport failed: %s", t->message);
+    if (t->me) {
+      t->me->abort_status = (int32_t)status;
+      memcpy(t->me->abort_text, t->message, sizeof t->me->abort_text);
+      atomic_store_explicit(&t->me->aborted, 1, memory_order_release);
+      for (int p = 0; p < t->base.size; p++)
+        if (p != t->base.rank && t->peers[p].seg) wake(t->peers[p].seg);
+    }
+  }
+  return cohort__error(t->status, "%s", t->message);
+}
+
+/* A peer's abort slot, if it has written one: its status and message become ours. */
+static cohort_status take_peer_abort(shm_transport *t, int p) {
+  seg_hdr *s = t->peers[p].seg;
+  if (!atomic_load_explicit(&s->aborted, memory_order_acquire)) return COHORT_OK;
+  int32_t st = s->abort_status;
+  if (st <= COHORT_OK || st > COHORT_ERR_PROTOCOL) st = COHORT_ERR_REMOTE;
+  char text[COHORT__ABORT_TEXT_MAX];
+  memcpy(text, s->abort_text, sizeof text);
+  text[sizeof text - 1] = '\0';
+  /* Keep the originator's message as is: it already names the ranks involved. */
+  return fail(t, (cohort_status)st, "%s (reported by rank %d)", text, p);
+}
+
+static cohort_status check_peer_aborts(shm_transport *t) {
+  for (int p = 0; p < t->base.size; p++)
+    if (p != t->base.rank) COHORT_CHECK(take_peer_abort(t, p));
+  return COHORT_OK;
+}
+
+/* ---- rings ---- */
+
+static void ring_put(char *data, uint64_t cap, uint64_t pos, const void *src, size_t len) {
+  size_t off = (size_t)(pos % cap), first = len < cap - off ? len : (size_t)(cap - off);
+  memcpy(data + off, src, first);
+  if (len > first) memcpy(data, (const char *)src + first, len - first);
+}
+
+static void ring_get(const char *data, uint64_t cap, uint64_t pos, void *dst, size_t len) {
+  size_t off = (size_t)(pos % cap), first = len < cap - off ? len : (size_t)(cap - off);
+  memcpy(dst, data + off, first);
+  if (len > first) memcpy((char *)dst + first, data, len - first);
+}
+
+/* Bytes the peer has written that we have not consumed (re-reading head only when we run out). */
+static uint64_t in_avail(peer *pe) {
+  if (pe->in_head == pe->in_tail) pe->in_head = atomic_load_explicit(&pe->in_ctl->head, memory_order_acquire);
+  return pe->in_head - pe->in_tail;
+}
+
+/* Copies n bytes out of the inbound ring and hands the space back to the producer. */
+static void in_take(peer *pe, void *dst, size_t n) {
+  if (dst) ring_get(pe->in_data, pe->in_cap, pe->in_tail, dst, n);
+  pe->in_tail += n;
+  atomic_store_explicit(&pe->in_ctl->tail, pe->in_tail, memory_order_release);
+  notify(pe->seg);
+}
+
+/* ---- sending ---- */
+
+static cohort_status do_send(shm_transport *t, peer *pe, int *progressed) {
+  cohort__req *r;
+  while ((r = pe->send_head) != NULL) {
+    if (!pe->send_started) {
+      cohort__frame_from_call(&pe->send_hdr, &r->call, r->bytes);
+      pe->send_hdr_done = 0;
+      pe->send_started = 1;
+    }
+    size_t want = (sizeof pe->send_hdr - pe->send_hdr_done) + (r->bytes - r->done_bytes);
+    if (want > CHUNK_BYTES) want = CHUNK_BYTES;
+    uint64_t space = pe->out_cap - (pe->out_head - pe->out_tail);
+    if (space < want) {
+      pe->out_tail = atomic_load_explicit(&pe->out_ctl->tail, memory_order_acquire);
+      space = pe->out_cap - (pe->out_head - pe->out_tail);
+      if (space == 0) return COHORT_OK;
+    }
+    size_t budget = space < want ? (size_t)space : want;
+    if (pe->send_hdr_done < sizeof pe->send_hdr) {
+      size_t n = sizeof pe->send_hdr - pe->send_hdr_done;
+      if (n > budget) n = budget;
+      ring_put(pe->out_data, pe->out_cap, pe->out_head, (char *)&pe->send_hdr + pe->send_hdr_done, n);
+      pe->out_head += n;
+      pe->send_hdr_done += n;
+      budget -= n;
+    }
+    if (budget > 0 && r->done_bytes < r->bytes) {
+      size_t n = r->bytes - r->done_bytes;
+      if (n > budget) n = budget;
+      ring_put(pe->out_data, pe->out_cap, pe->out_head, (char *)r->buf + r->done_bytes, n);
+      pe->out_head += n;
+      r->done_bytes += n;
+    }
+    atomic_store_explicit(&pe->out_ctl->head, pe->out_head, memory_order_release);
+    notify(pe->seg);
+    *progressed = 1;
+    if (pe->send_hdr_done == sizeof pe->send_hdr && r->done_bytes == r->bytes) {
+      r->complete = 1;
+      pe->send_head = r->next;
+      if (!pe->send_head) pe->send_tail = NULL;
+      pe->send_started = 0;
+      t->pending--;
+    }
+  }
+  return COHORT_OK;
+}
+
+/* ---- receiving ---- */
+
+static cohort_status mismatch(shm_transport *t, int p, const cohort__frame *hdr) {
+  char mine[256], theirs[256];
+  cohort__call c;
+  cohort__frame_to_call(hdr, &c);
+  cohort__call_describe(&t->call, mine, sizeof mine);
+  cohort__call_describe(&c, theirs, sizeof theirs);
+  return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, mine,
+              p, theirs);
+}
+
+/* Checks a frame of the current call against the receive posted for it. */
+static cohort_status check_frame(shm_transport *t, int p, const cohort__frame *hdr, const cohort__req *r) {
+  cohort__call c;
+  cohort__frame_to_call(hdr, &c);
+  if (c.seq != t->call.seq) {
+    char mine[256], theirs[256];
+    cohort__call_describe(&t->call, mine, sizeof mine);
+    cohort__call_describe(&c, theirs, sizeof theirs);
+    return fail(t, COHORT_ERR_MISMATCH,
+                "ranks disagree: rank %d is in %s and expects more data from rank %d, which has moved on to %s",
+                t->base.rank, mine, p, theirs);
+  }
+  if (!cohort__call_equal(&c, &t->call)) return mismatch(t, p, hdr);
+  if (hdr->bytes != r->bytes)
+    return fail(t, COHORT_ERR_MISMATCH,
+                "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks use the "
+                "same COHORT_SEGMENT_BYTES?",
+                p, (unsigned long long)hdr->bytes, t->base.rank, r->bytes);
+  return COHORT_OK;
+}
+
+static void complete_recv(shm_transport *t, peer *pe) {
+  cohort__req *r = pe->recv_head;
+  r->complete = 1;
+  pe->recv_head = r->next;
+  if (!pe->recv_head) pe->recv_tail = NULL;
+  t->pending--;
+}
+
+/* Hands early frames to posted receives in stream order. Afterwards a peer never has both waiting. */
+static cohort_status drain_unexpected(shm_transport *t, int p, int *progressed) {
+  peer *pe = &t->peers[p];
+  while (pe->recv_head && pe->unexp_head) {
+    unexpected *u = pe->unexp_head;
+    cohort__req *r = pe->recv_head;
+    COHORT_CHECK(check_frame(t, p, &u->hdr, r));
+    if (r->bytes) memcpy(r->buf, u->data, r->bytes);
+    r->done_bytes = r->bytes;
+    pe->unexp_head = u->next;
+    if (!pe->unexp_head) pe->unexp_tail = NULL;
+    free(u->data);
+    free(u);
+    complete_recv(t, pe);
+    *progressed = 1;
+  }
+  return COHORT_OK;
+}
+
+static cohort_status on_header(shm_transport *t, int p) {
+  peer *pe = &t->peers[p];
+  const cohort__frame *h = &pe->recv_hdr;
+  if (h->magic != COHORT__FRAME_MAGIC)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", p, h->magic);
+  if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
+                (unsigned long long)h->bytes);
+  int32_t ahead = (int32_t)(h->seq - t->call.seq);
+  if (ahead < 0)
+    return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);
+  if (ahead > 0) { /* the peer is already in a later call: keep its frame aside so that the ring keeps draining */
+    pe->rx_buf = malloc(h->bytes ? (size_t)h->bytes : 1);
+    if (!pe->rx_buf)
+      return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame from rank %d",
+                  (unsigned long long)h->bytes, p);
+    pe->rx_done = 0;
+    pe->rx_state = RX_UNEXPECTED;
+    return COHORT_OK;
+  }
+  pe->rx_state = RX_HELD;
+  return COHORT_OK;
+}
+
+static cohort_status do_recv(shm_transport *t, int p, int *progressed) {
+  peer *pe = &t->peers[p];
+  for (;;) {
+    switch (pe->rx_state) {
+    case RX_HEADER: {
+      COHORT_CHECK(drain_unexpected(t, p, progressed));
+      uint64_t avail = in_avail(pe);
+      if (avail == 0) return COHORT_OK;
+      size_t n = sizeof pe->recv_hdr - pe->recv_hdr_done;
+      if (n > avail) n = (size_t)avail;
+      in_take(pe, (char *)&pe->recv_hdr + pe->recv_hdr_done, n);
+      *progressed = 1;
+      pe->recv_hdr_done += n;
+      if (pe->recv_hdr_done < sizeof pe->recv_hdr) return COHORT_OK;
+      pe->recv_hdr_done = 0;
+      COHORT_CHECK(on_header(t, p));
+      break;
+    }
+    case RX_HELD:
+      if (!pe->recv_head) return COHORT_OK; /* the payload waits in the ring until a receive is posted */
+      COHORT_CHECK(check_frame(t, p, &pe->recv_hdr, pe->recv_head));
+      pe->rx_state = RX_PAYLOAD;
+      if (pe->recv_head->bytes == 0) {
+        complete_recv(t, pe);
+        pe->rx_state = RX_HEADER;
+        *progressed = 1;
+      }
+      break;
+    case RX_PAYLOAD: {
+      cohort__req *r = pe->recv_head;
+      uint64_t avail = in_avail(pe);
+      if (avail == 0) return COHORT_OK;
+      size_t n = r->bytes - r->done_bytes;
+      if (n > avail) n = (size_t)avail;
+      if (n > CHUNK_BYTES) n = CHUNK_BYTES;
+      in_take(pe, (char *)r->buf + r->done_bytes, n);
+      *progressed = 1;
+      r->done_bytes += n;
+      if (r->done_bytes == r->bytes) {
+        complete_recv(t, pe);
+        pe->rx_state = RX_HEADER;
+      }
+      break;
+    }
+    case RX_UNEXPECTED: {
+      size_t want = (size_t)pe->recv_hdr.bytes - pe->rx_done;
+      if (want > 0) {
+        uint64_t avail = in_avail(pe);
+        if (avail == 0) return COHORT_OK;
+        size_t n = want < avail ? want : (size_t)avail;
+        if (n > CHUNK_BYTES) n = CHUNK_BYTES;
+        in_take(pe, pe->rx_buf + pe->rx_done, n);
+        *progressed = 1;
+        pe->rx_done += n;
+        if (pe->rx_done < pe->recv_hdr.bytes) break;
+      }
+      unexpected *u = malloc(sizeof *u);
+      if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
+      *u = (unexpected){.hdr = pe->recv_hdr, .data = pe->rx_buf};
+      if (pe->unexp_tail) pe->unexp_tail->next = u;
+      else pe->unexp_head = u;
+      pe->unexp_tail = u;
+      pe->rx_buf = NULL;
+      pe->rx_state = RX_HEADER;
+      break;
+    }
+    }
+  }
+}
+
+/* ---- progress and waiting ---- */
+
+static cohort_status progress_once(shm_transport *t, int *progressed) {
+  for (int p = 0; p < t->base.size; p++) {
+    if (p == t->base.rank) continue;
+    if (t->peers[p].send_head) COHORT_CHECK(do_send(t, &t->peers[p], progressed));
+    COHORT_CHECK(do_recv(t, p, progressed));
+  }
+  return COHORT_OK;
+}
+
+/* Without a pidfd: a process that is gone, or a zombie, has died. */
+static int proc_dead(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the state follows the command name, which may hold anything */
+  return paren && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* Polls the peers' liveness. A peer seen dead gets one more drain of its ring before it is judged (*again = 1
+ * asks for it); after that, it is a failure only while we still wait on it. */
+static cohort_status check_liveness(shm_transport *t, int *again) {
+  struct pollfd pfd[64];
+  int who[64];
+  for (int p0 = 0; p0 < t->base.size; p0 += 64) {
+    int n = 0;
+    for (int p = p0; p < t->base.size && p < p0 + 64; p++) {
+      peer *pe = &t->peers[p];
+      if (p == t->base.rank || pe->life != ALIVE) continue;
+      if (pe->pidfd >= 0) {
+        pfd[n] = (struct pollfd){.fd = pe->pidfd, .events = POLLIN};
+        who[n++] = p;
+      } else if (proc_dead(pe->pid)) {
+        pe->life = DEAD_SEEN;
+      }
+    }
+    if (n > 0 && poll(pfd, (nfds_t)n, 0) > 0)
+      for (int i = 0; i < n; i++)
+        if (pfd[i].revents) t->peers[who[i]].life = DEAD_SEEN;
+  }
+  for (int p = 0; p < t->base.size; p++) {
+    peer *pe = &t->peers[p];
+    if (p == t->base.rank) continue;
+    if (pe->life == DEAD_SEEN) {
+      pe->life = DEAD;
+      *again = 1;
+      continue;
+    }
+    if (pe->life != DEAD || !(pe->recv_head || pe->send_head)) continue;
+    COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
+    char call[256];
+    cohort__call_describe(&t->call, call, sizeof call);
+    return fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s", p,
+                t->base.rank, pe->recv_head ? "receiving from" : "sending to", call);
+  }
+  return COHORT_OK;
+}
+
+static void describe_waiting(shm_transport *t, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  for (int p = 0; p < t->base.size && off < len; p++)
+    if (p != t->base.rank && (t->peers[p].recv_head || t->peers[p].send_head))
+      off += (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
+}
+
+static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
+  shm_transport *t = (shm_transport *)base;
+  int64_t last_progress = cohort__now_ns(), next_liveness = 0;
+  for (;;) {
+    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
+    if (req ? req->complete : t->pending == 0) return COHORT_OK;
+    int progressed = 0;
+    COHORT_CHECK(progress_once(t, &progressed));
+    if (progressed) {
+      last_progress = cohort__now_ns();
+      continue;
+    }
+    COHORT_CHECK(check_peer_aborts(t));
+    int64_t now = cohort__now_ns();
+    if (now >= next_liveness) {
+      int again = 0;
+      COHORT_CHECK(check_liveness(t, &again));
+      next_liveness = now + LIVENESS_NS;
+      if (again) continue;
+    }
+    if (now - last_progress > t->timeout_ns) {
+      char who[256], call[256];
+      describe_waiting(t, who, sizeof who);
+      cohort__call_describe(&t->call, call, sizeof call);
+      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+                  t->op_timeout_s, who);
+    }
+    if (now - last_progress < t->spin_ns) {
+      sched_yield(); /* the rank we wait for may need this very core */
+      continue;
+    }
+    /* Sleep: raise the flag, then look once more (see the header comment for why this order loses no wake-up). */
+    atomic_store_explicit(&t->me->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t seen = atomic_load(&t->me->futex);
+    cohort_status st = progress_once(t, &progressed);
+    if (st == COHORT_OK && !progressed && !atomic_load(&t->abort_requested)) {
+      struct timespec ts = {.tv_sec = 0, .tv_nsec = SLEEP_NS};
+      futex(&t->me->futex, FUTEX_WAIT, seen, &ts);
+    }
+    atomic_store_explicit(&t->me->sleeping, 0, memory_order_relaxed);
+    COHORT_CHECK(st);
+    if (progressed) last_progress = cohort__now_ns();
+  }
+}
+
+/* ---- posting ---- */
+
+static void shm_set_call(cohort__transport *base, const cohort__call *call) { ((shm_transport *)base)->call = *call; }
+
+static cohort_status check_peer(shm_transport *t, int p) {
+  if (p < 0 || p >= t->base.size || p == t->base.rank)
+    return cohort__error(COHORT_ERR_INTERNAL, "shm transport: rank %d cannot exchange frames with rank %d (of %d)",
+                         t->base.rank, p, t->base.size);
+  return COHORT_OK;
+}
+
+static cohort_status shm_isend(cohort__transport *base, int p, const void *buf, size_t bytes, cohort__req *req) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  COHORT_CHECK(check_peer(t, p));
+  peer *pe = &t->peers[p];
+  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = p, .is_send = 1, .call = t->call};
+  if (pe->send_tail) pe->send_tail->next = req;
+  else pe->send_head = req;
+  pe->send_tail = req;
+  t->pending++;
+  int progressed = 0;
+  return do_send(t, pe, &progressed); /* most frames leave at once */
+}
+
+static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t bytes, cohort__req *req) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  COHORT_CHECK(check_peer(t, p));
+  peer *pe = &t->peers[p];
+  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = p, .call = t->call};
+  if (pe->recv_tail) pe->recv_tail->next = req;
+  else pe->recv_head = req;
+  pe->recv_tail = req;
+  t->pending++;
+  int progressed = 0;
+  return drain_unexpected(t, p, &progressed);
+}
+
+static void shm_abort(cohort__transport *base, cohort_status status, const char *message) {
+  fail((shm_transport *)base, status, "%s", message);
+}
+
+static void shm_interrupt(cohort__transport *base, cohort_status status, const char *message) {
+  shm_transport *t = (shm_transport *)base;
+  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
+  t->requested_status = status;
+  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
+  atomic_store(&t->abort_requested, 1);
+  if (t->me) wake(t->me); /* the driving thread may be asleep on our futex */
+}
+
+static void shm_destroy(cohort__transport *base) {
+  shm_transport *t = (shm_transport *)base;
+  if (!t) return;
+  if (atomic_load(&t->abort_requested) && t->status == COHORT_OK)
+    fail(t, t->requested_status, "%s", t->requested_message);
+  for (int p = 0; t->peers && p < t->base.size; p++) {
+    peer *pe = &t->peers[p];
+    if (pe->seg) munmap(pe->seg, pe->seg_len);
+    if (pe->pidfd >= 0) close(pe->pidfd);
+    free(pe->rx_buf);
+    for (unexpected *u = pe->unexp_head, *next; u; u = next) {
+      next = u->next;
+      free(u->data);
+      free(u);
+    }
+  }
+  if (t->me) munmap(t->me, t->me_len);
+  free(t->peers);
+  free(t);
+}
+
+static const cohort__transport_ops shm_ops = {
+    .name = "shm",
+    .set_call = shm_set_call,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .wait = shm_wait,
+    .abort = shm_abort,
+    .interrupt = shm_interrupt,
+    .destroy = shm_destroy,
+};
+
+/* ---- setup ---- */
+
+static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+static void seg_layout(int size, uint64_t ring_bytes, uint64_t *ctl_offset, uint64_t *data_offset,
+                       uint64_t *total) {
+  *ctl_offset = round_up(sizeof(seg_hdr), CACHE_LINE);
+  *data_offset = round_up(*ctl_offset + (uint64_t)size * sizeof(ring_ctl), PAGE);
+  *total = *data_offset + (uint64_t)(size - 1) * ring_bytes;
+}
+
+/* The ring that producer writes into, in the segment of its owner. */
+static char *ring_data(seg_hdr *s, int owner, int producer) {
+  int slot = producer < owner ? producer : producer - 1;
+  return (char *)s + s->data_offset + (uint64_t)slot * s->ring_bytes;
+}
+
+static ring_ctl *ring_ctl_of(seg_hdr *s, int producer) {
+  return (ring_ctl *)((char *)s + s->ctl_offset) + producer;
+}
+
+/* What must be equal on every rank for their pids and segments to mean the same thing: the host (name and boot)
+ * and the pid namespace. */
+static void host_identity(char *out, size_t len) {
+  char host[128] = "?", boot[64] = "?", ns[64] = "?";
+  gethostname(host, sizeof host - 1);
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, boot, sizeof boot - 1);
+    boot[n > 0 ? n : 0] = '\0';
+    boot[strcspn(boot, "\n")] = '\0';
+    close(fd);
+  }
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  ns[n > 0 ? n : 0] = '\0';
+  snprintf(out, len, "%s/%s/%s", host, boot, ns);
+}
+
+/* A setup failure another rank reported under err_key ("<status> rank <r>: <message>"), as our own. */
+static cohort_status peer_setup_failure(cohort__store *store, const char *err_key, int *found) {
+  COHORT_CHECK(cohort__store_check(store, err_key, found));
+  if (!*found) return COHORT_OK;
+  char *why = NULL;
+  size_t len = 0;
+  COHORT_CHECK(cohort__store_get(store, err_key, 1.0, (void **)&why, &len));
+  int status = 0, used = 0;
+  if (sscanf(why, "%d %n", &status, &used) < 1 || status <= COHORT_OK || status > COHORT_ERR_PROTOCOL)
+    status = COHORT_ERR_REMOTE;
+  /* An INVALID setup (ranks on several hosts) is the same verdict everywhere, whoever saw it first. */
+  cohort_status st = cohort__error((cohort_status)status, "shm setup failed on %s", why + used);
+  free(why);
+  return st;
+}
+
+/* Waits for key, failing early if some rank has reported a setup failure under err_key. */
+static cohort_status await_key(cohort__store *store, const char *key, const char *err_key, int64_t deadline,
+                               void **value, size_t *len) {
+  for (;;) {
+    int exists = 0;
+    COHORT_CHECK(cohort__store_check(store, key, &exists));
+    if (exists) return cohort__store_get(store, key, 1.0, value, len);
+    COHORT_CHECK(peer_setup_failure(store, err_key, &exists));
+    if (cohort__now_ns() > deadline) return COHORT_ERR_TIMEOUT;
+    usleep(1000);
+  }
+}
+
+static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid) {
+  peer *pe = &t->peers[p];
+  struct stat sb;
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno,
+                               "rank %d cannot open rank %d's segment /dev/shm%s (do the ranks share /dev/shm?)",
+                               t->base.rank, p, name);
+  if (fstat(fd, &sb) != 0 || sb.st_size < (off_t)sizeof(seg_hdr)) {
+    close(fd);
+    return cohort__error(COHORT_ERR_PROTOCOL, "rank %d's segment /dev/shm%s is too short (%lld bytes)", p, name,
+                         (long long)sb.st_size);
+  }
+  void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "mapping rank %d's segment /dev/shm%s", p, name);
+  pe->seg = m;
+  pe->seg_len = (size_t)sb.st_size;
+  seg_hdr *s = m;
+  uint64_t ctl = 0, data = 0, total = 0;
+  if (s->magic == SEG_MAGIC && s->ring_bytes >= 1 && s->ring_bytes <= (1ull << 40))
+    seg_layout(t->base.size, s->ring_bytes, &ctl, &data, &total);
+  if (s->magic != SEG_MAGIC || s->rank != p || s->size != t->base.size || s->ring_bytes < 1 ||
+      s->ring_bytes > (1ull << 40) || s->ctl_offset != ctl || s->data_offset != data || s->total_bytes != total ||
+      total != (uint64_t)sb.st_size)
+    return cohort__error(COHORT_ERR_PROTOCOL,
+                         "rank %d's segment /dev/shm%s is not a cohort segment of rank %d in a job of %d ranks", p,
+                         name, p, t->base.size);
+  pe->pid = pid;
+  pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pe->pidfd < 0) {
+    if (errno == ESRCH)
+      return cohort__error(COHORT_ERR_REMOTE, "rank %d (pid %d) exited during shm setup", p, pid);
+    COHORT_LOG_DEBUG("pidfd_open(%d): %s; watching /proc instead", pid, strerror(errno));
+  }
+  pe->out_ctl = ring_ctl_of(s, t->base.rank);
+  pe->out_data = ring_data(s, p, t->base.rank);
+  pe->out_cap = s->ring_bytes;
+  pe->out_head = pe->out_tail = 0;
+  pe->in_ctl = ring_ctl_of(t->me, p);
+  pe->in_data = ring_data(t->me, t->base.rank, p);
+  pe->in_cap = t->me->ring_bytes;
+  return COHORT_OK;
+}
+
+static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, char *name, size_t name_len) {
+  uint64_t r[2] = {0, 0};
+  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "getrandom for the segment name");
+  snprintf(name, name_len, "/cohort-shm-%d-%016llx%016llx", (int)getpid(), (unsigned long long)r[0],
+           (unsigned long long)r[1]);
+  uint64_t ctl, data, total;
+  seg_layout(t->base.size, ring_bytes, &ctl, &data, &total);
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "shm_open(%s)", name);
+  cohort_status st = COHORT_OK;
+  int err;
+  if (ftruncate(fd, (off_t)total) != 0) {
+    st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "sizing /dev/shm%s to %llu bytes", name,
+                             (unsigned long long)total);
+  } else if ((err = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+    /* Reserve the pages now: a full /dev/shm must be an error here, not a SIGBUS in the middle of a collective. */
+    st = cohort__error_errno(COHORT_ERR_SYSTEM, err,
+                             "reserving %llu bytes in /dev/shm for rank %d's rings (COHORT_SHM_RING_BYTES=%llu "
+                             "per peer)",
+                             (unsigned long long)total, t->base.rank, (unsigned long long)ring_bytes);
+  } else {
+    void *m = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "mapping /dev/shm%s", name);
+    } else {
+      t->me = m;
+      t->me_len = (size_t)total;
+      t->me->rank = t->base.rank;
+      t->me->size = t->base.size;
+      t->me->ring_bytes = ring_bytes;
+      t->me->ctl_offset = ctl;
+      t->me->data_offset = data;
+      t->me->total_bytes = total;
+      t->me->magic = SEG_MAGIC;
+    }
+  }
+  close(fd);
+  if (st != COHORT_OK) shm_unlink(name);
+  return st;
+}
+
+cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
+                                     int64_t deadline_ns, long spin_us, cohort__transport **out) {
+  long ring_bytes = 0, op_timeout = 0;
+  COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
+  COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout));
+  cohort_status st = COHORT_OK;
+  char name[96] = "", key[160], err_key[160], host[HOST_ID_MAX];
+  int created = 0;
+  snprintf(err_key, sizeof err_key, "%sshm/error", prefix);
+  shm_transport *t = calloc(1, sizeof *t);
+  if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  t->base = (cohort__transport){.ops = &shm_ops, .rank = rank, .size = size};
+  t->spin_ns = spin_us * 1000;
+  t->op_timeout_s = (double)op_timeout;
+  t->timeout_ns = (int64_t)op_timeout * 1000000000;
+  t->peers = calloc((size_t)size, sizeof *t->peers);
+  if (!t->peers) {
+    st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    goto fail;
+  }
+  for (int p = 0; p < size; p++) t->peers[p].pidfd = -1;
+
+  if ((st = create_own(t, (uint64_t)ring_bytes, name, sizeof name)) != COHORT_OK) goto fail;
+  created = 1;
+  host_identity(host, sizeof host);
+  char mine[HOST_ID_MAX + 160];
+  snprintf(mine, sizeof mine, "%d %s %s", (int)getpid(), name, host);
+  snprintf(key, sizeof key, "%sshm/%d", prefix, rank);
+  if ((st = cohort__store_set(store, key, mine, strlen(mine))) != COHORT_OK) goto fail;
+
+  /* Everyone's segment, pid and host; all ranks see the same set, so all agree on whether shm can work. */
+  for (int p = 0; p < size; p++) {
+    if (p == rank) continue;
+    char *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "%sshm/%d", prefix, p);
+    st = await_key(store, key, err_key, deadline_ns, (void **)&v, &len);
+    if (st == COHORT_ERR_TIMEOUT)
+      st = cohort__error(COHORT_ERR_TIMEOUT, "shm rendezvous timed out: rank %d never published its segment "
+                                             "(COHORT_TIMEOUT sets the wait)", p);
+    if (st != COHORT_OK) goto fail;
+    int pid = 0, used = 0;
+    char peer_name[96], peer_host[HOST_ID_MAX];
+    if (sscanf(v, "%d %95s %n", &pid, peer_name, &used) != 2 || pid <= 0 || strncmp(peer_name, "/cohort-shm-", 12)) {
+      st = cohort__error(COHORT_ERR_PROTOCOL, "rank %d published a malformed shm address '%s'", p, v);
+      free(v);
+      goto fail;
+    }
+    snprintf(peer_host, sizeof peer_host, "%s", v + used);
+    free(v);
+    if (strcmp(peer_host, host) != 0) {
+      st = cohort__error(COHORT_ERR_INVALID,
+                         "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
+                         "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
+                         rank, host, p, peer_host);
+      goto fail;
+    }
+    if ((st = map_peer(t, p, peer_name, pid)) != COHORT_OK) goto fail;
+  }
+
+  /* Once every rank has mapped every segment, the names can go: the mappings keep the memory alive. */
+  snprintf(key, sizeof key, "%sshm/mapped", prefix);
+  int64_t joined = 0;
+  if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail;
+  while (joined < size) {
+    int failed = 0;
+    if ((st = peer_setup_failure(store, err_key, &failed)) != COHORT_OK) goto fail;
+    if (cohort__now_ns() > deadline_ns) {
+      st = cohort__error(COHORT_ERR_TIMEOUT, "shm rendezvous: only %lld of %d ranks mapped the segments in time",
+                         (long long)joined, size);
+      goto fail;
+    }
+    usleep(1000);
+    if ((st = cohort__store_add(store, key, 0, &joined)) != COHORT_OK) goto fail;
+  }
+  shm_unlink(name);
+  *out = &t->base;
+  return COHORT_OK;
+
+fail:
+  if (!strstr(cohort_last_error(), "shm setup failed on")) {
+    /* Tell the others, so that they fail now rather than at COHORT_TIMEOUT. */
+    char text[COHORT__ABORT_TEXT_MAX], why[COHORT__ABORT_TEXT_MAX + 32];
+    snprintf(text, sizeof text, "%s", cohort_last_error());
+    snprintf(why, sizeof why, "%d rank %d: %s", (int)st, rank, text);
+    cohort__store_set(store, err_key, why, strlen(why));
+    cohort__error(st, "%s", text); /* the store call may have replaced the message */
+  }
+  if (created) shm_unlink(name);
+  shm_destroy(&t->base);
+  return st;
+}

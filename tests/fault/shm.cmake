@@ -1,0 +1,5 @@
+# The shared-memory transport under real failures: a rank killed mid-allreduce, mismatched counts, an abort, a
+# stopped rank, and rings so small that every frame wraps; after each job /dev/shm must hold nothing of it.
+cohort_add_test_binary(test_shm_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shm_fault.c)
+add_test(NAME fault.shm COMMAND test_shm_fault)
+set_tests_properties(fault.shm PROPERTIES LABELS "fault;sanitize" TIMEOUT 120)

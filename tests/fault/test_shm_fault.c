@@ -1,0 +1,301 @@
+/*
+ * test_shm_fault.c: failures between real processes over the shared-memory transport (COHORT_TRANSPORT=shm).
+ *
+ * The parent plays the launcher, as in test_comm_fault.c: it serves the store, starts each rank as a child (this
+ * binary with --child MODE and the torchrun environment) and reads one RESULT line from each; cohortrun would stop
+ * the survivors, and here we want to see what they report. Every child also says which transport it got and how
+ * many /dev/shm entries of its own it still sees after cohort_init (the segments must be unlinked by then). After
+ * every job the parent checks that /dev/shm holds no entry of any of the job's processes.
+ *
+ *   killed_peer     rank 1 SIGKILLs itself during allreduce: every survivor gets COHORT_ERR_REMOTE naming rank 1
+ *                   within 2 s of the kill.
+ *   mismatch_count  rank 2 allreduces half the count: every rank gets COHORT_ERR_MISMATCH naming both counts.
+ *   abort           rank 2 calls cohort_comm_abort(): the others get COHORT_ERR_REMOTE with its reason.
+ *   silent_peer     rank 1 stops (SIGSTOP) during broadcasts from it: both survivors time out after COHORT_OP_TIMEOUT
+ *                   naming it.
+ *   small_rings     a clean job with 300-byte rings and 1000-byte segments: frames and headers wrap around the ring
+ *                   all the time; the allreduced values are checked.
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "store/store.h"
+#include "test.h"
+
+#define SECRET "0123456789abcdef0123456789abcdef"
+#define MAX_RANKS 8
+
+static const char *self_path;
+
+/* /dev/shm entries made by process pid (the transport names them /cohort-shm-<pid>-<random>). */
+static int shm_entries_of(int pid) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cohort-shm-%d-", pid);
+  DIR *d = opendir("/dev/shm");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+/* ---------------- children ---------------- */
+
+static void result(int rank, cohort_status st, const char *transport, int leftover, const char *msg) {
+  printf("RESULT rank=%d status=%d t=%.6f transport=%s leftover=%d msg=%s\n", rank, (int)st, cohort__now_s(),
+         transport, leftover, msg ? msg : "");
+  fflush(stdout);
+}
+
+static int child(const char *mode) {
+  int rank = atoi(getenv("RANK"));
+  cohort_comm *c = NULL;
+  cohort_status st = cohort_init(&c);
+  if (st != COHORT_OK) {
+    result(rank, st, "none", -1, cohort_last_error());
+    return 0;
+  }
+  int leftover = shm_entries_of((int)getpid());
+  size_t n = 1 << 18;
+  float *buf = malloc(n * sizeof *buf);
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(rank + 1);
+  if (!strcmp(mode, "killed_peer") || !strcmp(mode, "silent_peer")) {
+    int killed = !strcmp(mode, "killed_peer");
+    for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
+      if (rank == 1 && it == 20) {
+        printf("KILLED t=%.6f\n", cohort__now_s());
+        fflush(stdout);
+        raise(killed ? SIGKILL : SIGSTOP);
+      }
+      /* A small broadcast from rank 1 goes down a tree in which both other ranks receive from rank 1 itself, so
+       * both wait on the silent rank and the timeout must name it on each. */
+      st = killed ? cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_MAX)
+                  : cohort_broadcast(c, buf, 1000, COHORT_F32, 1);
+    }
+  } else if (!strcmp(mode, "mismatch_count")) {
+    st = cohort_allreduce(c, buf, buf, rank == 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "abort")) {
+    st = cohort_barrier(c);
+    if (rank == 2) {
+      cohort_comm_abort(c, "loss became NaN at step 7");
+      st = cohort_barrier(c);
+    } else if (st == COHORT_OK) {
+      st = cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
+    }
+  } else if (!strcmp(mode, "small_rings")) {
+    int size = cohort_size(c);
+    for (int it = 0; it < 3 && st == COHORT_OK; it++) {
+      for (size_t i = 0; i < n; i++) buf[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+      st = cohort_allreduce(c, buf, buf, n - (size_t)it * 1001, COHORT_F32, COHORT_SUM);
+      for (size_t i = 0; i < n - (size_t)it * 1001 && st == COHORT_OK; i++) {
+        float want = (float)(size * (size + 1) / 2 * (int)(i % 7 + 1));
+        if (buf[i] != want)
+          st = cohort__error(COHORT_ERR_INTERNAL, "iteration %d: element %zu is %g, expected %g", it, i, buf[i], want);
+      }
+      if (st == COHORT_OK) st = cohort_barrier(c);
+    }
+  }
+  result(rank, st, cohort_transport_name(c), leftover, st == COHORT_OK ? "" : cohort_last_error());
+  cohort_comm_destroy(c); /* a survivor must be able to tear down its dead communicator without hanging */
+  free(buf);
+  return 0;
+}
+
+/* ---------------- parent ---------------- */
+
+typedef struct job {
+  int size;
+  pid_t pid[MAX_RANKS];
+  FILE *out[MAX_RANKS];
+  cohort__store_server *server;
+  int port;
+  int have[MAX_RANKS];
+  int status[MAX_RANKS];
+  int leftover[MAX_RANKS];
+  double t[MAX_RANKS];
+  char transport[MAX_RANKS][16];
+  char msg[MAX_RANKS][1024];
+  double killed_at;
+  int left_in_dev_shm; /* entries of the job's processes still in /dev/shm once they are all gone */
+} job;
+
+static void start_rank(job *j, const char *mode, int rank, const char *extra_env) {
+  int fds[2];
+  if (pipe(fds) != 0) abort();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    char v[64];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", j->size);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", j->port);
+    setenv("MASTER_PORT", v, 1);
+    setenv("COHORT_SECRET", SECRET, 1);
+    setenv("COHORT_LAUNCHER_STORE", "1", 1);
+    setenv("COHORT_LOG_LEVEL", "error", 1);
+    setenv("COHORT_TRANSPORT", "shm", 1);
+    if (extra_env) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s", extra_env);
+      for (char *kv = strtok(buf, ";"); kv; kv = strtok(NULL, ";")) {
+        char *eq = strchr(kv, '=');
+        *eq = '\0';
+        setenv(kv, eq + 1, 1);
+      }
+    }
+    execl(self_path, self_path, "--child", mode, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  j->pid[rank] = pid;
+  j->out[rank] = fdopen(fds[0], "r");
+}
+
+static void collect(job *j) {
+  for (int r = 0; r < j->size; r++) {
+    char line[2048];
+    while (fgets(line, sizeof line, j->out[r])) {
+      double t;
+      if (sscanf(line, "KILLED t=%lf", &t) == 1) { /* it is dead or stopped: it will say nothing more */
+        j->killed_at = t;
+        break;
+      }
+      int rank, st, left;
+      char transport[16];
+      if (sscanf(line, "RESULT rank=%d status=%d t=%lf transport=%15s leftover=%d", &rank, &st, &t, transport,
+                 &left) == 5 &&
+          rank == r) {
+        j->have[r] = 1;
+        j->status[r] = st;
+        j->t[r] = t;
+        j->leftover[r] = left;
+        snprintf(j->transport[r], sizeof j->transport[r], "%s", transport);
+        char *m = strstr(line, "msg=");
+        snprintf(j->msg[r], sizeof j->msg[r], "%s", m ? m + 4 : "");
+        j->msg[r][strcspn(j->msg[r], "\n")] = '\0';
+        break;
+      }
+    }
+  }
+}
+
+static job *run_job(const char *mode, int size, const char *extra_env) {
+  static job j;
+  memset(&j, 0, sizeof j);
+  j.size = size;
+  if (cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) != COHORT_OK) return NULL;
+  j.port = cohort__store_server_port(j.server);
+  for (int r = 0; r < size; r++) start_rank(&j, mode, r, extra_env);
+  collect(&j);
+  for (int r = 0; r < size; r++) {
+    kill(j.pid[r], SIGKILL); /* the stopped or killed rank, and anything left */
+    waitpid(j.pid[r], NULL, 0);
+    fclose(j.out[r]);
+  }
+  cohort__store_server_stop(j.server);
+  for (int r = 0; r < size; r++) j.left_in_dev_shm += shm_entries_of(j.pid[r]);
+  for (int r = 0; r < size; r++)
+    fprintf(stderr, "  rank %d: have=%d transport=%s leftover=%d status=%s msg=%s\n", r, j.have[r], j.transport[r],
+            j.leftover[r], cohort_strerror((cohort_status)j.status[r]), j.msg[r]);
+  return &j;
+}
+
+/* What every rank that answered must show: it ran over shm, and its segment was unlinked once everyone mapped it. */
+static int ran_over_shm(const job *j, int r) {
+  return j->have[r] && strcmp(j->transport[r], "shm") == 0 && j->leftover[r] == 0;
+}
+
+TEST(killed_peer_is_reported_by_every_survivor_within_two_seconds) {
+  job *j = run_job("killed_peer", 4, NULL);
+  ASSERT_TRUE(j != NULL);
+  ASSERT_TRUE(j->killed_at > 0);
+  for (int r = 0; r < 4; r++) {
+    if (r == 1) continue;
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
+    ASSERT_CONTAINS(j->msg[r], "rank 1 died");
+    ASSERT_TRUE(j->t[r] - j->killed_at < 2.0);
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+TEST(mismatched_counts_fail_on_every_rank) {
+  job *j = run_job("mismatch_count", 3, NULL);
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < 3; r++) {
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_ERR_MISMATCH);
+    ASSERT_CONTAINS(j->msg[r], "count=262144");
+    ASSERT_CONTAINS(j->msg[r], "count=131072");
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+TEST(abort_reaches_every_rank_with_its_reason) {
+  job *j = run_job("abort", 3, NULL);
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < 3; r++) {
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
+    ASSERT_CONTAINS(j->msg[r], "rank 2 aborted the job: loss became NaN at step 7");
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+TEST(silent_peer_times_out_naming_it) {
+  double t0 = cohort__now_s();
+  job *j = run_job("silent_peer", 3, "COHORT_OP_TIMEOUT=2");
+  ASSERT_TRUE(j != NULL);
+  ASSERT_TRUE(j->killed_at > 0);
+  int named = 0;
+  for (int r = 0; r < 3; r++) {
+    if (r == 1) continue;
+    ASSERT_TRUE(ran_over_shm(j, r));
+    /* Each survivor times out naming rank 1 (or takes the other's report, which names it too). */
+    ASSERT_EQ(j->status[r], COHORT_ERR_TIMEOUT);
+    ASSERT_CONTAINS(j->msg[r], "broadcast(count=1000, f32, root=1");
+    ASSERT_CONTAINS(j->msg[r], "no progress for 2 s waiting on rank(s) 1 (COHORT_OP_TIMEOUT)");
+    named++;
+    ASSERT_TRUE(j->t[r] - j->killed_at > 1.9);
+    ASSERT_TRUE(j->t[r] - j->killed_at < 4.0);
+  }
+  ASSERT_EQ(named, 2);
+  ASSERT_TRUE(cohort__now_s() - t0 < 15.0);
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+TEST(tiny_rings_wrap_frames_and_headers_correctly) {
+  job *j = run_job("small_rings", 3, "COHORT_SHM_RING_BYTES=300;COHORT_SEGMENT_BYTES=1000;COHORT_ALGO=ring");
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < 3; r++) {
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_OK);
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+int main(int argc, char **argv) {
+  self_path = argv[0];
+  if (argc >= 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
+  signal(SIGPIPE, SIG_IGN);
+  static const cohort_test_case cases[] = {
+      TEST_CASE(killed_peer_is_reported_by_every_survivor_within_two_seconds),
+      TEST_CASE(mismatched_counts_fail_on_every_rank),
+      TEST_CASE(abort_reaches_every_rank_with_its_reason),
+      TEST_CASE(silent_peer_times_out_naming_it),
+      TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
+  };
+  return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
+}
