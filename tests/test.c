@@ -3,6 +3,26 @@
 
 int cohort_test_failed;
 
+static char tmpdir[256];
+
+static void remove_tmpdir(void) {
+  if (!tmpdir[0]) return;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+const char *cohort_test_tmp_path(const char *name) {
+  static char path[512];
+  if (!tmpdir[0]) {
+    snprintf(tmpdir, sizeof tmpdir, "%s/cohort-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) abort();
+    atexit(remove_tmpdir);
+  }
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  return path;
+}
+
 static int selected(int argc, char **argv, const char *name) {
   if (argc < 2) return 1;
   for (int i = 1; i < argc; i++)

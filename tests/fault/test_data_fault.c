@@ -10,26 +10,7 @@
 #include "cohort/data.h"
 #include "test.h"
 
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name) {
-  static char path[512];
-  if (!tmpdir[0]) {
-    snprintf(tmpdir, sizeof tmpdir, "%s/cohort-dataf-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) abort();
-  }
-  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-  return path;
-}
-
-static void cleanup(void) {
-  if (tmpdir[0]) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-  }
-}
-__attribute__((constructor)) static void register_cleanup(void) { atexit(cleanup); }
+#define tmp_path cohort_test_tmp_path
 
 static void spit(const char *path, const uint8_t *b, size_t len) {
   FILE *f = fopen(path, "wb");
