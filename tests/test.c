@@ -12,14 +12,18 @@ static void remove_tmpdir(void) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
 }
 
-const char *cohort_test_tmp_path(const char *name) {
-  static char path[512];
+const char *cohort_test_tmp_dir(void) {
   if (!tmpdir[0]) {
     snprintf(tmpdir, sizeof tmpdir, "%s/cohort-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) abort();
     atexit(remove_tmpdir);
   }
-  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  return tmpdir;
+}
+
+const char *cohort_test_tmp_path(const char *name) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", cohort_test_tmp_dir(), name);
   return path;
 }
 

@@ -27,6 +27,8 @@ extern int cohort_test_failed;
 /* A path inside this process's own temporary directory (made on first use, removed at exit). The returned string
  * is overwritten by the next call. */
 const char *cohort_test_tmp_path(const char *name);
+/* The temporary directory itself (stable for the whole process). */
+const char *cohort_test_tmp_dir(void);
 int cohort_test_run(int argc, char **argv, const cohort_test_case *cases, int ncases);
 
 #define TEST(name) static void test_##name(void)

@@ -41,7 +41,7 @@ TEST(crc32c_paths_agree_and_chain) {
 }
 
 static int count_files(void) {
-  DIR *d = opendir(tmp_path("")); /* the temporary directory itself */
+  DIR *d = opendir(cohort_test_tmp_dir());
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d)))
