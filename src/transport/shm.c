@@ -352,6 +352,13 @@ static cohort_status on_header(shm_transport *t, int p) {
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
     return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
                 (unsigned long long)h->bytes);
+  /* No algorithm sends more than the call's whole buffer in one frame (as tcp.c checks): bounded before any
+   * allocation, so a corrupt header cannot make us reserve 2^40 bytes for an early frame. */
+  size_t es = cohort_dtype_size((cohort_dtype)h->dtype);
+  if (es == 0 || h->bytes / es > h->count || h->bytes % es != 0)
+    return fail(t, COHORT_ERR_PROTOCOL,
+                "malformed frame from rank %d: %llu bytes for a call of %llu elements of dtype %u", p,
+                (unsigned long long)h->bytes, (unsigned long long)h->count, h->dtype);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
     return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);
