@@ -15,6 +15,7 @@
  *                   naming it.
  *   small_rings     a clean job with 300-byte rings and 1000-byte segments: frames and headers wrap around the ring
  *                   all the time; the allreduced values are checked.
+ *   another host    the parent publishes a rank 1 from a foreign host: rank 0 refuses shm (COHORT_ERR_INVALID).
  */
 #include <dirent.h>
 #include <signal.h>
@@ -286,6 +287,41 @@ TEST(tiny_rings_wrap_frames_and_headers_correctly) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
+/* The parent plays rank 1 from another host: it publishes a segment under a foreign host identity. The real rank 0
+ * must refuse shm with COHORT_ERR_INVALID naming both hosts, tell the store why, and leave nothing in /dev/shm. */
+TEST(a_rank_on_another_host_is_refused) {
+  static job j;
+  memset(&j, 0, sizeof j);
+  j.size = 2;
+  ASSERT_TRUE(cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) == COHORT_OK);
+  j.port = cohort__store_server_port(j.server);
+  cohort__store *store = NULL;
+  ASSERT_OK(cohort__store_connect_tcp("127.0.0.1", j.port, SECRET, 10, &store));
+  static const char foreign[] = "4242 /cohort-shm-4242-00000000000000000000000000000000 node-b/0000-boot/pid:[1]";
+  ASSERT_OK(cohort__store_set(store, "cohort/shm-host-test/0/shm/1", foreign, strlen(foreign)));
+  start_rank(&j, "small_rings", 0, "COHORT_RUN_ID=shm-host-test;COHORT_TIMEOUT=10");
+  j.size = 1; /* only rank 0 runs */
+  collect(&j);
+  void *why = NULL;
+  size_t len = 0;
+  cohort_status got_why = cohort__store_get(store, "cohort/shm-host-test/0/shm/error", 5, &why, &len);
+  kill(j.pid[0], SIGKILL);
+  waitpid(j.pid[0], NULL, 0);
+  fclose(j.out[0]);
+  cohort__store_close(store);
+  cohort__store_server_stop(j.server);
+  fprintf(stderr, "  rank 0: status=%s msg=%s\n  store: %s\n", cohort_strerror((cohort_status)j.status[0]), j.msg[0],
+          why ? (char *)why : "(none)");
+  ASSERT_TRUE(j.have[0]);
+  ASSERT_EQ(j.status[0], COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(j.msg[0], "COHORT_TRANSPORT=shm needs every rank on one host");
+  ASSERT_CONTAINS(j.msg[0], "rank 1 on node-b/0000-boot/pid:[1]");
+  ASSERT_OK(got_why);
+  ASSERT_TRUE(strncmp(why, "1 rank 0: COHORT_TRANSPORT=shm needs", 36) == 0);
+  free(why);
+  ASSERT_EQ(shm_entries_of(j.pid[0]), 0);
+}
+
 int main(int argc, char **argv) {
   self_path = argv[0];
   if (argc >= 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
@@ -296,6 +332,7 @@ int main(int argc, char **argv) {
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
+      TEST_CASE(a_rank_on_another_host_is_refused),
   };
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
