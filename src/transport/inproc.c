@@ -158,7 +158,10 @@ static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
       break;
     }
   }
-  if (hub->status != COHORT_OK) st = cohort__error(hub->status, "%s", hub->message);
+  /* What completed did complete: a failure that came after (another call of faster ranks, say) is reported by this
+   * rank's next call, not by one that already finished. */
+  int done = req ? req->complete : all_done(hub, me);
+  if (!done && hub->status != COHORT_OK) st = cohort__error(hub->status, "%s", hub->message);
   pthread_mutex_unlock(&hub->mu);
   return st;
 }

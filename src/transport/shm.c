@@ -521,9 +521,10 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
   shm_transport *t = (shm_transport *)base;
   int64_t last_progress = cohort__now_ns(), next_liveness = 0;
   for (;;) {
+    /* What completed did complete; a failure read after it belongs to a later call (as in tcp.c). */
+    if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
     if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
-    if (req ? req->complete : t->pending == 0) return COHORT_OK;
     int progressed = 0;
     COHORT_CHECK(progress_once(t, &progressed));
     if (progressed) {

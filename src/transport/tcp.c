@@ -477,10 +477,12 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
   int64_t spin_ns = (int64_t)t->opt.spin_us * 1000;
   int64_t timeout_ns = (int64_t)(t->opt.op_timeout_s * 1e9);
   for (;;) {
+    /* What completed did complete, even if a failure was read right after it: that failure belongs to a later call
+     * and is reported by it. */
+    if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
     if (atomic_load(&t->abort_requested))
       return fail(t, t->requested_status, "%s", t->requested_message);
-    if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
       return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
     int progressed = 0;
