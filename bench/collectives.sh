@@ -13,7 +13,8 @@
 #
 # Per repeat, in this order:
 #   cohort:       COHORT_TRANSPORT=tcp DIR/bin/cohortrun -np N DIR/bin/cohort-bench allreduce --min 4K --max SIZE
-#                 --in-place (both anchors reduce in place: MPI_IN_PLACE, torch's tensor)
+#                 --in-place (both anchors reduce in place: MPI_IN_PLACE, torch's tensor), and cohortrun --bind core
+#                 (mpirun binds each rank to a core by default; torch does not bind)
 #   OpenMPI TCP:  mpirun --allow-run-as-root --oversubscribe -np N --mca pml ob1 --mca btl tcp,self mpi_allreduce MAXMB
 #                 (pml ob1 so that no other messaging layer, UCX say, can route around the TCP btl)
 #   OpenMPI shm:  mpirun --allow-run-as-root --oversubscribe -np N mpi_allreduce MAXMB      (default btl; reference)
@@ -95,7 +96,7 @@ MPI=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$NP")
 # One system's run, by name; timeout(1) needs a program, not a shell function, hence the arrays.
 command_of() {
   case "$1" in
-    cohort) CMD=(env COHORT_TRANSPORT=tcp "$BUILD/bin/cohortrun" -np "$NP" "$BUILD/bin/cohort-bench" allreduce
+    cohort) CMD=(env COHORT_TRANSPORT=tcp "$BUILD/bin/cohortrun" -np "$NP" --bind core "$BUILD/bin/cohort-bench" allreduce
                  --min 4K --max "$MAXBYTES" --factor "$FACTOR" --in-place) ;;
     mpi_tcp) CMD=("${MPI[@]}" --mca pml ob1 --mca btl tcp,self "$TMP/mpi_allreduce" "$MAXMB") ;;
     mpi_shm) CMD=("${MPI[@]}" "$TMP/mpi_allreduce" "$MAXMB") ;;

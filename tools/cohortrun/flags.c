@@ -12,7 +12,8 @@
 
 void cohort__launch_usage(FILE *out) {
   fprintf(out,
-          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--] PROGRAM [ARGS...]\n"
+          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--bind core|none] [--] PROGRAM\n"
+          "                 [ARGS...]\n"
           "\n"
           "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
           "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
@@ -22,6 +23,8 @@ void cohort__launch_usage(FILE *out) {
           "  --master-port P       port of the rendezvous store cohortrun serves (default 0: any free port)\n"
           "  --master-addr A       address the store listens on and workers dial (default 127.0.0.1)\n"
           "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
+          "  --bind core|none      core: each worker is bound to its own equal share of the CPUs (as mpirun's\n"
+          "                        --bind-to core), so ranks never share or swap cores; none (default): no binding\n"
           "  -h, --help            this text\n"
           "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
           "\n"
@@ -113,6 +116,11 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--master-addr needs a non-empty address");
       opts->master_addr = value;
+    } else if (match_valued(argc, argv, &i, "--bind", &value, &st)) {
+      COHORT_CHECK(st);
+      if (strcmp(value, "core") == 0) opts->bind_cores = 1;
+      else if (strcmp(value, "none") == 0) opts->bind_cores = 0;
+      else return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core' or 'none', not '%s'", value);
     } else if (match_valued(argc, argv, &i, "--grace", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_seconds("--grace", value, &opts->grace_s));

@@ -14,6 +14,7 @@
 #ifndef COHORT_TOOLS_COHORTRUN_LAUNCHER_H
 #define COHORT_TOOLS_COHORTRUN_LAUNCHER_H
 
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ typedef struct cohort__launch_opts {
   int master_port_given;
   const char *master_addr;
   double grace_s; /* between SIGTERM (or a forwarded signal) and SIGKILL */
+  int bind_cores;  /* --bind core: each worker gets its own share of this process's CPUs */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
 } cohort__launch_opts;
@@ -61,7 +63,10 @@ void cohort__launch_env_free(char **envp);
  * own process group, SIGKILL when cohortrun dies, and child_mask as its signal mask. Returns once the program has
  * been exec'd; a failed exec is COHORT_ERR_INVALID naming the program (the child is reaped). */
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
-                                   pid_t *pid_out, int *out_fd, int *err_fd);
+                                   const cpu_set_t *affinity, pid_t *pid_out, int *out_fd, int *err_fd);
+/* --bind core: worker `rank` of `np` gets the rank-th of np equal, disjoint shares of the CPUs cohortrun may use.
+ * Returns 0 and leaves *set alone when there are fewer CPUs than workers (nothing sensible to bind). */
+int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set);
 
 /* A relay copies one worker pipe to one of cohortrun's descriptors, prefixing each line with "[rank] ". Partial lines
  * are held until their newline arrives (or the pipe closes), so lines of different workers never mix. A line

@@ -371,6 +371,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cohortrun: out of memory for %d workers\n", j.opts.np);
     goto done;
   }
+  if (j.opts.bind_cores) {
+    cpu_set_t probe;
+    if (!cohort__launch_cpu_share(0, j.opts.np, &probe))
+      fprintf(stderr, "cohortrun: --bind core: %d workers but only %ld CPUs; the workers are not bound\n", j.opts.np,
+              sysconf(_SC_NPROCESSORS_ONLN));
+  }
   for (int r = 0; r < j.opts.np; r++) {
     worker *w = &j.workers[r];
     w->rank = r;
@@ -380,7 +386,10 @@ int main(int argc, char **argv) {
     int out_fd = -1, err_fd = -1;
     spawn_status = cohort__launch_env_build(&wenv, &envp);
     if (spawn_status == COHORT_OK) {
-      spawn_status = cohort__launch_spawn(program, j.opts.argv, envp, &j.child_mask, &w->pid, &out_fd, &err_fd);
+      cpu_set_t share;
+      int bound = j.opts.bind_cores && cohort__launch_cpu_share(r, j.opts.np, &share);
+      spawn_status = cohort__launch_spawn(program, j.opts.argv, envp, &j.child_mask, bound ? &share : NULL, &w->pid,
+                                          &out_fd, &err_fd);
       cohort__launch_env_free(envp);
     }
     if (spawn_status == COHORT_OK) {

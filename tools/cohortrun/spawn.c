@@ -79,7 +79,9 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
 /* The child between fork and exec. cohortrun has a store thread, so only async-signal-safe calls are allowed
  * here: everything the child needs was prepared before fork. */
 static void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
-                       const sigset_t *child_mask, int out_w, int err_w, int exec_w) {
+                       const sigset_t *child_mask, const cpu_set_t *affinity, int out_w, int err_w, int exec_w) {
+  /* Before exec, so that every thread the program starts inherits it (a plain system call: safe here). */
+  if (affinity) sched_setaffinity(0, sizeof *affinity, affinity);
   /* Its own process group, so that a signal to the group reaches whatever the worker starts, and a Ctrl-C at
    * the terminal reaches cohortrun alone, which forwards it (once) to every worker. */
   setpgid(0, 0);
@@ -105,8 +107,21 @@ static void child_exec(pid_t parent, const char *path, char *const argv[], char 
   _exit(127);
 }
 
+int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set) {
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return 0;
+  int cpus[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) cpus[n++] = c;
+  if (np > n) return 0;
+  int per = n / np; /* a worker gets whole CPUs; any remainder stays unused, as with mpirun --bind-to core */
+  CPU_ZERO(set);
+  for (int k = 0; k < per; k++) CPU_SET(cpus[rank * per + k], set);
+  return 1;
+}
+
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
-                                   pid_t *pid_out, int *out_fd, int *err_fd) {
+                                   const cpu_set_t *affinity, pid_t *pid_out, int *out_fd, int *err_fd) {
   int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, exec_p[2] = {-1, -1};
   cohort_status st = COHORT_OK;
   if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0 || pipe2(exec_p, O_CLOEXEC) != 0) {
@@ -119,7 +134,7 @@ cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *c
     st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "fork for '%s'", argv[0]);
     goto fail;
   }
-  if (pid == 0) child_exec(parent, path, argv, envp, child_mask, out_p[1], err_p[1], exec_p[1]);
+  if (pid == 0) child_exec(parent, path, argv, envp, child_mask, affinity, out_p[1], err_p[1], exec_p[1]);
   /* Also from this side: a signal sent to the group right after fork must not miss the worker (or hit us). */
   setpgid(pid, pid);
   close(out_p[1]);
