@@ -8,6 +8,7 @@
 #ifndef COHORT_TRANSPORT_FRAME_H
 #define COHORT_TRANSPORT_FRAME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "transport/transport.h"
@@ -46,6 +47,14 @@ static inline void cohort__frame_to_call(const cohort__frame *f, cohort__call *c
   *c = (cohort__call){.seq = f->seq, .coll = f->coll, .dtype = f->dtype, .op = f->op, .algo = f->algo,
                       .root = f->root, .count = f->count};
 }
+
+/* A DATA header's payload must fit its call (count x dtype size): else COHORT_ERR_PROTOCOL and a message in msg. */
+cohort_status cohort__frame_check_size(const cohort__frame *hdr, int peer, char *msg, size_t len);
+/* Does a received header belong to this rank's current call `mine`, with the expect_bytes of the receive posted for
+ * it? Else COHORT_ERR_MISMATCH and a message naming both ranks and both calls (size_hint names the knobs that must
+ * agree for the frame sizes to match). */
+cohort_status cohort__frame_match(const cohort__call *mine, int my_rank, int peer, const cohort__frame *hdr,
+                                  size_t expect_bytes, const char *size_hint, char *msg, size_t len);
 
 static inline int cohort__call_equal(const cohort__call *a, const cohort__call *b) {
   return a->seq == b->seq && a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->algo == b->algo &&

@@ -286,35 +286,12 @@ static cohort_status do_send(shm_transport *t, peer *pe, int *progressed) {
 
 /* ---- receiving ---- */
 
-static cohort_status mismatch(shm_transport *t, int p, const cohort__frame *hdr) {
-  char mine[256], theirs[256];
-  cohort__call c;
-  cohort__frame_to_call(hdr, &c);
-  cohort__call_describe(&t->call, mine, sizeof mine);
-  cohort__call_describe(&c, theirs, sizeof theirs);
-  return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, mine,
-              p, theirs);
-}
-
-/* Checks a frame of the current call against the receive posted for it. */
+/* Checks a frame of the current call against the receive posted for it (frame.c). */
 static cohort_status check_frame(shm_transport *t, int p, const cohort__frame *hdr, const cohort__req *r) {
-  cohort__call c;
-  cohort__frame_to_call(hdr, &c);
-  if (c.seq != t->call.seq) {
-    char mine[256], theirs[256];
-    cohort__call_describe(&t->call, mine, sizeof mine);
-    cohort__call_describe(&c, theirs, sizeof theirs);
-    return fail(t, COHORT_ERR_MISMATCH,
-                "ranks disagree: rank %d is in %s and expects more data from rank %d, which has moved on to %s",
-                t->base.rank, mine, p, theirs);
-  }
-  if (!cohort__call_equal(&c, &t->call)) return mismatch(t, p, hdr);
-  if (hdr->bytes != r->bytes)
-    return fail(t, COHORT_ERR_MISMATCH,
-                "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks use the "
-                "same COHORT_SEGMENT_BYTES?",
-                p, (unsigned long long)hdr->bytes, t->base.rank, r->bytes);
-  return COHORT_OK;
+  char msg[COHORT__ABORT_TEXT_MAX];
+  cohort_status st =
+      cohort__frame_match(&t->call, t->base.rank, p, hdr, r->bytes, "COHORT_SEGMENT_BYTES", msg, sizeof msg);
+  return st == COHORT_OK ? COHORT_OK : fail(t, st, "%s", msg);
 }
 
 static void complete_recv(shm_transport *t, peer *pe) {
@@ -352,13 +329,9 @@ static cohort_status on_header(shm_transport *t, int p) {
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
     return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
                 (unsigned long long)h->bytes);
-  /* No algorithm sends more than the call's whole buffer in one frame (as tcp.c checks): bounded before any
-   * allocation, so a corrupt header cannot make us reserve 2^40 bytes for an early frame. */
-  size_t es = cohort_dtype_size((cohort_dtype)h->dtype);
-  if (es == 0 || h->bytes / es > h->count || h->bytes % es != 0)
-    return fail(t, COHORT_ERR_PROTOCOL,
-                "malformed frame from rank %d: %llu bytes for a call of %llu elements of dtype %u", p,
-                (unsigned long long)h->bytes, (unsigned long long)h->count, h->dtype);
+  char msg[COHORT__ABORT_TEXT_MAX];
+  cohort_status size_st = cohort__frame_check_size(h, p, msg, sizeof msg);
+  if (size_st != COHORT_OK) return fail(t, size_st, "%s", msg);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
     return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);

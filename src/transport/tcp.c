@@ -225,35 +225,12 @@ static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
 
 /* ---- receiving ---- */
 
-static cohort_status mismatch(tcp_transport *t, int peer, const cohort__frame *hdr) {
-  char mine[256], theirs[256];
-  cohort__call c;
-  cohort__frame_to_call(hdr, &c);
-  cohort__call_describe(&t->call, mine, sizeof mine);
-  cohort__call_describe(&c, theirs, sizeof theirs);
-  return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, mine,
-              peer, theirs);
-}
-
-/* Checks a frame of the current call against the receive posted for it. */
+/* Checks a frame of the current call against the receive posted for it (frame.c). */
 static cohort_status check_frame(tcp_transport *t, channel *ch, const cohort__frame *hdr, const cohort__req *r) {
-  cohort__call c;
-  cohort__frame_to_call(hdr, &c);
-  if (c.seq != t->call.seq) {
-    char mine[256], theirs[256];
-    cohort__call_describe(&t->call, mine, sizeof mine);
-    cohort__call_describe(&c, theirs, sizeof theirs);
-    return fail(t, COHORT_ERR_MISMATCH,
-                "ranks disagree: rank %d is in %s and expects more data from rank %d, which has moved on to %s",
-                t->base.rank, mine, ch->peer, theirs);
-  }
-  if (!cohort__call_equal(&c, &t->call)) return mismatch(t, ch->peer, hdr);
-  if (hdr->bytes != r->bytes)
-    return fail(t, COHORT_ERR_MISMATCH,
-                "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks use the "
-                "same COHORT_SEGMENT_BYTES and COHORT_SOCKETS_PER_PEER?",
-                ch->peer, (unsigned long long)hdr->bytes, t->base.rank, r->bytes);
-  return COHORT_OK;
+  char msg[COHORT__ABORT_TEXT_MAX];
+  cohort_status st = cohort__frame_match(&t->call, t->base.rank, ch->peer, hdr, r->bytes,
+                                         "COHORT_SEGMENT_BYTES and COHORT_SOCKETS_PER_PEER", msg, sizeof msg);
+  return st == COHORT_OK ? COHORT_OK : fail(t, st, "%s", msg);
 }
 
 static void complete_recv(tcp_transport *t, channel *ch) {
@@ -330,11 +307,9 @@ static cohort_status on_header(tcp_transport *t, channel *ch) {
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
     return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", ch->peer, h->kind,
                 (unsigned long long)h->bytes);
-  /* No algorithm sends more than the call's whole buffer in one frame; checked before any allocation. */
-  size_t es = cohort_dtype_size((cohort_dtype)h->dtype);
-  if (es == 0 || h->bytes / es > h->count || h->bytes % es != 0)
-    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d: %llu bytes for a call of %llu elements of dtype %u",
-                ch->peer, (unsigned long long)h->bytes, (unsigned long long)h->count, h->dtype);
+  char msg[COHORT__ABORT_TEXT_MAX];
+  cohort_status st = cohort__frame_check_size(h, ch->peer, msg, sizeof msg);
+  if (st != COHORT_OK) return fail(t, st, "%s", msg);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
     return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", ch->peer, h->seq,
