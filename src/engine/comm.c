@@ -26,6 +26,7 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   c->local_size = local_size;
   c->transport = transport;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->store_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   cohort_status st = cohort__coll_ctx_init(&c->coll, transport);
   if (st == COHORT_OK && pthread_create(&c->thread, NULL, cohort__progress_main, c) != 0)
@@ -55,6 +56,7 @@ cohort_status cohort_init(cohort_comm **out) {
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
+  char prefix[128] = "";
   if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
     cohort__inproc_hub *hub;
     COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
@@ -62,7 +64,7 @@ cohort_status cohort_init(cohort_comm **out) {
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_tcp(&env, &t, &store, &server));
+    COHORT_CHECK(cohort__rendezvous_tcp(&env, &t, &store, &server, prefix, sizeof prefix));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);
@@ -73,6 +75,7 @@ cohort_status cohort_init(cohort_comm **out) {
   }
   c->store = store;
   c->store_server = server;
+  snprintf(c->store_prefix, sizeof c->store_prefix, "%s", prefix);
   COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env.source, t->ops->name);
   *out = c;
   return COHORT_OK;
@@ -94,6 +97,7 @@ void cohort_comm_destroy(cohort_comm *c) {
   cohort__store_server_stop(c->store_server);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->store_mu);
   free(c);
 }
 

@@ -27,6 +27,7 @@ struct cohort_work {
   cohort_comm *comm;
   cohort__coll_args args;
   int done;
+  int64_t start_ns, end_ns; /* when the progress thread ran it (CLOCK_MONOTONIC); 0 until then */
   cohort_status status;
   char message[COHORT__MESSAGE_MAX];
 };
@@ -36,8 +37,10 @@ struct cohort_comm {
   cohort__transport *transport;
   cohort__coll_ctx coll;
   uint32_t seq; /* number of the next collective; the same on every rank */
-  cohort__store *store;
+  cohort__store *store;             /* NULL for 1-rank and in-process communicators */
   cohort__store_server *store_server;
+  pthread_mutex_t store_mu;          /* a store handle serves one thread at a time (e.g. the stall inspector) */
+  char store_prefix[128];            /* "cohort/<run id>/<generation>/": this job's keys */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -57,6 +60,11 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
 /* Rendezvous over the store: publishes this rank's peer address and collects everyone's (rendezvous.c). */
 struct cohort__launch_env;
 cohort_status cohort__rendezvous_tcp(const struct cohort__launch_env *env, cohort__transport **out,
-                                     cohort__store **store_out, cohort__store_server **server_out);
+                                     cohort__store **store_out, cohort__store_server **server_out,
+                                     char *prefix_out, size_t prefix_len);
+
+/* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
+ * work has completed. */
+void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns);
 
 #endif

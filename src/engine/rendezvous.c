@@ -109,7 +109,8 @@ static cohort_status spin_us(int local_size, long *out) {
 }
 
 cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out,
-                                     cohort__store **store_out, cohort__store_server **server_out) {
+                                     cohort__store **store_out, cohort__store_server **server_out,
+                                     char *prefix_out, size_t prefix_len) {
   int rank = env->rank, size = env->size, local_size = env->local_size;
   rdv r = {.env = env};
   cohort__store *store = NULL;
@@ -124,6 +125,7 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   char run_id[64];
   run_id_of(secret, run_id, sizeof run_id);
   snprintf(r.prefix, sizeof r.prefix, "cohort/%s/%ld/", run_id, r.generation);
+  snprintf(prefix_out, prefix_len, "%s", r.prefix);
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
 
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/comm.h"
@@ -56,8 +57,10 @@ void *cohort__progress_main(void *arg) {
       uint32_t seq = c->seq++;
       int stopping = c->stopping;
       pthread_mutex_unlock(&c->mu);
+      w->start_ns = cohort__now_ns();
       cohort_status st = stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed")
                                   : execute(c, &w->args, seq);
+      w->end_ns = cohort__now_ns();
       pthread_mutex_lock(&c->mu);
       c->busy = 0;
       finish(w, st);
@@ -119,6 +122,11 @@ static cohort_status run_async(cohort_comm *c, const cohort__coll_args *a, cohor
   pthread_mutex_unlock(&c->mu);
   *out = w;
   return COHORT_OK;
+}
+
+void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns) {
+  *start_ns = w ? w->start_ns : 0;
+  *end_ns = w ? w->end_ns : 0;
 }
 
 cohort_status cohort_work_wait(cohort_work *w) {

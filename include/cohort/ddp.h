@@ -1,0 +1,192 @@
+/*
+ * ddp.h: the data-parallel engine. Gradients are averaged over the ranks in buckets whose allreduce runs on the
+ * communicator's progress thread while backward is still computing earlier layers (PyTorch's DDP reducer,
+ * Horovod's DistributedOptimizer).
+ *
+ * One training step with the engine:
+ *
+ *   cohort_ddp_prepare(ddp);                   start of the step: resets readiness, broadcasts buffers if asked
+ *   forward ... backward                       the grad hook calls cohort_ddp_mark_ready(ddp, i) for each param
+ *   cohort_ddp_finish(ddp);                    waits for every bucket; gradients now hold the average
+ *   optimizer step
+ *
+ * cohort_ddp_create_model() does the wiring for a cohort_model: it points every gradient into bucket memory and
+ * installs the grad hook, so the loop above is all a training program writes.
+ *
+ * Invariants:
+ *  - Buckets hold parameters in reverse registration order (the order backward produces gradients), each at most
+ *    bucket_bytes (the first at most first_bucket_bytes); a parameter larger than the cap gets a bucket of its own.
+ *  - Every gradient is a view into its bucket's memory: backward writes it there and the allreduce reduces it there.
+ *  - Buckets are reduced in the same order on every rank: a bucket whose gradients are all ready starts only after
+ *    every earlier bucket has started, whatever order the gradients arrived in.
+ *  - After the first synchronized step the bucket order is rebuilt once from the order gradients became ready on
+ *    rank 0 (every rank adopts it), so that buckets fill in the order backward really produces them.
+ *  - At creation rank 0's parameter and buffer values are broadcast to every rank, after the ranks have compared
+ *    the parameter list (count, names, shapes, dtypes): any difference is COHORT_ERR_MISMATCH naming the ranks and
+ *    the first parameter that differs.
+ *
+ * Errors: a failed collective, a missing gradient (a parameter that got none, without find_unused_params) or a
+ * mismatch is returned by the call that sees it, with cohort_last_error() naming the bucket, parameter or rank.
+ * A failed communicator leaves the engine failed: every later call returns the first error.
+ *
+ * Thread-safety: an engine belongs to the thread that runs the training loop (mark_ready is called from backward on
+ * that thread). Comm hooks' launch runs on that thread; the allreduces run on the communicator's progress thread.
+ *
+ * Environment: COHORT_BUCKET_MB (bucket cap), COHORT_TIMELINE (Chrome trace file), COHORT_STALL_S (stall warning),
+ * all in docs/env.md.
+ */
+#ifndef COHORT_DDP_H
+#define COHORT_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/cohort.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cohort_ddp cohort_ddp;
+struct cohort_model;
+struct cohort_optim;
+
+/* One tensor the engine knows about: a parameter (with a gradient) or a buffer (values only, e.g. running stats). */
+typedef struct cohort_ddp_tensor {
+  const char *name;       /* unique; compared across ranks */
+  void *value;            /* count elements of dtype */
+  size_t count;
+  cohort_dtype dtype;     /* parameters: COHORT_F32 (gradients are float32); buffers: any */
+  int ndim;               /* 0..4; compared across ranks together with shape */
+  int64_t shape[4];
+} cohort_ddp_tensor;
+
+/* Gradient compression for the allreduce; the error it adds is measured in docs/training.md. */
+typedef enum cohort_ddp_compression {
+  COHORT_DDP_COMPRESS_NONE = 0,
+  COHORT_DDP_COMPRESS_F16, /* gradients travel as IEEE half; sums are computed in float32 */
+  COHORT_DDP_COMPRESS_BF16,
+} cohort_ddp_compression;
+
+/* A bucket as a comm hook sees it. data holds count float32 gradients, back to back. */
+typedef struct cohort_ddp_bucket {
+  int index;           /* position in the reduction order, 0 first */
+  float *data;
+  size_t count;
+  int num_params;
+  const int *params;   /* the parameter indices it holds, in memory order */
+  int64_t step;        /* synchronized steps completed before this one */
+} cohort_ddp_bucket;
+
+/*
+ * A communication hook replaces the engine's "average this bucket" with a user's function (PyTorch's
+ * register_comm_hook). launch runs as soon as the bucket is ready, on the training thread, and must start the
+ * bucket's communication with the cohort_i* calls and return the work handle in *work (or NULL when it finished
+ * synchronously). complete (optional) runs in cohort_ddp_finish() after that work is done. When they return, the
+ * bucket must hold the value the optimizer should use. The built-in compression is itself such a hook.
+ */
+typedef struct cohort_ddp_comm_hook {
+  cohort_status (*launch)(void *user, cohort_comm *comm, const cohort_ddp_bucket *bucket, cohort_work **work);
+  cohort_status (*complete)(void *user, cohort_comm *comm, const cohort_ddp_bucket *bucket);
+  void *user;
+} cohort_ddp_comm_hook;
+
+typedef struct cohort_ddp_options {
+  size_t bucket_bytes;        /* 0: COHORT_BUCKET_MB, else 25 MiB */
+  size_t first_bucket_bytes;  /* 0: min(1 MiB, bucket_bytes) */
+  int broadcast_buffers;      /* broadcast rank 0's buffers in every cohort_ddp_prepare() (PyTorch's default: 1) */
+  int find_unused_params;     /* parameters that got no gradient are zero-filled at finish instead of an error */
+  cohort_ddp_compression compression;
+  int static_bucket_order;    /* 1: keep the creation order (no rebuild after the first step) */
+} cohort_ddp_options;
+
+/* The defaults described above (broadcast_buffers = 1, everything else 0). */
+void cohort_ddp_options_init(cohort_ddp_options *options);
+
+/*
+ * Makes an engine over comm for params[0..num_params) and buffers[0..num_buffers). Gradients live in the engine's
+ * bucket memory: cohort_ddp_grad(ddp, i) gives parameter i's view (zeroed at creation). options may be NULL for
+ * the defaults. Collective: every rank must call it; it compares the lists and broadcasts rank 0's values.
+ */
+cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *params, int num_params,
+                                const cohort_ddp_tensor *buffers, int num_buffers, const cohort_ddp_options *options,
+                                cohort_ddp **out);
+/*
+ * The same for a cohort_model (nn.h): its parameters and buffers by name, its gradients rebound into the buckets
+ * (cohort_model_set_grad_buffer) and its grad hook set to cohort_ddp_mark_ready. The model must outlive the engine;
+ * destroying the engine gives the model its own gradient arrays back (zeroed).
+ */
+cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model, const cohort_ddp_options *options,
+                                      cohort_ddp **out);
+/* Waits for anything in flight, writes the timeline if COHORT_TIMELINE is set, and frees the engine. Safe on NULL. */
+void cohort_ddp_destroy(cohort_ddp *ddp);
+
+/* The communicator the engine reduces over. */
+cohort_comm *cohort_ddp_comm(const cohort_ddp *ddp);
+
+/*
+ * SyncBatchNorm: with on = 1 the model's batchnorm layers compute their batch statistics over every rank's batch
+ * (PyTorch's SyncBatchNorm): a blocking allreduce of per-channel sums in forward and another in backward. Running
+ * statistics then agree across ranks too. on = 0 goes back to per-rank statistics. Every rank must do the same.
+ */
+cohort_status cohort_ddp_sync_batchnorm(cohort_ddp *ddp, struct cohort_model *model, int on);
+
+/* Parameter i's gradient inside its bucket (count floats), or NULL when i is out of range. */
+float *cohort_ddp_grad(cohort_ddp *ddp, int i);
+int cohort_ddp_num_buckets(const cohort_ddp *ddp);
+/* The reduction order's bucket b (its params and size); NULL when out of range. data stays valid until the next
+ * rebuild (after the first synchronized step) or destroy. */
+const cohort_ddp_bucket *cohort_ddp_bucket_at(const cohort_ddp *ddp, int b);
+
+/* Replaces the reduction (NULL: back to the built-in average, with the compression of the options). */
+cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_hook *hook);
+
+/*
+ * Gradient accumulation: with sync off, steps only accumulate into the gradients (mark_ready launches nothing and
+ * finish waits for nothing); turn it back on for the step that should average. PyTorch's no_sync().
+ */
+void cohort_ddp_set_sync(cohort_ddp *ddp, int sync);
+
+/* Starts a step: forgets the last step's readiness; broadcasts buffers when asked; opens the "forward" span. */
+cohort_status cohort_ddp_prepare(cohort_ddp *ddp);
+/* Parameter i's gradient is final (the grad hook). Starts its bucket (and any held-back later ones) when full. */
+cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i);
+/* Starts what has not started, waits for every bucket, and leaves the average in every gradient. */
+cohort_status cohort_ddp_finish(cohort_ddp *ddp);
+
+/* ---- observability ---- */
+
+/* The spans of the timeline (COHORT_TIMELINE). The engine records "allreduce" spans itself, one per bucket. */
+typedef enum cohort_ddp_span {
+  COHORT_SPAN_FORWARD = 0,
+  COHORT_SPAN_BACKWARD,
+  COHORT_SPAN_OPTIMIZER,
+  COHORT_SPAN_COUNT
+} cohort_ddp_span;
+/* Opens and closes a span of the training loop in the timeline (cheap and a no-op when there is no timeline). */
+void cohort_ddp_span_begin(cohort_ddp *ddp, cohort_ddp_span span);
+void cohort_ddp_span_end(cohort_ddp *ddp, cohort_ddp_span span);
+
+/*
+ * Per-step statistics of the synchronized steps, in seconds. compute: prepare() to finish() (forward and
+ * backward); comm: first bucket start to last bucket end on the progress thread; exposed: the time finish() waited,
+ * which is the communication that compute did not hide.
+ */
+typedef struct cohort_ddp_stats {
+  int64_t steps;            /* synchronized steps measured */
+  double compute_s;         /* totals over those steps */
+  double comm_s;
+  double exposed_comm_s;
+  double last_compute_s;    /* the last step alone */
+  double last_comm_s;
+  double last_exposed_comm_s;
+  size_t bytes_per_step;    /* gradient bytes reduced per step (before compression) */
+  int num_buckets;
+} cohort_ddp_stats;
+void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_DDP_H */
