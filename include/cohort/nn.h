@@ -140,6 +140,13 @@ cohort_status cohort_model_backward(cohort_model *model, const float *grad_outpu
 void cohort_model_zero_grad(cohort_model *model);
 /* Sets (or with fn NULL clears) the grad hook. */
 void cohort_model_set_grad_hook(cohort_model *model, cohort_grad_hook fn, void *user);
+/* Cross-replica batch statistics (SyncBatchNorm): when set, batchnorm layers in training mode pass their
+ * per-channel partial sums to fn, which must replace them in place with the sums over all replicas (e.g. an
+ * allreduce SUM) and return COHORT_OK; a failure stops forward/backward with that status. Forward passes 2*C+1
+ * sums ([sum x per channel], [sum x^2 per channel], sample count), backward 2*C ([sum dy], [sum dy*xhat]) for a
+ * layer with an input gradient; every replica makes the same calls in the same order. NULL fn clears it. */
+typedef cohort_status (*cohort_batchnorm_sync_fn)(void *user, double *sums, size_t count);
+void cohort_model_set_batchnorm_sync(cohort_model *model, cohort_batchnorm_sync_fn fn, void *user);
 
 int cohort_model_num_params(const cohort_model *model);
 /* Parameter i in the stable order, or NULL when i is out of range or the model is not initialised. */

@@ -28,6 +28,11 @@ typedef struct cohort__nnctx {
   cohort_rng *rng;
   void (*ready)(void *arg, int param_index);
   void *ready_arg;
+  /* SyncBatchNorm (NULL: per-replica statistics). A layer whose sync fails records the status here and returns;
+   * the model checks it after every layer, since forward and backward themselves cannot fail. */
+  cohort_batchnorm_sync_fn bn_sync;
+  void *bn_sync_user;
+  cohort_status status;
 } cohort__nnctx;
 
 typedef struct cohort__layer_ops {

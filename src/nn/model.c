@@ -28,6 +28,8 @@ struct cohort_model {
   cohort_rng rng;
   cohort_grad_hook hook;
   void *hook_user;
+  cohort_batchnorm_sync_fn bn_sync;
+  void *bn_sync_user;
   cohort_tensor input; /* what the last forward ran on (caller memory) */
   const cohort_tensor *output;
 };
@@ -372,7 +374,7 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
     return cohort__error(COHORT_ERR_INVALID, "cohort_model_forward: input has no data or %d dims", input->ndim);
   m->forwarded = 0;
   m->input = *input;
-  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, NULL, NULL};
+  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, NULL, NULL, m->bn_sync, m->bn_sync_user, COHORT_OK};
   const cohort_tensor *x = &m->input;
   for (int i = 0; i < m->nlayers; i++) {
     cohort__layer *l = &m->layers[i];
@@ -389,6 +391,7 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
       /* The gradient of the input is only needed above the first layer. */
       if (i > 0) COHORT_CHECK(grow(&l->dx, &l->dx_cap, x->numel, l->name, "gradient"));
       l->ops->forward(l, &c, x, &l->y);
+      if (c.status != COHORT_OK) return c.status;
     }
     x = &l->y;
   }
@@ -408,7 +411,8 @@ static void fire_hook(void *arg, int index) {
 cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
   if (!m || !grad_output) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: NULL argument");
   if (!m->forwarded) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: no forward to go back through");
-  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, m->hook ? fire_hook : no_hook, m};
+  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, m->hook ? fire_hook : no_hook, m,
+                     m->bn_sync,  m->bn_sync_user, COHORT_OK};
   /* Only a layer that fuses a ReLU writes into its dy, and fusion guarantees that dy is then a layer's dx buffer,
    * so the caller's grad_output is never written (see layer.h). */
   float *dy = (float *)grad_output;
@@ -418,6 +422,7 @@ cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
     if (l->ops->alias || l->passthrough) continue; /* the gradient passes through unchanged */
     float *dx = i > 0 ? l->dx : NULL;
     l->ops->backward(l, &c, x, &l->y, dy, dx);
+    if (c.status != COHORT_OK) return c.status;
     dy = dx;
   }
   return COHORT_OK;
@@ -431,6 +436,11 @@ void cohort_model_zero_grad(cohort_model *m) {
 void cohort_model_set_grad_hook(cohort_model *m, cohort_grad_hook fn, void *user) {
   m->hook = fn;
   m->hook_user = user;
+}
+
+void cohort_model_set_batchnorm_sync(cohort_model *m, cohort_batchnorm_sync_fn fn, void *user) {
+  m->bn_sync = fn;
+  m->bn_sync_user = fn ? user : NULL;
 }
 
 /* ---- tables ---- */
