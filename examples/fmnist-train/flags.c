@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cohort/ddp.h"
 #include "train.h"
 
 const char *train_model_name(train_model_kind kind) { return kind == TRAIN_MODEL_MLP ? "mlp" : "cnn"; }
@@ -14,6 +15,7 @@ const char *train_model_name(train_model_kind kind) { return kind == TRAIN_MODEL
 void train_flags_usage(FILE *f) {
   fprintf(f,
           "usage: cohortrun -np N fmnist-train [options]\n"
+          "       fmnist-train --replicas N [options]\n"
           "Trains a CNN (or an MLP) on Fashion-MNIST, data-parallel over the ranks; rank 0 reports.\n"
           "  --model cnn|mlp         the reference CNN (default) or a 784-256-10 MLP\n"
           "  --epochs N              planned length in epochs; the lr schedule spans it (default 1)\n"
@@ -35,7 +37,15 @@ void train_flags_usage(FILE *f) {
           "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
           "  --eval-batch N          images per evaluation batch (default 1000)\n"
           "  --quiet                 no progress lines, only the final line\n"
-          "  --overlap               average the last layers' gradients while backward runs (two allreduces)\n"
+          "  --sync ddp|fused        how gradients are averaged: ddp (default) runs the engine's bucketed\n"
+          "                          allreduces during backward; fused is one allreduce after backward\n"
+          "  --bucket-mb X           ddp bucket cap in MB (default: COHORT_BUCKET_MB, else 25)\n"
+          "  --compress none|f16|bf16  gradients travel compressed in the allreduce (default none)\n"
+          "  --accumulate K          K micro-batches of --batch per optimizer step (default 1)\n"
+          "  --replicas N            N replicas as threads of this one process (in-process transport) instead\n"
+          "                          of one rank per process; run it without cohortrun. --threads is then the\n"
+          "                          process's BLAS pool shared by the replicas: the default 1 gives each\n"
+          "                          replica one thread of its own, which is what N cores want\n"
           "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
           "  --help                  this text\n"
           "The last line on rank 0's stdout is machine-readable:\n"
@@ -96,6 +106,9 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   cfg->threads = 1;
   cfg->log_every = 50;
   cfg->eval_batch = 1000;
+  cfg->sync = TRAIN_SYNC_DDP;
+  cfg->compress = COHORT_DDP_COMPRESS_NONE;
+  cfg->accumulate = 1;
 
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -111,7 +124,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     if (eq) value = eq + 1;
 
     int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile") || !strcmp(name, "--overlap");
+                  !strcmp(name, "--profile");
     static const char *const known[] = {"--model",
                                         "--epochs",
                                         "--steps",
@@ -128,7 +141,12 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--csv",
                                         "--dump-params",
                                         "--log-every",
-                                        "--eval-batch"};
+                                        "--eval-batch",
+                                        "--sync",
+                                        "--bucket-mb",
+                                        "--compress",
+                                        "--accumulate",
+                                        "--replicas"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -142,7 +160,6 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if (!strcmp(name, "--resume")) cfg->resume = 1;
       if (!strcmp(name, "--quiet")) cfg->quiet = 1;
       if (!strcmp(name, "--profile")) cfg->profile = 1;
-      if (!strcmp(name, "--overlap")) cfg->overlap = 1;
       continue;
     }
     if (!value) {
@@ -198,6 +215,31 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->log_every = n;
     } else if (!strcmp(name, "--eval-batch")) {
       if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->eval_batch = (int)n;
+    } else if (!strcmp(name, "--sync")) {
+      if (!strcmp(value, "ddp"))
+        cfg->sync = TRAIN_SYNC_DDP;
+      else if (!strcmp(value, "fused"))
+        cfg->sync = TRAIN_SYNC_FUSED;
+      else
+        return usage_error("--sync must be ddp or fused, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--bucket-mb")) {
+      /* The cap becomes a byte count; beyond 1 TB it is a typo rather than a bucket. */
+      if ((rc = parse_double(name, value, &cfg->bucket_mb)) == TRAIN_EXIT_OK &&
+          !(cfg->bucket_mb > 0 && cfg->bucket_mb <= 1e6))
+        return usage_error("--bucket-mb must be > 0 and at most 1e6, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--compress")) {
+      if (!strcmp(value, "none"))
+        cfg->compress = COHORT_DDP_COMPRESS_NONE;
+      else if (!strcmp(value, "f16"))
+        cfg->compress = COHORT_DDP_COMPRESS_F16;
+      else if (!strcmp(value, "bf16"))
+        cfg->compress = COHORT_DDP_COMPRESS_BF16;
+      else
+        return usage_error("--compress must be none, f16 or bf16, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--accumulate")) {
+      if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->accumulate = (int)n;
+    } else if (!strcmp(name, "--replicas")) {
+      if ((rc = parse_int(name, value, 1, 64, &n)) == TRAIN_EXIT_OK) cfg->replicas = (int)n;
     }
     if (rc != TRAIN_EXIT_OK) return rc;
   }
@@ -205,6 +247,17 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   if (cfg->resume && !cfg->checkpoint) return usage_error("--resume needs --checkpoint PATH%s%s", "", "");
   if (cfg->checkpoint_every && !cfg->checkpoint)
     return usage_error("--checkpoint-every needs --checkpoint PATH%s%s", "", "");
+  if (cfg->replicas > 0) {
+    /* Under a launcher every process would start its own N replicas: N separate jobs that never meet. */
+    static const char *const launcher_sizes[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (size_t k = 0; k < sizeof launcher_sizes / sizeof launcher_sizes[0]; k++) {
+      const char *v = getenv(launcher_sizes[k]);
+      if (v && atol(v) > 1)
+        return usage_error("--replicas runs the whole job in this process, but %s=%s says it is one of several "
+                           "ranks: run it without cohortrun/mpirun, or drop --replicas",
+                           launcher_sizes[k], v);
+    }
+  }
   if (!is_dir(cfg->data_dir))
     return usage_error("--data: no directory '%s'%s", cfg->data_dir,
                        " (install the dataset-fashion-mnist package or pass --data DIR)");

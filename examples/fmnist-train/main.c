@@ -2,9 +2,11 @@
  * fmnist-train: the main job. Data-parallel training of the reference CNN on Fashion-MNIST:
  *
  *   build/bin/cohortrun -np 2 build/bin/fmnist-train [--epochs 10] [--steps N] [--batch 64] ...
+ *   build/bin/fmnist-train --replicas 2 ...        the same job, its 2 ranks as threads of one process
  *
  * See --help, docs/training.md, and train.h for how the pieces fit.
  */
+#include "replicas.h"
 #include "train.h"
 
 int main(int argc, char **argv) {
@@ -12,6 +14,8 @@ int main(int argc, char **argv) {
   int rc = train_flags_parse(argc, argv, &cfg);
   if (rc < 0) return TRAIN_EXIT_OK; /* --help */
   if (rc != TRAIN_EXIT_OK) return rc;
+
+  if (cfg.replicas > 0) return train_replicas_run(&cfg, cfg.replicas, train_run);
 
   cohort_comm *comm = NULL;
   cohort_status st = cohort_init(&comm);
