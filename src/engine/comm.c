@@ -95,6 +95,7 @@ void cohort_comm_destroy(cohort_comm *c) {
   if (c->transport) c->transport->ops->destroy(c->transport);
   if (c->store) cohort__store_close(c->store);
   cohort__store_server_stop(c->store_server);
+  cohort__stall_board_release(c->stall_board);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->store_mu);
@@ -112,6 +113,7 @@ const char *cohort_transport_name(const cohort_comm *c) { return c ? c->transpor
 struct cohort_inproc_group {
   cohort__inproc_hub *hub;
   int size;
+  struct cohort__stall_board *stall_board;
 };
 
 cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
@@ -119,8 +121,13 @@ cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
   cohort_inproc_group *g = calloc(1, sizeof *g);
   if (!g) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   g->size = size;
+  if (!(g->stall_board = cohort__stall_board_create(size))) {
+    free(g);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
   cohort_status st = cohort__inproc_hub_create(size, &g->hub);
   if (st != COHORT_OK) {
+    cohort__stall_board_release(g->stall_board);
     free(g);
     return st;
   }
@@ -131,6 +138,7 @@ cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
 void cohort_inproc_group_destroy(cohort_inproc_group *g) {
   if (!g) return;
   cohort__inproc_hub_release(g->hub);
+  cohort__stall_board_release(g->stall_board);
   free(g);
 }
 
@@ -141,6 +149,8 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   COHORT_CHECK(cohort__inproc_create(g->hub, rank, &t));
   cohort_comm *c;
   COHORT_CHECK(cohort__comm_create(t, rank, g->size, &c));
+  cohort__stall_board_retain(g->stall_board);
+  c->stall_board = g->stall_board;
   cohort_status st = cohort_barrier(c); /* returns once all ranks have joined */
   if (st != COHORT_OK) {
     cohort_comm_destroy(c);

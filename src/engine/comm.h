@@ -41,6 +41,7 @@ struct cohort_comm {
   cohort__store_server *store_server;
   pthread_mutex_t store_mu;          /* a store handle serves one thread at a time (e.g. the stall inspector) */
   char store_prefix[128];            /* "cohort/<run id>/<generation>/": this job's keys */
+  struct cohort__stall_board *stall_board; /* in-process groups: stands in for the store's stall keys (stall.c) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -62,6 +63,12 @@ struct cohort__launch_env;
 cohort_status cohort__rendezvous_tcp(const struct cohort__launch_env *env, cohort__transport **out,
                                      cohort__store **store_out, cohort__store_server **server_out,
                                      char *prefix_out, size_t prefix_len);
+
+/* The progress table that the stall inspectors of an in-process group share, since such a group has no store.
+ * Reference counted: the group holds one reference and each of its communicators another (stall.c). */
+struct cohort__stall_board *cohort__stall_board_create(int size);
+void cohort__stall_board_retain(struct cohort__stall_board *board);
+void cohort__stall_board_release(struct cohort__stall_board *board);
 
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */
