@@ -83,5 +83,8 @@ float cohort__f16_to_f32(uint16_t h);
 uint16_t cohort__f32_to_f16(float f);
 float cohort__bf16_to_f32(uint16_t h);
 uint16_t cohort__f32_to_bf16(float f);
+/* n elements between f32 and half (COHORT_F16 or COHORT_BF16), rounding to nearest even. */
+void cohort__f32_to_half(uint16_t *dst, const float *src, size_t n, cohort_dtype half);
+void cohort__half_to_f32(float *dst, const uint16_t *src, size_t n, cohort_dtype half);
 
 #endif

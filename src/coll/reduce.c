@@ -202,3 +202,35 @@ void cohort__reduce_avg(void *buf, size_t n, cohort_dtype dtype, int world) {
   default: return;
   }
 }
+
+/* Bulk conversions between f32 and a half type (gradient compression); vectorized like the kernels above. */
+KERNEL static void f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
+#ifdef __FLT16_MANT_DIG__
+  for (size_t i = 0; i < n; i++) dst[i] = f32_to_f16_bits(src[i]);
+#else
+  for (size_t i = 0; i < n; i++) dst[i] = cohort__f32_to_f16(src[i]);
+#endif
+}
+KERNEL static void f16_to_f32_array(float *dst, const uint16_t *src, size_t n) {
+#ifdef __FLT16_MANT_DIG__
+  for (size_t i = 0; i < n; i++) dst[i] = f16_bits_to_f32(src[i]);
+#else
+  for (size_t i = 0; i < n; i++) dst[i] = cohort__f16_to_f32(src[i]);
+#endif
+}
+KERNEL static void f32_to_bf16_array(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = cohort__f32_to_bf16(src[i]);
+}
+KERNEL static void bf16_to_f32_array(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = cohort__bf16_to_f32(src[i]);
+}
+
+void cohort__f32_to_half(uint16_t *dst, const float *src, size_t n, cohort_dtype half) {
+  if (half == COHORT_BF16) f32_to_bf16_array(dst, src, n);
+  else f32_to_f16_array(dst, src, n);
+}
+
+void cohort__half_to_f32(float *dst, const uint16_t *src, size_t n, cohort_dtype half) {
+  if (half == COHORT_BF16) bf16_to_f32_array(dst, src, n);
+  else f16_to_f32_array(dst, src, n);
+}

@@ -1,0 +1,111 @@
+/*
+ * ddp_internal.h: the engine's insides, shared by the files of src/ddp/.
+ *
+ *   ddp.c       creation, options, the model glue, accessors, destroy
+ *   verify.c    comparing the parameter lists across ranks (the mismatch report)
+ *   layout.c    assigning parameters to buckets and placing them in bucket memory; the rebuild after step one
+ *   reducer.c   one step: readiness, launching buckets in order, finish, statistics, timeline spans
+ *   hooks.c     the built-in comm hooks: average, and average with f16/bf16 compression
+ *
+ * State of a step: `ready[i]` says parameter i's gradient is final; a bucket's `pending` counts its parameters not
+ * yet ready; `next_launch` is the first bucket not yet started. Buckets start strictly in index order, so every
+ * rank issues the same collectives in the same order. finish() ends the step and clears all of it.
+ */
+#ifndef COHORT_DDP_INTERNAL_H
+#define COHORT_DDP_INTERNAL_H
+
+#include <stdint.h>
+
+#include "cohort/ddp.h"
+#include "engine/stall.h"
+#include "engine/timeline.h"
+
+#define COHORT__DDP_MESSAGE_MAX 1024
+
+typedef struct ddp_param {
+  char *name;
+  float *value;
+  size_t count;
+  int ndim;
+  int64_t shape[4];
+  int bucket;    /* index of its bucket */
+  size_t offset; /* of its gradient in the bucket's data, in floats */
+} ddp_param;
+
+typedef struct ddp_buffer {
+  char *name;
+  void *value;
+  size_t bytes;
+} ddp_buffer;
+
+typedef struct ddp_bucket {
+  cohort_ddp_bucket view; /* what hooks see; view.params points at params */
+  int *params;
+  int pending;            /* parameters not yet ready in this step */
+  cohort_work *work;      /* the launched reduction, until finish */
+  int64_t launch_ns;
+  void *wire;             /* compression: the bucket in f16/bf16 */
+} ddp_bucket;
+
+struct cohort_ddp {
+  cohort_comm *comm;
+  int rank, size;
+  cohort_ddp_options opt;
+
+  int num_params;
+  ddp_param *params;
+  int num_buffers;
+  ddp_buffer *buffers;
+  size_t buffer_bytes;
+
+  int num_buckets;
+  ddp_bucket *buckets;
+  float *arena; /* every bucket's data, back to back */
+  size_t arena_count;
+
+  /* the step */
+  unsigned char *ready;
+  int next_launch;
+  int sync;
+  int64_t step; /* synchronized steps completed */
+  int64_t prepare_ns;
+  int64_t first_ready_ns;
+
+  /* the rebuild after the first synchronized step */
+  int *ready_order;
+  int ready_seen;
+  int rebuilt;
+
+  cohort_ddp_comm_hook hook;
+
+  struct cohort_model *model; /* set by cohort_ddp_create_model() */
+
+  cohort_status failed;
+  char failure[COHORT__DDP_MESSAGE_MAX];
+
+  cohort_ddp_stats stats;
+  int64_t span_begin_ns[COHORT_SPAN_COUNT];
+  cohort__timeline *timeline;
+  cohort__stall *stall;
+};
+
+/* verify.c: COHORT_ERR_MISMATCH on every rank when the ranks' parameter lists or options differ. Collective. */
+cohort_status cohort__ddp_verify(cohort_ddp *ddp);
+
+/* layout.c: assigns parameters to buckets in `order` (param indices, first to be reduced first) and allocates
+ * zeroed bucket memory. Replaces any earlier layout; the caller moves gradients over if it needs them. */
+cohort_status cohort__ddp_layout(cohort_ddp *ddp, const int *order);
+void cohort__ddp_layout_free(cohort_ddp *ddp);
+/* After the first synchronized step: adopts rank 0's ready order, if it differs from the current one. Collective. */
+cohort_status cohort__ddp_rebuild(cohort_ddp *ddp);
+
+/* ddp.c: points the model's gradients (cohort_ddp_create_model) at their places in the buckets. */
+cohort_status cohort__ddp_bind_model(cohort_ddp *ddp);
+
+/* hooks.c: the built-in hook for the options' compression. */
+void cohort__ddp_default_hook(const cohort_ddp *ddp, cohort_ddp_comm_hook *hook);
+
+/* Records the first failure (keeping the message) and returns it; a later call returns the same. */
+cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status);
+
+#endif

@@ -1,0 +1,504 @@
+/* ddp_check.c: see ddp_check.h. */
+#include "ddp_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cohort/ddp.h"
+#include "cohort/nn.h"
+
+#define CHECK(cond)                                                                                                \
+  do {                                                                                                             \
+    if (!(cond)) {                                                                                                 \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", cohort_rank(comm), __FILE__, __LINE__, #cond);         \
+      failures++;                                                                                                  \
+      goto done;                                                                                                   \
+    }                                                                                                              \
+  } while (0)
+
+#define CHECK_OK(expr)                                                                                             \
+  do {                                                                                                             \
+    cohort_status s__ = (expr);                                                                                    \
+    if (s__ != COHORT_OK) {                                                                                        \
+      fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", cohort_rank(comm), __FILE__, __LINE__, #expr,                \
+              cohort_strerror(s__), cohort_last_error());                                                          \
+      failures++;                                                                                                  \
+      goto done;                                                                                                   \
+    }                                                                                                              \
+  } while (0)
+
+/* A value that depends on the rank, the step and the position, and is exactly representable. */
+static float value_at(int rank, int step, size_t i) { return (float)((int)((i * 7 + (size_t)step * 13) % 64) - 32 + rank * 5) / 64.0f; }
+
+/* ---- generic parameter lists (no model) ---- */
+
+#define NP 6
+static const size_t sizes[NP] = {300, 17, 1000, 5, 250, 64};
+
+typedef struct plist {
+  float *values[NP];
+  cohort_ddp_tensor t[NP];
+  char names[NP][16];
+} plist;
+
+static int plist_make(plist *p, int rank, const char *rename_last) {
+  memset(p, 0, sizeof *p);
+  for (int i = 0; i < NP; i++) {
+    p->values[i] = malloc(sizes[i] * sizeof(float));
+    if (!p->values[i]) return -1;
+    for (size_t k = 0; k < sizes[i]; k++) p->values[i][k] = value_at(rank, 100 + i, k);
+    snprintf(p->names[i], sizeof p->names[i], "p%d", i);
+    if (i == NP - 1 && rename_last) snprintf(p->names[i], sizeof p->names[i], "%s", rename_last);
+    p->t[i].name = p->names[i];
+    p->t[i].value = p->values[i];
+    p->t[i].count = sizes[i];
+    p->t[i].dtype = COHORT_F32;
+    p->t[i].ndim = 1;
+    p->t[i].shape[0] = (int64_t)sizes[i];
+  }
+  return 0;
+}
+
+static void plist_free(plist *p) {
+  for (int i = 0; i < NP; i++) free(p->values[i]);
+}
+
+/* Fills every gradient with this rank's step values. */
+static void fill_grads(cohort_ddp *ddp, int rank, int step) {
+  for (int i = 0; i < NP; i++) {
+    float *g = cohort_ddp_grad(ddp, i);
+    for (size_t k = 0; k < sizes[i]; k++) g[k] = value_at(rank, step * 10 + i, k);
+  }
+}
+
+/* The exact average over ranks (every value is a multiple of 1/64 well inside float's range, so any summation
+ * order gives the same float sum; the division by the world size rounds once). */
+static float expected_avg(int size, int step, int i, size_t k) {
+  float sum = 0;
+  for (int r = 0; r < size; r++) sum += value_at(r, step * 10 + i, k);
+  return sum / (float)size;
+}
+
+static int check_avg(cohort_comm *comm, cohort_ddp *ddp, int step, int skip_param, int skip_rank) {
+  int failures = 0, size = cohort_size(comm);
+  for (int i = 0; i < NP; i++) {
+    const float *g = cohort_ddp_grad(ddp, i);
+    for (size_t k = 0; k < sizes[i]; k++) {
+      float want = expected_avg(size, step, i, k);
+      if (i == skip_param) want = (want * (float)size - value_at(skip_rank, step * 10 + i, k)) / (float)size;
+      if (fabsf(g[k] - want) > 1e-6f) {
+        fprintf(stderr, "rank %d: step %d param %d [%zu]: %.9g, want %.9g\n", cohort_rank(comm), step, i, k, g[k],
+                want);
+        return failures + 1;
+      }
+    }
+  }
+  return failures;
+}
+
+/* Rank 0's parameters and buffers reach everyone at creation; buckets follow the caps in reverse order. */
+static int check_create_and_layout(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  int32_t buf[3] = {rank, rank * 2, 7};
+  cohort_ddp_tensor b = {.name = "steps_seen", .value = buf, .count = 3, .dtype = COHORT_I32};
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 1200 * sizeof(float);
+  o.first_bucket_bytes = 300 * sizeof(float);
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, &b, 1, &o, &ddp));
+  for (int i = 0; i < NP; i++)
+    for (size_t k = 0; k < sizes[i]; k++) CHECK(p.values[i][k] == value_at(0, 100 + i, k));
+  CHECK(buf[0] == 0 && buf[1] == 0 && buf[2] == 7);
+  /* Reverse order p5 p4 p3 p2 p1 p0 with caps 300 floats, then 1200: {p5 64, p4 250: 314 > 300} -> [p5], [p4 p3
+   * p2 = 1255 > 1200] -> [p4, p3], [p2, p1, p0 = 1317] -> [p2, p1], [p0]. */
+  CHECK(cohort_ddp_num_buckets(ddp) == 4);
+  static const int want[4][3] = {{5, -1}, {4, 3, -1}, {2, 1, -1}, {0, -1}};
+  for (int bi = 0; bi < 4; bi++) {
+    const cohort_ddp_bucket *bk = cohort_ddp_bucket_at(ddp, bi);
+    CHECK(bk && bk->index == bi);
+    size_t count = 0;
+    for (int j = 0; j < bk->num_params; j++) {
+      CHECK(bk->params[j] == want[bi][j]);
+      CHECK(cohort_ddp_grad(ddp, bk->params[j]) == bk->data + count); /* the gradient is a view into the bucket */
+      count += sizes[bk->params[j]];
+    }
+    CHECK(want[bi][bk->num_params] == -1);
+    CHECK(bk->count == count);
+    CHECK(((uintptr_t)bk->data & 63) == 0);
+  }
+  CHECK(cohort_ddp_bucket_at(ddp, 4) == NULL);
+  CHECK(cohort_ddp_grad(ddp, NP) == NULL);
+  for (int i = 0; i < NP; i++)
+    for (size_t k = 0; k < sizes[i]; k++) CHECK(cohort_ddp_grad(ddp, i)[k] == 0.0f);
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* Gradients arriving in a different order on each rank still average correctly (buckets launch in the same order
+ * everywhere), and after the first step the buckets follow the order rank 0 observed. */
+static int check_ready_order_and_rebuild(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 1200 * sizeof(float);
+  o.first_bucket_bytes = 300 * sizeof(float);
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
+  static const int order0[NP] = {2, 0, 5, 1, 4, 3};
+  for (int step = 0; step < 3; step++) {
+    fill_grads(ddp, rank, step);
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    for (int j = 0; j < NP; j++) {
+      int i = rank == 0 ? order0[j] : rank % 2 ? j : NP - 1 - j;
+      CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+    }
+    CHECK_OK(cohort_ddp_finish(ddp));
+    failures += check_avg(comm, ddp, step, -1, -1);
+    if (failures) goto done;
+    if (step == 0) {
+      /* Rebuilt from rank 0's order {2, 0, 5, 1, 4, 3}: [2] (1000 floats alone in the 300-float first bucket),
+       * then [0 5 1 4 3] (636 floats <= 1200). */
+      static const int want1[NP - 1] = {0, 5, 1, 4, 3};
+      CHECK(cohort_ddp_num_buckets(ddp) == 2);
+      CHECK(cohort_ddp_bucket_at(ddp, 0)->num_params == 1 && cohort_ddp_bucket_at(ddp, 0)->params[0] == 2);
+      CHECK(cohort_ddp_bucket_at(ddp, 1)->num_params == NP - 1);
+      for (int j = 0; j < NP - 1; j++) CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
+    }
+  }
+  cohort_ddp_stats s;
+  cohort_ddp_get_stats(ddp, &s);
+  CHECK(s.steps == 3);
+  CHECK(s.bytes_per_step == (300 + 17 + 1000 + 5 + 250 + 64) * sizeof(float));
+  CHECK(s.num_buckets == 2);
+  CHECK(s.compute_s >= 0 && s.exposed_comm_s >= 0 && s.comm_s >= 0);
+  CHECK(size == 1 || s.comm_s > 0);
+  /* Marking a parameter twice in one step is an error naming it (a local bug: it aborts the step). */
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* find_unused_params: a parameter that got no gradient on one rank counts as zero there. */
+static int check_unused(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.find_unused_params = 1;
+  o.bucket_bytes = 600 * sizeof(float);
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
+  const int skip_rank = size - 1, skip_param = 1;
+  for (int step = 0; step < 2; step++) {
+    fill_grads(ddp, rank, step);
+    /* a stale value that must not survive: the unused gradient is zero-filled */
+    if (rank == skip_rank) cohort_ddp_grad(ddp, skip_param)[0] = 1e6f;
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    for (int i = NP - 1; i >= 0; i--)
+      if (!(rank == skip_rank && i == skip_param)) CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+    CHECK_OK(cohort_ddp_finish(ddp));
+    failures += check_avg(comm, ddp, step, skip_param, skip_rank);
+    if (failures) goto done;
+  }
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* f16 and bf16 compression: the average within the format's rounding, and the error it adds is printed. */
+static int check_compression(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  for (int kind = COHORT_DDP_COMPRESS_F16; kind <= COHORT_DDP_COMPRESS_BF16; kind++) {
+    cohort_ddp_options o;
+    cohort_ddp_options_init(&o);
+    o.compression = (cohort_ddp_compression)kind;
+    CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
+    double max_rel = 0;
+    for (int step = 0; step < 2; step++) {
+      /* values with full f32 mantissas, so that rounding really happens */
+      for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < sizes[i]; k++)
+          cohort_ddp_grad(ddp, i)[k] = sinf((float)(k + 1) * 0.37f + (float)(rank + 1) * 1.3f + (float)step);
+      CHECK_OK(cohort_ddp_prepare(ddp));
+      for (int i = NP - 1; i >= 0; i--) CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+      CHECK_OK(cohort_ddp_finish(ddp));
+      for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < sizes[i]; k++) {
+          double want = 0;
+          for (int r = 0; r < size; r++) want += sin((double)(k + 1) * 0.37 + (double)(r + 1) * 1.3 + step);
+          want /= size;
+          double err = fabs(cohort_ddp_grad(ddp, i)[k] - want);
+          if (err / 1.0 > max_rel) max_rel = err; /* |values| <= 1: absolute error relative to the scale */
+        }
+    }
+    /* Each hop rounds once: a handful of half-ulps of 1 (f16: 2^-11, bf16: 2^-8). */
+    double bound = (kind == COHORT_DDP_COMPRESS_F16 ? 1.0 / 2048 : 1.0 / 256) * (size + 1);
+    if (rank == 0)
+      printf("ddp compression %s on %d ranks: max abs error %.3g for values in [-1, 1] (bound %.3g)\n",
+             kind == COHORT_DDP_COMPRESS_F16 ? "f16" : "bf16", size, max_rel, bound);
+    CHECK(max_rel <= bound);
+    CHECK(size == 1 || max_rel > 0); /* it really went through the narrow format */
+    cohort_ddp_destroy(ddp);
+    ddp = NULL;
+  }
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* A user comm hook: sum, then scale in complete; called once per bucket per step. */
+typedef struct hook_state {
+  int launches, completes;
+  int size;
+} hook_state;
+
+static cohort_status sum_launch(void *user, cohort_comm *c, const cohort_ddp_bucket *b, cohort_work **work) {
+  ((hook_state *)user)->launches++;
+  return cohort_iallreduce(c, b->data, b->data, b->count, COHORT_F32, COHORT_SUM, work);
+}
+static cohort_status scale_complete(void *user, cohort_comm *c, const cohort_ddp_bucket *b) {
+  (void)c;
+  hook_state *h = user;
+  h->completes++;
+  for (size_t k = 0; k < b->count; k++) b->data[k] /= (float)h->size;
+  return COHORT_OK;
+}
+
+static int check_comm_hook(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  hook_state h = {0, 0, cohort_size(comm)};
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 600 * sizeof(float);
+  o.static_bucket_order = 1;
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
+  cohort_ddp_comm_hook hook = {sum_launch, scale_complete, &h};
+  CHECK_OK(cohort_ddp_set_comm_hook(ddp, &hook));
+  for (int step = 0; step < 2; step++) {
+    fill_grads(ddp, rank, step);
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    for (int i = NP - 1; i >= 0; i--) CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+    CHECK_OK(cohort_ddp_finish(ddp));
+    failures += check_avg(comm, ddp, step, -1, -1);
+    if (failures) goto done;
+  }
+  CHECK(h.launches == 2 * cohort_ddp_num_buckets(ddp));
+  CHECK(h.completes == h.launches);
+  CHECK(cohort_ddp_num_buckets(ddp) >= 3);
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* Different models on different ranks: every rank gets the mismatch, naming the last rank and the parameter. */
+static int check_mismatch(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  plist p;
+  cohort_ddp *ddp = NULL;
+  if (size == 1) return 0;
+  CHECK(plist_make(&p, rank, rank == size - 1 ? "p5_renamed" : NULL) == 0);
+  cohort_status st = cohort_ddp_create(comm, p.t, NP, NULL, 0, NULL, &ddp);
+  CHECK(st == COHORT_ERR_MISMATCH);
+  CHECK(ddp == NULL);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d", size - 1);
+  CHECK(strstr(cohort_last_error(), want) != NULL);
+  CHECK(strstr(cohort_last_error(), "p5_renamed") != NULL);
+  CHECK(strstr(cohort_last_error(), "'p5'") != NULL);
+  /* A shape difference is named the same way, and the communicator is still usable afterwards. */
+  p.t[2].shape[0] = rank == size - 1 ? 10 : 1000;
+  p.t[2].ndim = 1;
+  p.t[2].count = rank == size - 1 ? 10 : 1000;
+  snprintf(p.names[NP - 1], sizeof p.names[NP - 1], "p5");
+  st = cohort_ddp_create(comm, p.t, NP, NULL, 0, NULL, &ddp);
+  CHECK(st == COHORT_ERR_MISMATCH);
+  CHECK(strstr(cohort_last_error(), "'p2' f32 shape [10]") != NULL);
+  CHECK_OK(cohort_barrier(comm));
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  return failures;
+}
+
+/* ---- with a model ---- */
+
+#define IN 12
+#define CLASSES 4
+#define BATCH 6
+
+static void make_batch(int rank, int step, int n, int offset, float *x, int32_t *labels) {
+  for (int s = 0; s < n; s++) {
+    int id = rank * 1000 + step * 100 + offset + s;
+    for (int f = 0; f < IN; f++) x[s * IN + f] = sinf((float)(id * IN + f) * 0.731f);
+    labels[s] = (id * 7 + 3) % CLASSES;
+  }
+}
+
+/* forward + loss gradient (scaled) + backward on n samples. */
+static cohort_status fwd_bwd(cohort_model *m, const float *x, const int32_t *labels, int n, float scale) {
+  cohort_tensor t;
+  int64_t shape[4] = {n, 1, 3, 4};
+  const cohort_tensor *logits;
+  float loss, dl[64 * CLASSES];
+  cohort_status st = cohort_tensor_wrap(&t, (float *)x, 4, shape);
+  if (st == COHORT_OK) st = cohort_model_forward(m, &t, &logits);
+  if (st == COHORT_OK) st = cohort_softmax_xent(logits, labels, &loss, dl, NULL);
+  for (int k = 0; k < n * CLASSES; k++) dl[k] *= scale;
+  if (st == COHORT_OK) st = cohort_model_backward(m, dl);
+  return st;
+}
+
+/* The engine (several buckets, overlapped with backward) equals averaging every gradient after backward with one
+ * allreduce, within 1e-6, over several optimizer steps. */
+static int check_matches_fused(cohort_comm *comm) {
+  int failures = 0, rank = cohort_rank(comm);
+  cohort_model *a = NULL, *b = NULL;
+  cohort_optim *oa = NULL, *ob = NULL;
+  cohort_ddp *ddp = NULL;
+  float x[BATCH * IN];
+  int32_t y[BATCH];
+  /* Different seeds per rank: the engine's creation must broadcast rank 0's weights. */
+  CHECK_OK(cohort_model_create_mlp(11 + (uint64_t)rank, IN, 40, CLASSES, &a));
+  CHECK_OK(cohort_model_create_mlp(11, IN, 40, CLASSES, &b));
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 256 * sizeof(float); /* fc2.bias+fc2.weight | fc1.bias | fc1.weight ... */
+  o.first_bucket_bytes = 64 * sizeof(float);
+  CHECK_OK(cohort_ddp_create_model(comm, a, &o, &ddp));
+  CHECK(cohort_ddp_num_buckets(ddp) >= 3);
+  cohort_sgd_config sgd = {.lr = 0.2f, .momentum = 0.9f, .weight_decay = 1e-4f};
+  CHECK_OK(cohort_optim_sgd_create(a, &sgd, &oa));
+  CHECK_OK(cohort_optim_sgd_create(b, &sgd, &ob));
+  const size_t total = cohort_model_param_count(b);
+  for (int step = 0; step < 5; step++) {
+    make_batch(rank, step, BATCH, 0, x, y);
+    cohort_model_zero_grad(a);
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    cohort_ddp_span_begin(ddp, COHORT_SPAN_BACKWARD);
+    CHECK_OK(fwd_bwd(a, x, y, BATCH, 1.0f));
+    CHECK_OK(cohort_ddp_finish(ddp));
+    cohort_ddp_span_begin(ddp, COHORT_SPAN_OPTIMIZER);
+    CHECK_OK(cohort_optim_step(oa));
+    cohort_ddp_span_end(ddp, COHORT_SPAN_OPTIMIZER);
+
+    cohort_model_zero_grad(b);
+    CHECK_OK(fwd_bwd(b, x, y, BATCH, 1.0f));
+    CHECK_OK(cohort_allreduce(comm, cohort_model_param(b, 0)->grad, cohort_model_param(b, 0)->grad, total,
+                              COHORT_F32, COHORT_AVG));
+    CHECK_OK(cohort_optim_step(ob));
+    const float *va = cohort_model_param_data(a), *vb = cohort_model_param_data(b);
+    double worst = 0;
+    for (size_t k = 0; k < total; k++) worst = fmax(worst, fabs((double)va[k] - (double)vb[k]));
+    if (worst > 1e-6) fprintf(stderr, "rank %d: step %d: engine and fused differ by %.3g\n", rank, step, worst);
+    CHECK(worst <= 1e-6);
+  }
+  /* The replicas agree bit for bit. */
+  char hex[COHORT_HASH_HEX_LEN], all[8][64];
+  CHECK(cohort_size(comm) <= 8);
+  CHECK_OK(cohort_model_hash(a, hex));
+  CHECK_OK(cohort_allgather(comm, hex, all, 64, COHORT_U8));
+  for (int r = 0; r < cohort_size(comm); r++) CHECK(memcmp(all[r], all[0], 64) == 0);
+done:
+  cohort_optim_destroy(oa);
+  cohort_optim_destroy(ob);
+  cohort_ddp_destroy(ddp);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  return failures;
+}
+
+/* Gradient accumulation: K micro-steps of batch B without sync, then one with, equal one step of batch K*B. */
+static int check_accumulation(cohort_comm *comm) {
+  enum { K = 3 };
+  int failures = 0, rank = cohort_rank(comm);
+  cohort_model *a = NULL, *b = NULL;
+  cohort_ddp *ddp = NULL;
+  float x[K * BATCH * IN];
+  int32_t y[K * BATCH];
+  CHECK_OK(cohort_model_create_mlp(5, IN, 24, CLASSES, &a));
+  CHECK_OK(cohort_model_create_mlp(5, IN, 24, CLASSES, &b));
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 128 * sizeof(float);
+  CHECK_OK(cohort_ddp_create_model(comm, a, &o, &ddp));
+  make_batch(rank, 0, K * BATCH, 0, x, y);
+  cohort_model_zero_grad(a);
+  for (int micro = 0; micro < K; micro++) {
+    cohort_ddp_set_sync(ddp, micro == K - 1);
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    CHECK_OK(fwd_bwd(a, x + micro * BATCH * IN, y + micro * BATCH, BATCH, 1.0f / K));
+    CHECK_OK(cohort_ddp_finish(ddp));
+  }
+  cohort_model_zero_grad(b);
+  CHECK_OK(fwd_bwd(b, x, y, K * BATCH, 1.0f));
+  const size_t total = cohort_model_param_count(b);
+  CHECK_OK(cohort_allreduce(comm, cohort_model_param(b, 0)->grad, cohort_model_param(b, 0)->grad, total, COHORT_F32,
+                            COHORT_AVG));
+  double worst = 0, scale = 0;
+  for (int i = 0; i < cohort_model_num_params(b); i++) {
+    const cohort_param *pa = cohort_model_param(a, i), *pb = cohort_model_param(b, i);
+    for (size_t k = 0; k < pb->numel; k++) {
+      worst = fmax(worst, fabs((double)pa->grad[k] - (double)pb->grad[k]));
+      scale = fmax(scale, fabs((double)pb->grad[k]));
+    }
+  }
+  if (worst > 1e-6) fprintf(stderr, "rank %d: accumulated and big-batch gradients differ by %.3g\n", rank, worst);
+  CHECK(scale > 1e-3);  /* the gradients are not trivially zero */
+  CHECK(worst <= 1e-6);
+  cohort_ddp_stats s;
+  cohort_ddp_get_stats(ddp, &s);
+  CHECK(s.steps == 1); /* only the last micro-step synchronized */
+done:
+  cohort_ddp_destroy(ddp);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  return failures;
+}
+
+const ddp_check ddp_checks[] = {
+    {"create_and_layout", check_create_and_layout},
+    {"ready_order_and_rebuild", check_ready_order_and_rebuild},
+    {"unused", check_unused},
+    {"compression", check_compression},
+    {"comm_hook", check_comm_hook},
+    {"mismatch", check_mismatch},
+    {"matches_fused", check_matches_fused},
+    {"accumulation", check_accumulation},
+};
+const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);
+
+int ddp_check_run(cohort_comm *comm, const char *name) {
+  int failures = 0, ran = 0;
+  for (int i = 0; i < ddp_num_checks; i++) {
+    if (name && strcmp(name, ddp_checks[i].name) != 0) continue;
+    ran++;
+    int f = ddp_checks[i].fn(comm);
+    if (cohort_rank(comm) == 0 || f) printf("rank %d: ddp %s: %s\n", cohort_rank(comm), ddp_checks[i].name, f ? "FAILED" : "ok");
+    failures += f;
+  }
+  if (!ran) {
+    fprintf(stderr, "no ddp check named '%s'\n", name ? name : "");
+    return 1;
+  }
+  return failures;
+}

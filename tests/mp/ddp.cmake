@@ -1,0 +1,12 @@
+# The DDP engine between real processes: every check of ddp_check.c on 2 and 3 ranks, then the end-to-end
+# scenarios: the timeline, a rank held back (stall warning), a missing gradient, a killed rank.
+cohort_add_test_binary(test_ddp SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ddp.c ${CMAKE_CURRENT_LIST_DIR}/../ddp_check.c)
+foreach(np 2 3)
+  add_test(NAME mp.ddp.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} $<TARGET_FILE:test_ddp>)
+  set_tests_properties(mp.ddp.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 300)
+endforeach()
+foreach(mode train held_back missing killed)
+  add_test(NAME mp.ddp.${mode} COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_ddp_faults.sh $<TARGET_FILE:cohortrun>
+           $<TARGET_FILE:test_ddp> ${mode})
+  set_tests_properties(mp.ddp.${mode} PROPERTIES LABELS "mp;fault;sanitize" TIMEOUT 120)
+endforeach()
