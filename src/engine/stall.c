@@ -200,7 +200,9 @@ static void stall_warn(cohort__stall *s, int64_t step, int bucket, int64_t waite
   stall_seen *seen = calloc((size_t)c->size, sizeof *seen);
   if (!seen || !stall_read_all(s, seen)) {
     snprintf(list, sizeof list, "unknown (%s)",
-             !seen ? "out of memory" : c->store ? "the store could not be read" : "no store to compare progress with");
+             !seen      ? "out of memory"
+             : c->store ? "the store could not be read"
+                        : "no store to compare progress with");
   } else {
     int named = 0, more = 0;
     for (int r = 0; r < c->size; r++) {
@@ -219,8 +221,11 @@ static void stall_warn(cohort__stall *s, int64_t step, int bucket, int64_t waite
       named++;
     }
     if (more) snprintf(list + len, sizeof list - len, " and %d more", more);
-    if (!named) snprintf(list, sizeof list, "none seen yet (every rank has published it; progress lags by up to %.2g s)",
-                         (double)s->period_ns * 1e-9);
+    if (!named)
+      snprintf(list, sizeof list,
+               "none that this rank can see (every rank has published it; the reduction itself is slow, or a rank "
+               "submitted it in the last %.2g s)",
+               (double)s->period_ns * 1e-9);
   }
   free(seen);
   double waited = (double)waited_ns * 1e-9;
@@ -237,7 +242,8 @@ static void *stall_main(void *arg) {
   while (!s->stopping) {
     int64_t wake_ns = cohort__now_ns() + s->period_ns;
     struct timespec ts = {.tv_sec = wake_ns / 1000000000, .tv_nsec = wake_ns % 1000000000};
-    while (!s->stopping && cohort__now_ns() < wake_ns) pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    while (!s->stopping && cohort__now_ns() < wake_ns)
+      pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     if (s->stopping) break;
     int64_t step = s->step, wait_step = s->wait_step, since = s->wait_since_ns;
     int bucket = s->bucket, wait_bucket = s->wait_bucket, waiting = s->waiting;
@@ -254,7 +260,8 @@ static void *stall_main(void *arg) {
       int64_t now = cohort__now_ns();
       if (now >= next_warn_ns) {
         stall_warn(s, wait_step, wait_bucket, now - since);
-        while (next_warn_ns <= now) next_warn_ns += s->stall_ns;
+        while (next_warn_ns <= now)
+          next_warn_ns += s->stall_ns;
       }
     }
     pthread_mutex_lock(&s->mu);
@@ -268,7 +275,8 @@ cohort_status cohort__stall_create(cohort_comm *comm, double stall_s, cohort__st
   *out = NULL;
   if (!(stall_s > 0) || comm->size <= 1) return COHORT_OK; /* off; one rank can never miss another */
   if (stall_s > 1e6)
-    return cohort__error(COHORT_ERR_INVALID, "stall inspector: %g s is beyond the 1e6 s the inspector accepts", stall_s);
+    return cohort__error(COHORT_ERR_INVALID, "stall inspector: %g s is beyond the 1e6 s the inspector accepts",
+                         stall_s);
   cohort__stall *s = calloc(1, sizeof *s);
   if (!s) return cohort__error(COHORT_ERR_SYSTEM, "stall inspector: out of memory");
   s->comm = comm;
@@ -321,9 +329,7 @@ void cohort__stall_wait_end(cohort__stall *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-int cohort__stall_warnings(const cohort__stall *s) {
-  return s ? atomic_load(&((cohort__stall *)s)->warnings) : 0;
-}
+int cohort__stall_warnings(const cohort__stall *s) { return s ? atomic_load(&((cohort__stall *)s)->warnings) : 0; }
 
 void cohort__stall_destroy(cohort__stall *s) {
   if (!s) return;

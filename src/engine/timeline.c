@@ -58,7 +58,8 @@ typedef struct text {
 static void text_reserve(text *t, size_t extra) {
   if (t->failed || t->len + extra + 1 <= t->cap) return;
   size_t cap = t->cap ? t->cap : 4096;
-  while (cap < t->len + extra + 1) cap *= 2;
+  while (cap < t->len + extra + 1)
+    cap *= 2;
   char *p = realloc(t->data, cap);
   if (!p) {
     t->failed = 1;
@@ -102,9 +103,7 @@ static void text_json_string(text *t, const char *s) {
 }
 
 /* Microseconds with three decimals, from nanoseconds (exact, no floating point). */
-static void text_us(text *t, int64_t ns) {
-  text_printf(t, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
-}
+static void text_us(text *t, int64_t ns) { text_printf(t, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000); }
 
 static const char *lane_name(int lane) { return lane == COHORT__LANE_COMM ? "comm" : "compute"; }
 
@@ -119,7 +118,8 @@ static void timeline_serialize(cohort__timeline *tl, text *t) {
   for (int lane = COHORT__LANE_COMPUTE; lane <= COHORT__LANE_COMM; lane++) {
     text_printf(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank,
                 lane, lane_name(lane));
-    text_printf(t, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+    text_printf(t,
+                ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                 rank, lane, lane);
   }
   pthread_mutex_lock(&tl->mu);
@@ -181,12 +181,13 @@ void cohort__timeline_span(cohort__timeline *tl, cohort__timeline_lane lane, con
     }
   }
   if (tl->count < tl->cap) {
-    tl->spans[tl->count++] = (timeline_span){.name = name,
-                                             .begin_ns = b,
-                                             .end_ns = e,
-                                             .bytes = bucket >= 0 ? bytes : 0,
-                                             .bucket = bucket >= 0 ? bucket : -1,
-                                             .lane = lane == COHORT__LANE_COMM ? COHORT__LANE_COMM : COHORT__LANE_COMPUTE};
+    tl->spans[tl->count++] =
+        (timeline_span){.name = name,
+                        .begin_ns = b,
+                        .end_ns = e,
+                        .bytes = bucket >= 0 ? bytes : 0,
+                        .bucket = bucket >= 0 ? bucket : -1,
+                        .lane = lane == COHORT__LANE_COMM ? COHORT__LANE_COMM : COHORT__LANE_COMPUTE};
   } else {
     tl->dropped++;
   }

@@ -104,7 +104,8 @@ TEST(held_back_rank_is_named_by_the_waiting_ranks) {
       args[r] = (rank_arg){.group = g, .rank = r};
       pthread_create(&th[r], NULL, rank_main, &args[r]);
     }
-    for (int r = 0; r < NRANKS; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < NRANKS; r++)
+      pthread_join(th[r], NULL);
     cohort_inproc_group_destroy(g);
   }
   fflush(stderr);
@@ -186,7 +187,8 @@ TEST(zero_seconds_is_off_and_destroy_does_not_wait_for_the_period) {
     args[r] = (pair_arg){.group = g, .rank = r};
     pthread_create(&th[r], NULL, pair_main, &args[r]);
   }
-  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; r++)
+    pthread_join(th[r], NULL);
   cohort_inproc_group_destroy(g);
   for (int r = 0; r < 2; r++) {
     ASSERT_OK(args[r].st);
@@ -195,6 +197,5 @@ TEST(zero_seconds_is_off_and_destroy_does_not_wait_for_the_period) {
   }
 }
 
-COHORT_TEST_MAIN(TEST_CASE(held_back_rank_is_named_by_the_waiting_ranks),
-                 TEST_CASE(off_for_one_rank),
+COHORT_TEST_MAIN(TEST_CASE(held_back_rank_is_named_by_the_waiting_ranks), TEST_CASE(off_for_one_rank),
                  TEST_CASE(zero_seconds_is_off_and_destroy_does_not_wait_for_the_period))

@@ -45,7 +45,8 @@ static void jfree(jval *v) {
 }
 
 static void jws(jparser *ps) {
-  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
+  while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+    ps->p++;
 }
 
 static int jfail(jparser *ps, const char *why) {
@@ -122,20 +123,23 @@ static int jparse_number(jparser *ps, double *out) {
   if (*q == '0') {
     q++;
   } else if (*q >= '1' && *q <= '9') {
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+    while (q < ps->end && *q >= '0' && *q <= '9')
+      q++;
   } else {
     return jfail(ps, "bad number");
   }
   if (q < ps->end && *q == '.') {
     q++;
     if (q >= ps->end || *q < '0' || *q > '9') return jfail(ps, "bad fraction");
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+    while (q < ps->end && *q >= '0' && *q <= '9')
+      q++;
   }
   if (q < ps->end && (*q == 'e' || *q == 'E')) {
     q++;
     if (q < ps->end && (*q == '+' || *q == '-')) q++;
     if (q >= ps->end || *q < '0' || *q > '9') return jfail(ps, "bad exponent");
-    while (q < ps->end && *q >= '0' && *q <= '9') q++;
+    while (q < ps->end && *q >= '0' && *q <= '9')
+      q++;
   }
   char buf[64];
   if ((size_t)(q - start) >= sizeof buf) return jfail(ps, "number too long");
@@ -352,7 +356,8 @@ static void run_ranks(rank_arg *args, int size, const char *path, int failing_ra
     args[r] = (rank_arg){.group = g, .rank = r, .size = size, .path = path, .make_comm_fail = r == failing_rank};
     pthread_create(&th[r], NULL, rank_main, &args[r]);
   }
-  for (int r = 0; r < size; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < size; r++)
+    pthread_join(th[r], NULL);
   cohort_inproc_group_destroy(g);
 }
 
@@ -430,7 +435,8 @@ static void check_pids(const jval *events, int size) {
     ASSERT_TRUE(pid >= 0 && pid < size);
     seen[pid] = 1;
   }
-  for (int r = 0; r < size; r++) ASSERT_EQ(seen[r], 1);
+  for (int r = 0; r < size; r++)
+    ASSERT_EQ(seen[r], 1);
 }
 
 TEST(three_ranks_write_one_valid_trace) {
@@ -453,7 +459,8 @@ TEST(three_ranks_write_one_valid_trace) {
   /* Per rank: 2 process metadata + 2 x 2 thread metadata + the spans. */
   ASSERT_EQ(events->n, NRANKS * (6 + NCOMM + NCOMPUTE));
   check_pids(events, NRANKS);
-  for (int r = 0; r < NRANKS && !cohort_test_failed; r++) check_rank_lane(events, r);
+  for (int r = 0; r < NRANKS && !cohort_test_failed; r++)
+    check_rank_lane(events, r);
   jfree(&doc);
 }
 
@@ -490,7 +497,8 @@ TEST(a_failed_communicator_leaves_each_rank_its_own_lane) {
     const char *err = load_trace(lane, &doc, &events);
     if (err) TEST_FAIL_("%s: %s", lane, err);
     ASSERT_EQ(events->n, 6 + NCOMM + NCOMPUTE);
-    for (int i = 0; i < events->n; i++) ASSERT_EQ(jnum(&events->items[i], "pid", -1), r);
+    for (int i = 0; i < events->n; i++)
+      ASSERT_EQ(jnum(&events->items[i], "pid", -1), r);
     check_rank_lane(events, r);
     jfree(&doc);
     if (cohort_test_failed) return;
@@ -539,8 +547,8 @@ TEST(spans_are_clipped_and_names_escaped) {
 
 /* The parser itself must refuse what chrome://tracing would refuse, or the checks above prove nothing. */
 TEST(the_json_checker_is_strict) {
-  static const char *const bad[] = {"{\"a\":1,}", "[1,2,]", "{\"a\" 1}", "[01]", "[1.]", "{\"a\":\"x\n\"}",
-                                    "[1] x", "{'a':1}", "[\"\\q\"]", "", "[1e]", "{\"a\":tru}"};
+  static const char *const bad[] = {"{\"a\":1,}", "[1,2,]",  "{\"a\" 1}", "[01]", "[1.]", "{\"a\":\"x\n\"}",
+                                    "[1] x",      "{'a':1}", "[\"\\q\"]", "",     "[1e]", "{\"a\":tru}"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     jval v;
     const char *err = jparse_document(bad[i], strlen(bad[i]), &v);
