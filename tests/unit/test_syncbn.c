@@ -10,6 +10,7 @@
  */
 #include <pthread.h>
 
+#include "cohort/ddp.h"
 #include "cohort/nn.h"
 #include "core/error.h"
 #include "test.h"
@@ -63,16 +64,20 @@ static void result_free(result *r) {
   free(r->buffers);
 }
 
-/* One training step (forward, backward) on samples [first, first + n), then an eval forward on the same samples. */
-static cohort_status run_step(cohort_model *m, int first, int n, result *out) {
+/* One training step (forward, backward) on samples [first, first + n), then an eval forward on the same samples.
+ * With an engine the step is the engine's (prepare, forward, backward, finish) and the gradients are its average,
+ * so that adding them over the replicas still gives the sum. */
+static cohort_status run_step(cohort_model *m, cohort_ddp *ddp, int first, int n, result *out) {
   int64_t shape[4] = {n, CIN, HW, HW};
   cohort_tensor x;
   const cohort_tensor *y;
   COHORT_CHECK(cohort_tensor_wrap(&x, batch_x + (size_t)first * CIN * HW * HW, 4, shape));
   cohort_model_set_training(m, 1);
+  if (ddp) COHORT_CHECK(cohort_ddp_prepare(ddp));
   COHORT_CHECK(cohort_model_forward(m, &x, &y));
   memcpy(out->logits + (size_t)first * CLASSES, y->data, (size_t)n * CLASSES * sizeof(float));
   COHORT_CHECK(cohort_model_backward(m, batch_g + (size_t)first * CLASSES));
+  if (ddp) COHORT_CHECK(cohort_ddp_finish(ddp));
   size_t np = cohort_model_param_count(m), off = 0;
   out->grads = calloc(np, sizeof(float));
   out->nbuffers = 2 * CH;
@@ -100,6 +105,7 @@ static cohort_status allreduce_sync(void *user, double *sums, size_t count) {
 typedef struct replica {
   cohort_inproc_group *group;
   int rank, first, n, sync;
+  int engine; /* train through a DDP engine, syncing with cohort_ddp_sync_batchnorm() */
   result res;
   cohort_status status;
   char error[1024];
@@ -109,24 +115,38 @@ static void *replica_main(void *arg) {
   replica *r = arg;
   cohort_comm *comm = NULL;
   cohort_model *m = NULL;
+  cohort_ddp *ddp = NULL;
   r->status = cohort_init_inproc(r->group, r->rank, &comm);
   if (r->status == COHORT_OK) r->status = make_model(&m);
-  if (r->status == COHORT_OK && r->sync) cohort_model_set_batchnorm_sync(m, allreduce_sync, comm);
-  if (r->status == COHORT_OK) r->status = run_step(m, r->first, r->n, &r->res);
+  if (r->status == COHORT_OK && r->engine) {
+    /* small buckets, so that fc's allreduces are in flight on the progress thread when batchnorm's backward
+     * allreduce is issued behind them */
+    cohort_ddp_options opt;
+    cohort_ddp_options_init(&opt);
+    opt.bucket_bytes = opt.first_bucket_bytes = 256;
+    r->status = cohort_ddp_create_model(comm, m, &opt, &ddp);
+    if (r->status == COHORT_OK && cohort_ddp_num_buckets(ddp) < 3)
+      r->status = cohort__error(COHORT_ERR_INTERNAL, "%d buckets, the test wants at least 3",
+                                cohort_ddp_num_buckets(ddp));
+  }
+  if (r->status == COHORT_OK && r->engine) r->status = cohort_ddp_sync_batchnorm(ddp, m, r->sync);
+  else if (r->status == COHORT_OK && r->sync) cohort_model_set_batchnorm_sync(m, allreduce_sync, comm);
+  if (r->status == COHORT_OK) r->status = run_step(m, ddp, r->first, r->n, &r->res);
   if (r->status != COHORT_OK) snprintf(r->error, sizeof r->error, "%s", cohort_last_error());
+  cohort_ddp_destroy(ddp);
   cohort_model_destroy(m);
   cohort_comm_destroy(comm);
   return NULL;
 }
 
 /* Runs len(sizes) replicas on consecutive shares of the batch; 0 when every one succeeded. */
-static int run_replicas(const int *sizes, int nrep, int sync, replica *reps) {
+static int run_replicas(const int *sizes, int nrep, int sync, int engine, replica *reps) {
   cohort_inproc_group *g;
   if (cohort_inproc_group_create(nrep, &g) != COHORT_OK) return -1;
   pthread_t th[MAX_REPLICAS];
   int first = 0, failed = 0;
   for (int i = 0; i < nrep; i++) {
-    reps[i] = (replica){.group = g, .rank = i, .first = first, .n = sizes[i], .sync = sync};
+    reps[i] = (replica){.group = g, .rank = i, .first = first, .n = sizes[i], .sync = sync, .engine = engine};
     first += sizes[i];
     pthread_create(&th[i], NULL, replica_main, &reps[i]);
   }
@@ -144,7 +164,7 @@ static int run_replicas(const int *sizes, int nrep, int sync, replica *reps) {
 static cohort_status whole_batch(result *out) {
   cohort_model *m;
   COHORT_CHECK(make_model(&m));
-  cohort_status st = run_step(m, 0, TOTAL, out);
+  cohort_status st = run_step(m, NULL, 0, TOTAL, out);
   cohort_model_destroy(m);
   return st;
 }
@@ -184,36 +204,73 @@ static size_t param_count(void) {
   return n;
 }
 
-static void check_equivalence(const int *sizes, int nrep) {
+static void check_equivalence(const int *sizes, int nrep, int engine) {
   make_batch();
   size_t np = param_count();
   ASSERT_TRUE(np > 0);
   result whole = {0};
   ASSERT_OK(whole_batch(&whole));
   replica reps[MAX_REPLICAS];
-  int failed = run_replicas(sizes, nrep, 1, reps);
-  double dl = INFINITY, dg = INFINITY, ds = INFINITY;
+  int failed = run_replicas(sizes, nrep, 1, engine, reps);
+  double dl = INFINITY, dg = INFINITY, ds = INFINITY, spread = 0.0;
   if (!failed) compare(&whole, reps, nrep, np, &dl, &dg, &ds);
+  /* the engine leaves the same average on every replica */
+  for (int i = 1; i < nrep && engine && !failed; i++)
+    spread = fmax(spread, worst_diff(reps[i].res.grads, reps[0].res.grads, np));
   for (int i = 0; i < nrep; i++) result_free(&reps[i].res);
   result_free(&whole);
   ASSERT_EQ(failed, 0);
-  printf("  replicas of %d..%d samples: logits %.2e, summed grads %.2e, running stats %.2e\n", sizes[0],
-         sizes[nrep - 1], dl, dg, ds);
+  printf("  %s%d replicas of %d..%d samples: logits %.2e, summed grads %.2e, running stats %.2e\n",
+         engine ? "engine: " : "", nrep, sizes[0], sizes[nrep - 1], dl, dg, ds);
   ASSERT_TRUE(dl < 1e-5);
   ASSERT_TRUE(dg < 1e-5);
   ASSERT_TRUE(ds < 1e-6);
+  ASSERT_TRUE(spread == 0.0);
 }
 
 TEST(two_equal_replicas_match_the_whole_batch) {
   const int sizes[] = {6, 6};
-  check_equivalence(sizes, 2);
+  check_equivalence(sizes, 2, 0);
 }
 
 TEST(unequal_replicas_weigh_samples_by_the_global_count) {
   const int sizes[] = {5, 7};
-  check_equivalence(sizes, 2);
+  check_equivalence(sizes, 2, 0);
   const int three[] = {2, 3, 7};
-  check_equivalence(three, 3);
+  check_equivalence(three, 3, 0);
+}
+
+/* The same through the engine: cohort_ddp_sync_batchnorm() installs the allreduce, the engine averages the
+ * gradients (its buckets' allreduces interleave with the batchnorm ones on one communicator). */
+TEST(through_the_ddp_engine) {
+  const int sizes[] = {5, 7};
+  check_equivalence(sizes, 2, 1);
+  const int three[] = {4, 4, 4};
+  check_equivalence(three, 3, 1);
+}
+
+TEST(through_the_ddp_engine_turned_off_replicas_differ) {
+  make_batch();
+  result whole = {0};
+  ASSERT_OK(whole_batch(&whole));
+  const int sizes[] = {6, 6};
+  replica reps[2];
+  int failed = run_replicas(sizes, 2, 0, 1, reps);
+  double dl = 0, dg = 0, ds = 0;
+  if (!failed) compare(&whole, reps, 2, param_count(), &dl, &dg, &ds);
+  for (int i = 0; i < 2; i++) result_free(&reps[i].res);
+  result_free(&whole);
+  ASSERT_EQ(failed, 0);
+  ASSERT_TRUE(dl > 1e-2);
+  ASSERT_TRUE(ds > 1e-2);
+}
+
+TEST(ddp_sync_batchnorm_arguments) {
+  cohort_model *m;
+  ASSERT_OK(make_model(&m));
+  ASSERT_STATUS(cohort_ddp_sync_batchnorm(NULL, m, 1), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "engine is NULL");
+  cohort_model_destroy(m);
 }
 
 TEST(without_sync_replicas_differ_from_the_whole_batch) {
@@ -224,7 +281,7 @@ TEST(without_sync_replicas_differ_from_the_whole_batch) {
   ASSERT_OK(whole_batch(&whole));
   const int sizes[] = {6, 6};
   replica reps[2];
-  int failed = run_replicas(sizes, 2, 0, reps);
+  int failed = run_replicas(sizes, 2, 0, 0, reps);
   double dl = 0, dg = 0, ds = 0;
   if (!failed) compare(&whole, reps, 2, np, &dl, &dg, &ds);
   for (int i = 0; i < 2; i++) result_free(&reps[i].res);
@@ -327,5 +384,8 @@ TEST(a_sync_that_does_not_sum_the_counts_is_refused) {
 COHORT_TEST_MAIN(TEST_CASE(two_equal_replicas_match_the_whole_batch),
                  TEST_CASE(unequal_replicas_weigh_samples_by_the_global_count),
                  TEST_CASE(without_sync_replicas_differ_from_the_whole_batch),
+                 TEST_CASE(through_the_ddp_engine),
+                 TEST_CASE(through_the_ddp_engine_turned_off_replicas_differ),
+                 TEST_CASE(ddp_sync_batchnorm_arguments),
                  TEST_CASE(a_failing_sync_stops_forward_and_backward_with_its_status),
                  TEST_CASE(a_sync_that_does_not_sum_the_counts_is_refused))
