@@ -31,7 +31,7 @@ static int fail(const train_job *job, const char *what, cohort_status st) {
  */
 static float lr_at(const train_job *job, int64_t step) {
   const train_config *cfg = job->cfg;
-  const double global_batch = (double)cfg->batch * job->world;
+  const double global_batch = (double)cfg->batch * job->world * cfg->accumulate;
   cohort_lr_schedule s = {0};
   s.base_lr = (float)(cfg->lr * global_batch / TRAIN_LR_REFERENCE_BATCH);
   s.world_size = 1;
@@ -44,8 +44,6 @@ static float lr_at(const train_job *job, int64_t step) {
   if (step < warmup) rate *= (double)(step + 1) / (double)(warmup + 1);
   return (float)rate;
 }
-
-static void on_grad_ready(void *user, int index);
 
 static int setup(train_job *job) {
   const train_config *cfg = job->cfg;
@@ -65,41 +63,36 @@ static int setup(train_job *job) {
   TRY("hashing the model's layout", cohort_model_signature(job->model, sig));
   snprintf(job->signature, sizeof job->signature, "fmnist-train/%s/%s", train_model_name(cfg->model), sig);
 
-  /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
-   * a single allreduce then averages the gradients and the loss together. */
   job->nparams = cohort_model_param_count(job->model);
-  job->grads = calloc(job->nparams + 1, sizeof(float));
-  if (!job->grads) {
-    fprintf(stderr, "fmnist-train: rank %d: out of memory for %zu gradients\n", job->rank, job->nparams);
-    return -1;
-  }
-  size_t off = 0;
-  for (int i = 0; i < cohort_model_num_params(job->model); i++) {
-    const cohort_param *p = cohort_model_param(job->model, i);
-    TRY("placing the gradients", cohort_model_set_grad_buffer(job->model, i, job->grads + off));
-    off += p->numel;
-  }
-
-  if (cfg->overlap) {
-    /* The split: the latest parameter whose gradient and all later ones hold at least half the bytes. */
-    size_t tail = 0;
-    for (int i = cohort_model_num_params(job->model) - 1; i >= 0; i--) {
-      tail += cohort_model_param(job->model, i)->numel;
-      if (2 * tail >= job->nparams) {
-        job->split_param = i;
-        job->split_off = job->nparams - tail;
-        break;
-      }
+  if (cfg->sync == TRAIN_SYNC_DDP) {
+    /* The engine broadcasts rank 0's weights, checks that every rank built the same model, and from then on averages
+     * the gradients bucket by bucket while backward runs. */
+    cohort_ddp_options opt;
+    cohort_ddp_options_init(&opt);
+    opt.bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0);
+    opt.compression = (cohort_ddp_compression)cfg->compress;
+    TRY("starting the DDP engine", cohort_ddp_create_model(job->comm, job->model, &opt, &job->ddp));
+  } else {
+    /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
+     * a single allreduce then averages the gradients and the loss together. */
+    job->grads = calloc(job->nparams + 1, sizeof(float));
+    if (!job->grads) {
+      fprintf(stderr, "fmnist-train: rank %d: out of memory for %zu gradients\n", job->rank, job->nparams);
+      return -1;
     }
-    cohort_model_set_grad_hook(job->model, on_grad_ready, job);
-  }
-
-  /* Every replica starts from rank 0's weights, whatever each one computed from the seed. */
-  TRY("broadcasting the initial parameters",
-      cohort_broadcast(job->comm, cohort_model_param_data(job->model), job->nparams, COHORT_F32, 0));
-  for (int i = 0; i < cohort_model_num_buffers(job->model); i++) {
-    const cohort_param *b = cohort_model_buffer(job->model, i);
-    TRY("broadcasting the buffers", cohort_broadcast(job->comm, b->value, b->numel, COHORT_F32, 0));
+    size_t off = 0;
+    for (int i = 0; i < cohort_model_num_params(job->model); i++) {
+      const cohort_param *p = cohort_model_param(job->model, i);
+      TRY("placing the gradients", cohort_model_set_grad_buffer(job->model, i, job->grads + off));
+      off += p->numel;
+    }
+    /* Every replica starts from rank 0's weights, whatever each one computed from the seed. */
+    TRY("broadcasting the initial parameters",
+        cohort_broadcast(job->comm, cohort_model_param_data(job->model), job->nparams, COHORT_F32, 0));
+    for (int i = 0; i < cohort_model_num_buffers(job->model); i++) {
+      const cohort_param *b = cohort_model_buffer(job->model, i);
+      TRY("broadcasting the buffers", cohort_broadcast(job->comm, b->value, b->numel, COHORT_F32, 0));
+    }
   }
 
   cohort_sgd_config sgd = {0};
@@ -111,7 +104,8 @@ static int setup(train_job *job) {
   TRY("creating the sampler", cohort_sampler_create(cohort_dataset_size(job->train_set), job->world, job->rank, 1,
                                                     cfg->seed, 0, &job->sampler));
   size_t per_rank = cohort_sampler_num_samples(job->sampler);
-  job->steps_per_epoch = (int64_t)((per_rank + (size_t)cfg->batch - 1) / (size_t)cfg->batch);
+  const int64_t batches = (int64_t)((per_rank + (size_t)cfg->batch - 1) / (size_t)cfg->batch);
+  job->steps_per_epoch = (batches + cfg->accumulate - 1) / cfg->accumulate;
   job->total_steps = job->steps_per_epoch * cfg->epochs;
   job->stop_step = cfg->max_steps > 0 && cfg->max_steps < job->total_steps ? cfg->max_steps : job->total_steps;
   TRY("creating the loader", cohort_loader_create(job->train_set, job->sampler, (size_t)cfg->batch, 0, &job->loader));
@@ -149,56 +143,81 @@ static int evaluate(train_job *job) {
   return 0;
 }
 
-/* The grad hook (with --overlap): once the gradients from split_param on are final, average them (and the loss
- * after them) on the progress thread while backward goes on with the earlier layers, which write elsewhere. */
-static void on_grad_ready(void *user, int index) {
-  train_job *job = user;
-  if (index != job->split_param || job->hook_status != COHORT_OK) return;
-  job->hook_status = cohort_iallreduce(job->comm, job->grads + job->split_off, job->grads + job->split_off,
-                                       job->nparams + 1 - job->split_off, COHORT_F32, COHORT_AVG, &job->tail_work);
-}
-
-/* One data-parallel step on batch b: local gradients, one fused average over the ranks, one optimizer update. */
-static int step(train_job *job, const cohort_batch *b, float *dlogits, double *global_loss) {
+/* Forward and backward of one micro-batch, its loss gradient scaled by `scale` (1/K when K micro-batches make a
+ * step); *loss gets the micro-batch's mean loss. */
+static int forward_backward(train_job *job, const cohort_batch *b, float *dlogits, float scale, float *loss) {
   cohort_tensor x;
   int64_t shape[4] = {(int64_t)b->size, b->channels, b->height, b->width};
   const cohort_tensor *logits;
-  float loss;
-  double t0 = now_s();
+  if (job->ddp) TRY("preparing the step", cohort_ddp_prepare(job->ddp));
   TRY("wrapping a batch", cohort_tensor_wrap(&x, (float *)b->images, 4, shape));
   TRY("forward", cohort_model_forward(job->model, &x, &logits));
-  TRY("loss", cohort_softmax_xent(logits, b->labels, &loss, dlogits, NULL));
-  cohort_model_zero_grad(job->model);
-  /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
-  job->grads[job->nparams] = loss;
+  TRY("loss", cohort_softmax_xent(logits, b->labels, loss, dlogits, NULL));
+  if (scale != 1.0f)
+    for (size_t k = 0; k < b->size * 10; k++) dlogits[k] *= scale;
+  cohort_ddp_span_begin(job->ddp, COHORT_SPAN_BACKWARD);
   TRY("backward", cohort_model_backward(job->model, dlogits));
+  return 0;
+}
+
+/*
+ * One optimizer step starting with batch b: K = --accumulate micro-batches (fewer at the end of an epoch), each
+ * adding its share of the gradient; only the last one synchronizes. With the engine the buckets' averages run
+ * during that last backward and the loss's average rides along on the progress thread; with --sync fused one
+ * allreduce after backward averages the gradients and the loss together.
+ */
+static int step(train_job *job, const cohort_batch *first, float *dlogits, double *global_loss) {
+  const train_config *cfg = job->cfg;
+  int64_t left = (int64_t)cohort_loader_batches_left(job->loader);
+  const int micro = cfg->accumulate < 1 + left ? cfg->accumulate : (int)(1 + left);
+  const float scale = 1.0f / (float)micro;
+  double t0 = now_s(), t_fetch = 0;
+  float loss_sum = 0;
+  cohort_batch b = *first;
+  cohort_model_zero_grad(job->model);
+  for (int m = 0; m < micro; m++) {
+    if (m > 0) {
+      double tf = now_s();
+      TRY("loading a batch", cohort_loader_next(job->loader, &b));
+      t_fetch += now_s() - tf;
+    }
+    float loss;
+    if (job->ddp) cohort_ddp_set_sync(job->ddp, m == micro - 1);
+    if (forward_backward(job, &b, dlogits, scale, &loss) != 0) return -1;
+    loss_sum += loss * scale;
+    job->train_images += (int64_t)b.size * job->world;
+  }
   double t1 = now_s();
-  if (job->cfg->overlap) {
-    cohort_status st = job->hook_status;
-    job->hook_status = COHORT_OK;
-    if (st != COHORT_OK) return fail(job, "averaging the last layers' gradients", st);
-    if (job->split_off > 0)
-      TRY("averaging the first layers' gradients",
-          cohort_allreduce(job->comm, job->grads, job->grads, job->split_off, COHORT_F32, COHORT_AVG));
-    st = cohort_work_wait(job->tail_work);
-    cohort_work_free(job->tail_work);
-    job->tail_work = NULL;
-    if (st != COHORT_OK) return fail(job, "averaging the last layers' gradients", st);
+  float avg_loss = loss_sum;
+  if (job->ddp) {
+    cohort_work *loss_work = NULL;
+    TRY("averaging the loss", cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
+    cohort_status st = cohort_ddp_finish(job->ddp);
+    cohort_status lst = cohort_work_wait(loss_work);
+    cohort_work_free(loss_work);
+    if (st != COHORT_OK) return fail(job, "averaging the gradients", st);
+    if (lst != COHORT_OK) return fail(job, "averaging the loss", lst);
   } else {
+    /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
+    job->grads[job->nparams] = avg_loss;
     TRY("averaging the gradients",
         cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
+    avg_loss = job->grads[job->nparams];
   }
   double t2 = now_s();
-  *global_loss = job->grads[job->nparams];
+  *global_loss = avg_loss;
   if (!isfinite(*global_loss)) {
     fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
             (long long)job->step + 1);
     return -1;
   }
+  cohort_ddp_span_begin(job->ddp, COHORT_SPAN_OPTIMIZER);
   cohort_optim_set_lr(job->optim, lr_at(job, job->step));
   TRY("optimizer step", cohort_optim_step(job->optim));
+  cohort_ddp_span_end(job->ddp, COHORT_SPAN_OPTIMIZER);
   job->step++;
-  job->t_compute += t1 - t0;
+  job->t_data += t_fetch;
+  job->t_compute += t1 - t0 - t_fetch;
   job->t_comm += t2 - t1;
   job->t_update += now_s() - t2;
   return 0;
@@ -251,7 +270,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     int ok = train_state_load(job) == 0;
     if (agree(job, ok, "loading the checkpoint") != 0) return -1;
   }
-  const int64_t global_batch = (int64_t)cfg->batch * job->world;
+  const int64_t global_batch = (int64_t)cfg->batch * job->world * cfg->accumulate;
   train_progress *progress =
       train_progress_create(job->rank == 0 && !cfg->quiet, cfg->log_every, job->stop_step, cfg->epochs, global_batch);
   *progress_out = progress;
@@ -294,7 +313,6 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     double loss;
     if ((rc = step(job, &b, dlogits, &loss)) != 0) break;
     job->train_seconds += now_s() - t0;
-    job->train_images += global_batch;
     job->loss_sum += loss;
     job->loss_steps++;
     double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
@@ -376,6 +394,16 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
                job.t_data * k, job.t_compute * k, job.t_comm * k, (double)(job.nparams + 1) * 4 / 1e6,
                job.t_update * k);
       }
+      cohort_ddp_stats ds;
+      cohort_ddp_get_stats(job.ddp, &ds);
+      if (job.ddp && ds.steps > 0 && !cfg->quiet) {
+        double k = 1e3 / (double)ds.steps;
+        printf("ddp: per step: compute %.2f ms, allreduce %.2f ms, exposed %.2f ms (%.0f%% hidden); %d bucket%s, "
+               "%.2f MB\n",
+               ds.compute_s * k, ds.comm_s * k, ds.exposed_comm_s * k,
+               ds.comm_s > 0 ? 100.0 * (1.0 - ds.exposed_comm_s / ds.comm_s) : 0.0, ds.num_buckets,
+               ds.num_buckets == 1 ? "" : "s", (double)ds.bytes_per_step / 1e6);
+      }
       double img_per_s = job.train_seconds > 0 ? (double)job.train_images / job.train_seconds : 0;
       printf("final: steps=%lld loss=%.6f test_acc=%.4f img_per_s=%.1f param_sha256=%s\n", (long long)job.step,
              job.last_loss, job.test_acc, img_per_s, hex);
@@ -387,10 +415,10 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
   cohort_loader_destroy(job.loader);
   cohort_sampler_destroy(job.sampler);
   cohort_optim_destroy(job.optim);
+  cohort_ddp_destroy(job.ddp); /* before the model it points into; writes COHORT_TIMELINE (collective) */
   cohort_model_destroy(job.model);
   cohort_dataset_destroy(job.test_set);
   cohort_dataset_destroy(job.train_set);
-  cohort_work_free(job.tail_work);
   free(job.grads);
   return rc;
 }

@@ -4,7 +4,8 @@
  *
  * The files, one concern each:
  *   flags.c       the command line -> train_config (usage errors exit 2 with one line)
- *   train.c       the job: data, model, the step (forward, backward, one fused allreduce, optimizer), evaluation
+ *   train.c       the job: data, model, the step (forward, backward overlapped with the DDP engine's bucket
+ *                 allreduces, or one fused allreduce with --sync fused; optimizer), evaluation
  *   state.c       checkpoints: what a resumed run needs to continue bit for bit, written by rank 0, read by all
  *   progress.c    rank 0's progress line (live \r updates on a terminal, plain periodic lines otherwise)
  *   metrics.c     the per-evaluation CSV file
@@ -32,6 +33,7 @@
 
 #include "cohort/cohort.h"
 #include "cohort/data.h"
+#include "cohort/ddp.h"
 #include "cohort/nn.h"
 
 /* Exit codes: 0 success, 1 a failure while running (message on stderr), 2 a bad command line. */
@@ -63,8 +65,16 @@ typedef struct train_config {
   int eval_batch;
   int quiet;   /* no progress lines at all, only the final line */
   int profile; /* rank 0 prints where a step's time goes before the final line */
-  int overlap; /* start averaging the last layers' gradients while backward computes the first layers' */
+  /* How gradients are averaged: TRAIN_SYNC_DDP (the engine of ddp.h: buckets overlapped with backward) or
+   * TRAIN_SYNC_FUSED (one allreduce of every gradient after backward: the non-overlapped baseline). */
+  int sync;
+  double bucket_mb;       /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
+  int compress;           /* --compress none|f16|bf16: a cohort_ddp_compression */
+  int accumulate;         /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
+  int replicas;           /* --replicas N: N replicas as threads of this process (0: one rank per process) */
 } train_config;
+
+enum { TRAIN_SYNC_DDP = 0, TRAIN_SYNC_FUSED = 1 };
 
 /* ---- flags.c ---- */
 
@@ -114,12 +124,9 @@ typedef struct train_job {
   cohort_dataset *train_set, *test_set;
   cohort_sampler *sampler;
   cohort_loader *loader;
-  float *grads;     /* param_count + 1 floats: every gradient, then this step's loss (one fused allreduce) */
-  size_t nparams;   /* param_count */
-  int split_param;  /* --overlap: gradients from this parameter on are averaged during backward */
-  size_t split_off; /* offset of split_param's gradient in grads */
-  cohort_work *tail_work;
-  cohort_status hook_status;
+  cohort_ddp *ddp; /* --sync ddp: the engine, which owns the gradients */
+  float *grads;    /* --sync fused: param_count + 1 floats: every gradient, then the step's loss (one allreduce) */
+  size_t nparams;  /* param_count */
   int64_t steps_per_epoch;
   int64_t total_steps;  /* the planned length (epochs), for the schedule; --steps may stop earlier */
   int64_t stop_step;    /* min(total_steps, --steps) */
