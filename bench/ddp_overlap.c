@@ -74,12 +74,18 @@ static int parse_args(int argc, char **argv, options *o) {
     if (i + 1 >= argc) return bad_usage("missing value or unknown flag", a);
     const char *v = argv[++i];
     int bad = 0;
-    if (!strcmp(a, "--steps")) bad = parse_int(v, 1, 1000000, &o->steps);
-    else if (!strcmp(a, "--warmup")) bad = parse_int(v, 2, 1000000, &o->warmup);
-    else if (!strcmp(a, "--batch")) bad = parse_int(v, 1, 1 << 20, &o->batch);
-    else if (!strcmp(a, "--width")) bad = parse_int(v, 1, 1 << 16, &o->width);
-    else if (!strcmp(a, "--layers")) bad = parse_int(v, 1, 1000, &o->layers);
-    else if (!strcmp(a, "--threads")) bad = parse_int(v, 1, 256, &o->threads);
+    if (!strcmp(a, "--steps"))
+      bad = parse_int(v, 1, 1000000, &o->steps);
+    else if (!strcmp(a, "--warmup"))
+      bad = parse_int(v, 2, 1000000, &o->warmup);
+    else if (!strcmp(a, "--batch"))
+      bad = parse_int(v, 1, 1 << 20, &o->batch);
+    else if (!strcmp(a, "--width"))
+      bad = parse_int(v, 1, 1 << 16, &o->width);
+    else if (!strcmp(a, "--layers"))
+      bad = parse_int(v, 1, 1000, &o->layers);
+    else if (!strcmp(a, "--threads"))
+      bad = parse_int(v, 1, 256, &o->threads);
     else if (!strcmp(a, "--bucket-mb")) {
       char *end;
       o->bucket_mb = strtod(v, &end);
@@ -296,7 +302,8 @@ int main(int argc, char **argv) {
 
 out:
   if (works) {
-    for (int b = 0; b < nb; b++) cohort_work_free(works[b]);
+    for (int b = 0; b < nb; b++)
+      cohort_work_free(works[b]);
     free(works);
   }
   if (rc != 0) cohort_comm_abort(comm, "ddp_overlap failed");

@@ -123,8 +123,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     name[len] = '\0';
     if (eq) value = eq + 1;
 
-    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile");
+    int boolean =
+        !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") || !strcmp(name, "--profile");
     static const char *const known[] = {"--model",
                                         "--epochs",
                                         "--steps",

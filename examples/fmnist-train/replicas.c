@@ -26,7 +26,8 @@ static void *replica_main(void *arg) {
   replica *r = arg;
   runner *run = r->run;
   pthread_mutex_lock(&run->mu);
-  while (run->go == 0) pthread_cond_wait(&run->cv, &run->mu);
+  while (run->go == 0)
+    pthread_cond_wait(&run->cv, &run->mu);
   int go = run->go;
   pthread_mutex_unlock(&run->mu);
   if (go < 0) {

@@ -128,5 +128,5 @@ TEST(a_bad_replica_count_is_refused) {
 }
 
 COHORT_TEST_MAIN(TEST_CASE(every_replica_is_a_rank_of_one_communicator),
-                 TEST_CASE(a_failing_replica_releases_the_others_at_once), TEST_CASE(the_exit_code_is_the_worst_replicas),
-                 TEST_CASE(a_bad_replica_count_is_refused))
+                 TEST_CASE(a_failing_replica_releases_the_others_at_once),
+                 TEST_CASE(the_exit_code_is_the_worst_replicas), TEST_CASE(a_bad_replica_count_is_refused))
