@@ -114,7 +114,8 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
 /*
  * The same for a cohort_model (nn.h): its parameters and buffers by name, its gradients rebound into the buckets
  * (cohort_model_set_grad_buffer) and its grad hook set to cohort_ddp_mark_ready. The model must outlive the engine;
- * destroying the engine gives the model its own gradient arrays back (zeroed).
+ * destroying the engine gives the model its own gradient arrays back (zeroed) and clears its hooks (grad hook and
+ * SyncBatchNorm).
  */
 cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model, const cohort_ddp_options *options,
                                       cohort_ddp **out);

@@ -255,6 +255,7 @@ void cohort_ddp_destroy(cohort_ddp *ddp) {
   cohort__stall_destroy(ddp->stall);
   if (ddp->model) { /* give the model its own gradient arrays back before the buckets go */
     cohort_model_set_grad_hook(ddp->model, NULL, NULL);
+    cohort_model_set_batchnorm_sync(ddp->model, NULL, NULL); /* SyncBatchNorm's hook points at the communicator */
     for (int i = 0; i < ddp->num_params; i++) (void)cohort_model_set_grad_buffer(ddp->model, i, NULL);
     cohort_model_zero_grad(ddp->model);
   }
