@@ -247,6 +247,11 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   if (cfg->resume && !cfg->checkpoint) return usage_error("--resume needs --checkpoint PATH%s%s", "", "");
   if (cfg->checkpoint_every && !cfg->checkpoint)
     return usage_error("--checkpoint-every needs --checkpoint PATH%s%s", "", "");
+  /* The fused path has neither buckets nor compression: saying so beats ignoring the flag. */
+  if (cfg->sync == TRAIN_SYNC_FUSED && cfg->bucket_mb > 0)
+    return usage_error("--bucket-mb needs --sync ddp%s%s", "", " (the fused allreduce has no buckets)");
+  if (cfg->sync == TRAIN_SYNC_FUSED && cfg->compress != COHORT_DDP_COMPRESS_NONE)
+    return usage_error("--compress needs --sync ddp%s%s", "", " (the fused allreduce sends float32)");
   if (cfg->replicas > 0) {
     /* Under a launcher every process would start its own N replicas: N separate jobs that never meet. */
     static const char *const launcher_sizes[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};

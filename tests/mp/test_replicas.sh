@@ -6,8 +6,8 @@
 #            param_sha256 (the same collectives in the same order, so bit for bit); exactly one final line
 #   sync     --replicas 2 with --sync fused and with the default (ddp) take the same steps and end within 1e-5
 #            (relative L2) of each other
-#   usage    --replicas out of range, or inside a multi-rank job (WORLD_SIZE > 1, as under cohortrun): exit 2 and
-#            one line on stderr, before anything starts
+#   usage    --replicas out of range, or inside a multi-rank job (WORLD_SIZE > 1, as under cohortrun), and the
+#            other engine flags' mistakes: exit 2 and one line on stderr, before anything starts
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
@@ -113,6 +113,8 @@ usage)
   usage_case "--compress must be none, f16 or bf16, got 'int8'" --compress int8
   usage_case "--accumulate is out of range: '0'" --accumulate 0
   usage_case "unknown flag '--overlap'" --overlap
+  usage_case "--bucket-mb needs --sync ddp" --sync fused --bucket-mb 4
+  usage_case "--compress needs --sync ddp" --compress bf16 --sync fused
   # A 1-rank job's environment is no obstacle (WORLD_SIZE=1 is what torchrun sets for one process).
   WORLD_SIZE=1 replicas 2 --model mlp --steps 2 --batch 8 --quiet
   # Under the launcher every worker refuses, and the job fails with the reason.
