@@ -5,6 +5,8 @@
 #   bench/ddp_vs_torch.sh [STEPS [BATCH [THREADS [REPEAT]]]]     (defaults: 300 64 1 1)
 #
 # cohort:  build/bin/cohortrun -np N build/bin/fmnist-train --steps STEPS --batch BATCH --threads THREADS
+#          (the DDP engine, buckets overlapped with backward), and the same with --sync fused (one allreduce after
+#          backward: the non-overlapped baseline)
 # torch:   /usr/bin/python3 torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
 # Both report images per second of the training loop (all ranks together), evaluation excluded. With REPEAT > 1
 # every configuration runs REPEAT times, interleaved, and the median is shown. Environment: BUILD (default
@@ -32,10 +34,13 @@ if [ "$THREADS" != 1 ]; then
 fi
 
 declare -A RESULTS
-cohort_once() { # NP -> img/s
-  "$RUN" -np "$1" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" --quiet |
+cohort_once() { # NP [FLAGS...] -> img/s
+  local np=$1
+  shift
+  "$RUN" -np "$np" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" --quiet "$@" |
     sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
+fused_once() { cohort_once "$1" --sync fused; }
 torch_once() { # NP -> img/s
   ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" 1 "$BATCH" "$STEPS" 2>/dev/null |
     sed -n 's/.*img_per_s=\([0-9.]*\).*/\1/p'
@@ -45,7 +50,7 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { prin
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT"
 for r in $(seq 1 "$REPEAT"); do
   for np in 1 2; do
-    for sys in cohort torch; do
+    for sys in cohort fused torch; do
       v=$(${sys}_once "$np")
       [ -n "$v" ] || { echo "ddp_vs_torch.sh: $sys on $np ranks gave no img/s" >&2; exit 1; }
       RESULTS[$sys.$np]="${RESULTS[$sys.$np]:-} $v"
@@ -54,10 +59,17 @@ for r in $(seq 1 "$REPEAT"); do
   done
 done
 c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)
+f1=$(echo "${RESULTS[fused.1]}" | median); f2=$(echo "${RESULTS[fused.2]}" | median)
 t1=$(echo "${RESULTS[torch.1]}" | median); t2=$(echo "${RESULTS[torch.2]}" | median)
-awk -v c1="$c1" -v c2="$c2" -v t1="$t1" -v t2="$t2" 'BEGIN {
-  printf "| ranks | cohort img/s | torch DDP img/s | cohort / torch |\n| --- | --- | --- | --- |\n"
-  printf "| 1 | %.0f | %.0f | %.2fx |\n", c1, t1, c1 / t1
-  printf "| 2 | %.0f | %.0f | %.2fx |\n", c2, t2, c2 / t2
-  printf "1->2 rank scaling: cohort %.1f%%, torch %.1f%%\n", 100 * c2 / (2 * c1), 100 * t2 / (2 * t1)
+awk -v c1="$c1" -v c2="$c2" -v f1="$f1" -v f2="$f2" -v t1="$t1" -v t2="$t2" 'BEGIN {
+  printf "| ranks | cohort (ddp) img/s | cohort --sync fused img/s | torch DDP img/s | cohort / torch | ddp / fused |\n"
+  printf "| --- | --- | --- | --- | --- | --- |\n"
+  printf "| 1 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c1, f1, t1, c1 / t1, c1 / f1
+  printf "| 2 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c2, f2, t2, c2 / t2, c2 / f2
+  printf "1->2 rank scaling: cohort %.1f%%, fused %.1f%%, torch %.1f%%\n", 100 * c2 / (2 * c1), 100 * f2 / (2 * f1),
+         100 * t2 / (2 * t1)
+  printf "targets: 2 ranks vs torch >= 1.0x (training issue): %.2fx %s; >= 1.2x (DDP issue): %.2fx %s; ", c2 / t2,
+         (c2 / t2 >= 1.0 ? "PASS" : "MISS"), c2 / t2, (c2 / t2 >= 1.2 ? "PASS" : "MISS")
+  printf "ddp vs fused >= 1.1x: %.2fx %s; scaling >= 95%%: %.1f%% %s\n", c2 / f2, (c2 / f2 >= 1.1 ? "PASS" : "MISS"),
+         100 * c2 / (2 * c1), (c2 / (2 * c1) >= 0.95 ? "PASS" : "MISS")
 }'

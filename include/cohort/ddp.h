@@ -170,8 +170,8 @@ void cohort_ddp_span_end(cohort_ddp *ddp, cohort_ddp_span span);
 
 /*
  * Per-step statistics of the synchronized steps, in seconds. compute: prepare() to finish() (forward and
- * backward); comm: first bucket start to last bucket end on the progress thread; exposed: the time finish() waited,
- * which is the communication that compute did not hide.
+ * backward); comm: the time the progress thread spent reducing the buckets (the sum over buckets of start to end);
+ * exposed: the time finish() waited, which is the communication that compute did not hide.
  */
 typedef struct cohort_ddp_stats {
   int64_t steps;            /* synchronized steps measured */

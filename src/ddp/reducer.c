@@ -146,7 +146,7 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
   cohort_status st = launch_ready(ddp);
   if (st != COHORT_OK) return st;
 
-  int64_t comm_begin = 0, comm_end = 0;
+  int64_t comm_busy = 0;
   for (int b = 0; b < ddp->num_buckets; b++) {
     ddp_bucket *bk = &ddp->buckets[b];
     int64_t start_ns = bk->launch_ns, end_ns = bk->launch_ns;
@@ -173,15 +173,14 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
     if (ddp->timeline && end_ns > start_ns)
       cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, b,
                             (int64_t)(bk->view.count * sizeof(float)));
-    if (!comm_begin || start_ns < comm_begin) comm_begin = start_ns;
-    if (end_ns > comm_end) comm_end = end_ns;
+    comm_busy += end_ns - start_ns;
   }
   const int64_t exit_ns = cohort__now_ns();
 
   cohort_ddp_stats *s = &ddp->stats;
   const int64_t began = ddp->prepare_ns ? ddp->prepare_ns : (ddp->first_ready_ns ? ddp->first_ready_ns : enter_ns);
   s->last_compute_s = (double)(enter_ns - began) * 1e-9;
-  s->last_comm_s = (double)(comm_end - comm_begin) * 1e-9;
+  s->last_comm_s = (double)comm_busy * 1e-9;
   s->last_exposed_comm_s = (double)(exit_ns - enter_ns) * 1e-9;
   s->compute_s += s->last_compute_s;
   s->comm_s += s->last_comm_s;
