@@ -29,6 +29,14 @@
     }                                                                                                              \
   } while (0)
 
+/* The overlap mode every check runs under (ddp_check_run runs them all in both). */
+static _Thread_local cohort_ddp_overlap overlap_mode = COHORT_DDP_OVERLAP_ON;
+
+static void options(cohort_ddp_options *o) {
+  cohort_ddp_options_init(o);
+  o->overlap = overlap_mode;
+}
+
 /* A value that depends on the rank, the step and the position, and is exactly representable. */
 static float value_at(int rank, int step, size_t i) { return (float)((int)((i * 7 + (size_t)step * 13) % 64) - 32 + rank * 5) / 64.0f; }
 
@@ -107,7 +115,7 @@ static int check_create_and_layout(cohort_comm *comm) {
   cohort_ddp_tensor b = {.name = "steps_seen", .value = buf, .count = 3, .dtype = COHORT_I32};
   CHECK(plist_make(&p, rank, NULL) == 0);
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.bucket_bytes = 1200 * sizeof(float);
   o.first_bucket_bytes = 300 * sizeof(float);
   CHECK_OK(cohort_ddp_create(comm, p.t, NP, &b, 1, &o, &ddp));
@@ -149,7 +157,7 @@ static int check_ready_order_and_rebuild(cohort_comm *comm) {
   cohort_ddp *ddp = NULL;
   CHECK(plist_make(&p, rank, NULL) == 0);
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.bucket_bytes = 1200 * sizeof(float);
   o.first_bucket_bytes = 300 * sizeof(float);
   CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
@@ -195,7 +203,7 @@ static int check_unused(cohort_comm *comm) {
   cohort_ddp *ddp = NULL;
   CHECK(plist_make(&p, rank, NULL) == 0);
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.find_unused_params = 1;
   o.bucket_bytes = 600 * sizeof(float);
   CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
@@ -225,7 +233,7 @@ static int check_compression(cohort_comm *comm) {
   CHECK(plist_make(&p, rank, NULL) == 0);
   for (int kind = COHORT_DDP_COMPRESS_F16; kind <= COHORT_DDP_COMPRESS_BF16; kind++) {
     cohort_ddp_options o;
-    cohort_ddp_options_init(&o);
+    options(&o);
     o.compression = (cohort_ddp_compression)kind;
     CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
     double max_rel = 0;
@@ -287,7 +295,7 @@ static int check_comm_hook(cohort_comm *comm) {
   hook_state h = {0, 0, cohort_size(comm)};
   CHECK(plist_make(&p, rank, NULL) == 0);
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.bucket_bytes = 600 * sizeof(float);
   o.static_bucket_order = 1;
   CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
@@ -381,11 +389,12 @@ static int check_matches_fused(cohort_comm *comm) {
   CHECK_OK(cohort_model_create_mlp(11 + (uint64_t)rank, IN, 40, CLASSES, &a));
   CHECK_OK(cohort_model_create_mlp(11, IN, 40, CLASSES, &b));
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.bucket_bytes = 256 * sizeof(float); /* fc2.bias+fc2.weight | fc1.bias | fc1.weight ... */
   o.first_bucket_bytes = 64 * sizeof(float);
   CHECK_OK(cohort_ddp_create_model(comm, a, &o, &ddp));
   CHECK(cohort_ddp_num_buckets(ddp) >= 3);
+  CHECK(cohort_ddp_overlapping(ddp) == (overlap_mode == COHORT_DDP_OVERLAP_ON));
   cohort_sgd_config sgd = {.lr = 0.2f, .momentum = 0.9f, .weight_decay = 1e-4f};
   CHECK_OK(cohort_optim_sgd_create(a, &sgd, &oa));
   CHECK_OK(cohort_optim_sgd_create(b, &sgd, &ob));
@@ -438,7 +447,7 @@ static int check_accumulation(cohort_comm *comm) {
   CHECK_OK(cohort_model_create_mlp(5, IN, 24, CLASSES, &a));
   CHECK_OK(cohort_model_create_mlp(5, IN, 24, CLASSES, &b));
   cohort_ddp_options o;
-  cohort_ddp_options_init(&o);
+  options(&o);
   o.bucket_bytes = 128 * sizeof(float);
   CHECK_OK(cohort_ddp_create_model(comm, a, &o, &ddp));
   make_batch(rank, 0, K * BATCH, 0, x, y);
@@ -489,12 +498,17 @@ const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);
 
 int ddp_check_run(cohort_comm *comm, const char *name) {
   int failures = 0, ran = 0;
-  for (int i = 0; i < ddp_num_checks; i++) {
-    if (name && strcmp(name, ddp_checks[i].name) != 0) continue;
-    ran++;
-    int f = ddp_checks[i].fn(comm);
-    if (cohort_rank(comm) == 0 || f) printf("rank %d: ddp %s: %s\n", cohort_rank(comm), ddp_checks[i].name, f ? "FAILED" : "ok");
-    failures += f;
+  for (int mode = COHORT_DDP_OVERLAP_ON; mode <= COHORT_DDP_OVERLAP_OFF; mode++) {
+    overlap_mode = (cohort_ddp_overlap)mode;
+    for (int i = 0; i < ddp_num_checks; i++) {
+      if (name && strcmp(name, ddp_checks[i].name) != 0) continue;
+      ran++;
+      int f = ddp_checks[i].fn(comm);
+      if (cohort_rank(comm) == 0 || f)
+        printf("rank %d: ddp %s (overlap %s): %s\n", cohort_rank(comm), ddp_checks[i].name,
+               mode == COHORT_DDP_OVERLAP_ON ? "on" : "off", f ? "FAILED" : "ok");
+      failures += f;
+    }
   }
   if (!ran) {
     fprintf(stderr, "no ddp check named '%s'\n", name ? name : "");

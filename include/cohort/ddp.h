@@ -91,6 +91,14 @@ typedef struct cohort_ddp_comm_hook {
   void *user;
 } cohort_ddp_comm_hook;
 
+/* When bucket reductions run. Overlap needs a CPU for the progress thread while backward computes: without one the
+ * two threads take turns on the same core, and one fused allreduce after backward is cheaper. */
+typedef enum cohort_ddp_overlap {
+  COHORT_DDP_OVERLAP_AUTO = 0, /* COHORT_DDP_OVERLAP; its auto: on when every rank of the host has 2 CPUs */
+  COHORT_DDP_OVERLAP_ON,       /* each bucket starts on the progress thread as soon as it is ready */
+  COHORT_DDP_OVERLAP_OFF,      /* finish reduces everything: one allreduce over all buckets (or the hook per bucket) */
+} cohort_ddp_overlap;
+
 typedef struct cohort_ddp_options {
   size_t bucket_bytes;        /* 0: COHORT_BUCKET_MB, else 25 MiB */
   size_t first_bucket_bytes;  /* 0: min(1 MiB, bucket_bytes) */
@@ -98,6 +106,7 @@ typedef struct cohort_ddp_options {
   int find_unused_params;     /* parameters that got no gradient are zero-filled at finish instead of an error */
   cohort_ddp_compression compression;
   int static_bucket_order;    /* 1: keep the creation order (no rebuild after the first step) */
+  cohort_ddp_overlap overlap; /* resolved at creation; the ranks agree (off if any rank says off) */
 } cohort_ddp_options;
 
 /* The defaults described above (broadcast_buffers = 1, everything else 0). */
@@ -131,6 +140,9 @@ cohort_comm *cohort_ddp_comm(const cohort_ddp *ddp);
  * statistics then agree across ranks too. on = 0 goes back to per-rank statistics. Every rank must do the same.
  */
 cohort_status cohort_ddp_sync_batchnorm(cohort_ddp *ddp, struct cohort_model *model, int on);
+
+/* Whether this engine overlaps (the resolved cohort_ddp_options.overlap). */
+int cohort_ddp_overlapping(const cohort_ddp *ddp);
 
 /* Parameter i's gradient inside its bucket (count floats), or NULL when i is out of range. */
 float *cohort_ddp_grad(cohort_ddp *ddp, int i);

@@ -26,6 +26,7 @@
   X("COHORT_RESTART_COUNT", "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \
   X("COHORT_BIND_ADDR", "", "address peers listen on; default: the address that reaches MASTER_ADDR")            \
   X("COHORT_BUCKET_MB", "25", "DDP bucket cap in MiB (the first bucket is at most 1 MiB); fractions allowed")     \
+  X("COHORT_DDP_OVERLAP", "auto", "DDP: on, off, or auto (on when every rank of the host has 2 CPUs)")         \
   X("COHORT_TIMELINE", "", "path of a Chrome trace JSON the DDP engine writes at its end; empty: none")           \
   X("COHORT_STALL_S", "60", "seconds a rank waits for a bucket before the stall inspector names the ranks missing; 0: off") \
   X("COHORT_LOG_LEVEL", "warn", "error, warn, info or debug")

@@ -3,9 +3,11 @@
  * layout, rank 0's values for everyone, the timeline and the stall inspector; and the glue for a cohort_model.
  */
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cohort/nn.h"
 #include "core/env.h"
@@ -45,6 +47,8 @@ static cohort_status resolve_options(const cohort_ddp_options *given, cohort_ddp
       return cohort__error(COHORT_ERR_INVALID, "COHORT_BUCKET_MB=%g is smaller than one gradient", mb);
   }
   if (o->first_bucket_bytes == 0) o->first_bucket_bytes = o->bucket_bytes < MIB ? o->bucket_bytes : MIB;
+  if ((unsigned)o->overlap > COHORT_DDP_OVERLAP_OFF)
+    return cohort__error(COHORT_ERR_INVALID, "unknown overlap mode %d", (int)o->overlap);
   if ((unsigned)o->compression > COHORT_DDP_COMPRESS_BF16)
     return cohort__error(COHORT_ERR_INVALID, "unknown compression %d", (int)o->compression);
   return COHORT_OK;
@@ -112,6 +116,34 @@ static cohort_status broadcast_values(cohort_ddp *ddp) {
   return COHORT_OK;
 }
 
+/* Overlap pays only when the progress thread has a CPU of its own while backward computes. Every rank must take
+ * the same path (the fused allreduce and the per-bucket ones are different collectives), so the ranks agree: off
+ * if any rank says off. */
+static cohort_status resolve_overlap(cohort_ddp *ddp) {
+  int32_t on;
+  if (ddp->opt.overlap == COHORT_DDP_OVERLAP_ON) on = 1;
+  else if (ddp->opt.overlap == COHORT_DDP_OVERLAP_OFF) on = 0;
+  else {
+    const char *knob = cohort__env_str("COHORT_DDP_OVERLAP");
+    if (!strcmp(knob, "on")) on = 1;
+    else if (!strcmp(knob, "off")) on = 0;
+    else if (!strcmp(knob, "auto")) {
+      cpu_set_t set;
+      int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+      int local = cohort_local_size(ddp->comm) > 0 ? cohort_local_size(ddp->comm) : 1;
+      /* A rank bound to some CPUs (cohortrun --bind core) sees only its own; an unbound rank sees the whole host,
+       * which its local peers share. */
+      long online = sysconf(_SC_NPROCESSORS_ONLN);
+      int per_rank = cpus < online ? cpus : cpus / local;
+      on = per_rank >= 2;
+    } else
+      return cohort__error(COHORT_ERR_INVALID, "COHORT_DDP_OVERLAP='%s' must be auto, on or off", knob);
+  }
+  if (ddp->size > 1) COHORT_CHECK(cohort_allreduce(ddp->comm, &on, &on, 1, COHORT_I32, COHORT_MIN));
+  ddp->overlap = on;
+  return COHORT_OK;
+}
+
 static cohort_status start_observers(cohort_ddp *ddp) {
   const char *path = cohort__env_str("COHORT_TIMELINE");
   if (path[0]) COHORT_CHECK(cohort__timeline_create(ddp->comm, path, &ddp->timeline));
@@ -149,11 +181,14 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
     st = cohort__ddp_layout(ddp, ddp->ready_order);
   }
   if (st == COHORT_OK) st = broadcast_values(ddp);
+  if (st == COHORT_OK) st = resolve_overlap(ddp);
   if (st == COHORT_OK) st = start_observers(ddp);
   if (st != COHORT_OK) goto fail;
   cohort__ddp_default_hook(ddp, &ddp->hook);
-  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes", ddp->num_params,
-                  ddp->arena_count * sizeof(float), ddp->num_buckets, ddp->opt.bucket_bytes);
+  ddp->hook_is_average = cohort__ddp_hook_is_average(&ddp->hook);
+  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes, overlap %s",
+                  ddp->num_params, ddp->arena_count * sizeof(float), ddp->num_buckets, ddp->opt.bucket_bytes,
+                  ddp->overlap ? "on" : "off");
   *out = ddp;
   return COHORT_OK;
 
@@ -185,8 +220,11 @@ cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_ho
   if (hook && !hook->launch) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: launch is NULL");
   if (hook) ddp->hook = *hook;
   else cohort__ddp_default_hook(ddp, &ddp->hook);
+  ddp->hook_is_average = cohort__ddp_hook_is_average(&ddp->hook);
   return COHORT_OK;
 }
+
+int cohort_ddp_overlapping(const cohort_ddp *ddp) { return ddp ? ddp->overlap : 0; }
 
 /* ---- the glue for a cohort_model ---- */
 

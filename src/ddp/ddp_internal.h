@@ -77,6 +77,8 @@ struct cohort_ddp {
   int rebuilt;
 
   cohort_ddp_comm_hook hook;
+  int hook_is_average; /* the built-in plain average: without overlap, one allreduce can do every bucket */
+  int overlap;         /* resolved: 1 launch buckets during backward, 0 everything in finish */
 
   struct cohort_model *model; /* set by cohort_ddp_create_model() */
 
@@ -104,6 +106,7 @@ cohort_status cohort__ddp_bind_model(cohort_ddp *ddp);
 
 /* hooks.c: the built-in hook for the options' compression. */
 void cohort__ddp_default_hook(const cohort_ddp *ddp, cohort_ddp_comm_hook *hook);
+int cohort__ddp_hook_is_average(const cohort_ddp_comm_hook *hook);
 
 /* Records the first failure (keeping the message) and returns it; a later call returns the same. */
 cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status);

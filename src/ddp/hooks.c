@@ -50,6 +50,8 @@ static cohort_status bf16_complete(void *user, cohort_comm *comm, const cohort_d
   return compressed_complete(user, COHORT_BF16, b);
 }
 
+int cohort__ddp_hook_is_average(const cohort_ddp_comm_hook *hook) { return hook->launch == average_launch; }
+
 void cohort__ddp_default_hook(const cohort_ddp *ddp, cohort_ddp_comm_hook *hook) {
   switch (ddp->opt.compression) {
   case COHORT_DDP_COMPRESS_F16: *hook = (cohort_ddp_comm_hook){f16_launch, f16_complete, (void *)ddp}; return;

@@ -105,7 +105,7 @@ cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i) {
   if (!ddp->first_ready_ns) ddp->first_ready_ns = cohort__now_ns();
   if (!ddp->rebuilt && ddp->ready_seen < ddp->num_params) ddp->ready_order[ddp->ready_seen++] = i;
   ddp_bucket *bk = &ddp->buckets[ddp->params[i].bucket];
-  if (--bk->pending == 0) return launch_ready(ddp);
+  if (--bk->pending == 0 && ddp->overlap) return launch_ready(ddp);
   return COHORT_OK;
 }
 
@@ -133,6 +133,51 @@ static cohort_status settle_unused(cohort_ddp *ddp) {
                                        missing > 4 ? ", ..." : ""));
 }
 
+/* The step's statistics, then the next step (and the rebuild after the first). */
+static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_busy) {
+  const int64_t exit_ns = cohort__now_ns();
+  cohort_ddp_stats *s = &ddp->stats;
+  const int64_t began = ddp->prepare_ns ? ddp->prepare_ns : (ddp->first_ready_ns ? ddp->first_ready_ns : enter_ns);
+  s->last_compute_s = (double)(enter_ns - began) * 1e-9;
+  s->last_comm_s = (double)comm_busy * 1e-9;
+  s->last_exposed_comm_s = (double)(exit_ns - enter_ns) * 1e-9;
+  s->compute_s += s->last_compute_s;
+  s->comm_s += s->last_comm_s;
+  s->exposed_comm_s += s->last_exposed_comm_s;
+  s->steps++;
+
+  ddp->step++;
+  reset_step(ddp);
+  if (!ddp->rebuilt && !ddp->opt.static_bucket_order) {
+    cohort_status st = cohort__ddp_rebuild(ddp);
+    if (st != COHORT_OK) return cohort__ddp_fail(ddp, st);
+    reset_step(ddp);
+  }
+  return COHORT_OK;
+}
+
+/* Without overlap and with the plain average: the buckets are one arena, so one blocking allreduce on this thread
+ * averages them all (the alignment gaps between buckets are zero on every rank and stay zero). This is the fastest
+ * schedule when no CPU is free to run the progress thread during backward. */
+static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
+  int64_t start_ns = cohort__now_ns();
+  for (int b = 0; b < ddp->num_buckets; b++) cohort__stall_progress(ddp->stall, ddp->step, b);
+  if (ddp->size > 1 && ddp->arena_count > 0) {
+    cohort__stall_wait_begin(ddp->stall, ddp->step, 0);
+    cohort_status st = cohort_allreduce(ddp->comm, ddp->arena, ddp->arena, ddp->arena_count, COHORT_F32, COHORT_AVG);
+    cohort__stall_wait_end(ddp->stall);
+    if (st != COHORT_OK)
+      return cohort__ddp_fail(ddp, cohort__error_prefix(st, "reducing the gradients of step %lld (%zu bytes, one "
+                                                            "allreduce: overlap is off)",
+                                                        (long long)ddp->step, ddp->arena_count * sizeof(float)));
+  }
+  int64_t end_ns = cohort__now_ns();
+  if (ddp->timeline && ddp->size > 1)
+    cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, -1, 0);
+  ddp->next_launch = ddp->num_buckets;
+  return end_step(ddp, enter_ns, end_ns - start_ns);
+}
+
 cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
   if (ddp->failed != COHORT_OK) return failed(ddp);
@@ -143,6 +188,7 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
     return COHORT_OK;
   }
   COHORT_CHECK(settle_unused(ddp));
+  if (!ddp->overlap && ddp->hook_is_average) return finish_fused(ddp, enter_ns);
   cohort_status st = launch_ready(ddp);
   if (st != COHORT_OK) return st;
 
@@ -175,25 +221,7 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
                             (int64_t)(bk->view.count * sizeof(float)));
     comm_busy += end_ns - start_ns;
   }
-  const int64_t exit_ns = cohort__now_ns();
-
-  cohort_ddp_stats *s = &ddp->stats;
-  const int64_t began = ddp->prepare_ns ? ddp->prepare_ns : (ddp->first_ready_ns ? ddp->first_ready_ns : enter_ns);
-  s->last_compute_s = (double)(enter_ns - began) * 1e-9;
-  s->last_comm_s = (double)comm_busy * 1e-9;
-  s->last_exposed_comm_s = (double)(exit_ns - enter_ns) * 1e-9;
-  s->compute_s += s->last_compute_s;
-  s->comm_s += s->last_comm_s;
-  s->exposed_comm_s += s->last_exposed_comm_s;
-  s->steps++;
-
-  ddp->step++;
-  reset_step(ddp);
-  if (!ddp->rebuilt && !ddp->opt.static_bucket_order) {
-    if ((st = cohort__ddp_rebuild(ddp)) != COHORT_OK) return cohort__ddp_fail(ddp, st);
-    reset_step(ddp);
-  }
-  return COHORT_OK;
+  return end_step(ddp, enter_ns, comm_busy);
 }
 
 void cohort_ddp_span_begin(cohort_ddp *ddp, cohort_ddp_span span) {

@@ -10,7 +10,7 @@ has() { grep -q -- "$1" "$tmp/out" || fail "no line matching '$1'"; }
 
 case $mode in
 train)
-  COHORT_TIMELINE=$tmp/timeline.json "$run" -np 2 "$bin" --mode train >"$tmp/out" 2>&1 || fail "the job failed"
+  COHORT_DDP_OVERLAP=on COHORT_TIMELINE=$tmp/timeline.json "$run" -np 2 "$bin" --mode train >"$tmp/out" 2>&1 || fail "the job failed"
   has "RESULT rank=0 status=ok"
   has "RESULT rank=1 status=ok"
   /usr/bin/python3 - "$tmp/timeline.json" >>"$tmp/out" 2>&1 <<'PY' || fail "the timeline is not what it should be"
@@ -32,6 +32,16 @@ for rank in (0, 1):
         assert len([e for e in mine if e["name"] == name]) == 4, (rank, name)
 print("timeline ok:", len(spans), "spans")
 PY
+  # Without overlap: one allreduce per step covers every bucket.
+  COHORT_DDP_OVERLAP=off COHORT_TIMELINE=$tmp/fused.json "$run" -np 2 "$bin" --mode train >>"$tmp/out" 2>&1 ||
+    fail "the job failed with COHORT_DDP_OVERLAP=off"
+  /usr/bin/python3 -c '
+import json, sys
+spans = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+for rank in (0, 1):
+    ar = [e for e in spans if e["pid"] == rank and e["name"] == "allreduce"]
+    assert len(ar) == 4, ar
+print("fused timeline ok")' "$tmp/fused.json" >>"$tmp/out" 2>&1 || fail "the fused timeline is not what it should be"
   ;;
 held_back)
   COHORT_STALL_S=1 "$run" -np 3 "$bin" --mode held_back >"$tmp/out" 2>&1 || fail "the job failed"
