@@ -31,6 +31,11 @@ typedef struct result {
 
 static const char *launcher(void) { return getenv("COHORT_TEST_COHORTRUN"); }
 static const char *worker(void) { return getenv("COHORT_TEST_WORKER"); }
+static const char *host(void) {
+  static char name[256];
+  if (!name[0]) gethostname(name, sizeof name - 1);
+  return name;
+}
 
 static int proc_start(proc *p, const char *const *argv) {
   int out_p[2], err_p[2];
@@ -361,14 +366,14 @@ TEST(workers_meet_through_the_launcher_store) {
 }
 
 TEST(worker_exit_code_stops_the_others_and_is_returned) {
-  char dir[64], expect[160];
+  char dir[64], expect[512];
   make_dir(dir, sizeof dir);
   const char *argv[] = {launcher(), "-np", "4", "--grace", "30", worker(), "fail", dir, "2", "3", NULL};
   result r;
   run(argv, &r);
   ASSERT_EQ(r.code, 3);
-  snprintf(expect, sizeof expect, "cohortrun: rank 2 (pid %d) exited with code 3; stopped the other 3 ranks\n",
-           (int)read_pid(dir, 2));
+  snprintf(expect, sizeof expect, "cohortrun: rank 2 (pid %d, host %s) exited with code 3; stopped the other 3 ranks\n",
+           (int)read_pid(dir, 2), host());
   ASSERT_CONTAINS(r.err, expect);
   ASSERT_CONTAINS(r.err, "[2] rank 2 fails now\n");
   /* The summary is the last line: all output of the workers came before it. */
@@ -381,15 +386,15 @@ TEST(worker_exit_code_stops_the_others_and_is_returned) {
 }
 
 TEST(worker_killed_by_signal_is_named) {
-  char dir[64], expect[160];
+  char dir[64], expect[512];
   make_dir(dir, sizeof dir);
   const char *argv[] = {launcher(), "-np", "3", worker(), "fail", dir, "1", "kill", NULL};
   result r;
   run(argv, &r);
   ASSERT_EQ(r.code, 128 + SIGKILL);
   snprintf(expect, sizeof expect,
-           "cohortrun: rank 1 (pid %d) was killed by signal 9 (SIGKILL); stopped the other 2 ranks\n",
-           (int)read_pid(dir, 1));
+           "cohortrun: rank 1 (pid %d, host %s) was killed by signal 9 (SIGKILL); stopped the other 2 ranks\n",
+           (int)read_pid(dir, 1), host());
   ASSERT_CONTAINS(r.err, expect);
   ASSERT_EQ(alive_after(dir, 3, 0.0), 0);
   result_free(&r);
@@ -605,6 +610,111 @@ TEST(master_port_in_use_is_reported_and_a_free_one_is_used) {
   remove_dir(dir);
 }
 
+/* The contents of path, malloc'd ("" when missing). */
+static char *slurp(const char *path) {
+  char *buf = calloc(1, 65536);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+  }
+  return buf;
+}
+
+/* The report after a failure: the failing rank's last 10 stderr lines (not the 2 before them), its host, after
+ * the other ranks' output; and --log-dir keeps each rank's output unprefixed, stdout and stderr together. */
+TEST(log_dir_and_root_cause_report) {
+  char dir[64], logs[128], path[256], expect[512];
+  make_dir(dir, sizeof dir);
+  snprintf(logs, sizeof logs, "%s/logs", dir);
+  /* Rank 1 fails once every rank has written its lines (their pid files), so that each log has them all. */
+  const char *script = "trap 'echo \"rank $RANK: shutting down\" >&2; exit 0' TERM; echo \"hello from $RANK\"; i=1; "
+                       "while [ $i -le 12 ]; do echo \"problem $i of $RANK\" >&2; i=$((i+1)); done; "
+                       "echo $$ > \"$0/pid.$RANK\"; if [ $RANK = 1 ]; then "
+                       "while [ ! -e \"$0/pid.0\" ] || [ ! -e \"$0/pid.2\" ]; do sleep 0.01; done; exit 7; fi; "
+                       "sleep 20 & wait";
+  const char *argv[] = {launcher(), "-np", "3", "--log-dir", logs, "/bin/sh", "-c", script, dir, NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 7);
+  for (int rank = 0; rank < 3; rank++) {
+    snprintf(path, sizeof path, "%s/rank-%d.log", logs, rank);
+    char *text = slurp(path);
+    snprintf(expect, sizeof expect, "hello from %d\n", rank);
+    ASSERT_CONTAINS(text, expect);
+    snprintf(expect, sizeof expect, "problem 12 of %d\n", rank);
+    ASSERT_CONTAINS(text, expect);
+    ASSERT_TRUE(strstr(text, "[") == NULL); /* unprefixed */
+    free(text);
+    /* The terminal still gets everything, prefixed. */
+    snprintf(expect, sizeof expect, "[%d] hello from %d\n", rank, rank);
+    ASSERT_CONTAINS(r.out, expect);
+  }
+  snprintf(expect, sizeof expect,
+           "cohortrun: root cause: rank 1 on host %s; the last 10 lines of its stderr (all of its output: "
+           "%s/rank-1.log):\n",
+           host(), logs);
+  const char *report = strstr(r.err, expect);
+  ASSERT_TRUE(report != NULL);
+  /* The shutdown noise of the others comes before the report. */
+  const char *noise = strstr(r.err, "[0] rank 0: shutting down\n");
+  ASSERT_TRUE(noise != NULL && noise < report);
+  ASSERT_TRUE(strstr(report, "rank 2: shutting down") == NULL);
+  ASSERT_TRUE(strstr(report, "cohortrun: | problem 2 of 1\n") == NULL);
+  for (int i = 3; i <= 12; i++) {
+    snprintf(expect, sizeof expect, "cohortrun: | problem %d of 1\n", i);
+    ASSERT_CONTAINS(report, expect);
+  }
+  snprintf(expect, sizeof expect, ", host %s) exited with code 7; stopped the other 2 ranks\n", host());
+  ASSERT_STREQ(r.err + r.err_len - strlen(expect), expect);
+  result_free(&r);
+
+  /* A log directory that cannot be made is refused before anything starts. */
+  snprintf(path, sizeof path, "%s/logs/rank-0.log/sub", dir);
+  expect_refused((const char *[]){"-np", "1", "--log-dir", path, worker(), "lines", "1", NULL},
+                 "cohortrun: --log-dir: cannot create directory");
+  for (int rank = 0; rank < 3; rank++) {
+    snprintf(path, sizeof path, "%s/rank-%d.log", logs, rank);
+    unlink(path);
+  }
+  rmdir(logs);
+  remove_dir(dir);
+}
+
+/* --max-restarts: a failure in generation 0 restarts every rank under COHORT_RESTART_COUNT=1, and the job
+ * succeeds; a failure in every generation ends after K restarts with the last failure's code. */
+TEST(max_restarts_starts_a_new_generation) {
+  const char *flaky = "if [ \"$COHORT_RESTART_COUNT\" = 0 ] && [ $RANK = 1 ]; then echo 'first try fails' >&2; "
+                      "exit 3; fi; [ \"$COHORT_RESTART_COUNT\" = 0 ] && sleep 20; "
+                      "echo \"rank $RANK generation $COHORT_RESTART_COUNT\"";
+  const char *argv[] = {launcher(), "-np", "2", "--max-restarts", "2", "/bin/sh", "-c", flaky, NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_CONTAINS(r.out, "[0] rank 0 generation 1\n");
+  ASSERT_CONTAINS(r.out, "[1] rank 1 generation 1\n");
+  ASSERT_TRUE(strstr(r.out, "generation 0") == NULL);
+  ASSERT_TRUE(strstr(r.out, "generation 2") == NULL);
+  ASSERT_CONTAINS(r.err, "cohortrun: | first try fails\n");
+  ASSERT_CONTAINS(r.err, "cohortrun: restart 1 of 2: starting all 2 ranks again with COHORT_RESTART_COUNT=1\n");
+  ASSERT_TRUE(strstr(r.err, "restart 2 of 2") == NULL);
+  ASSERT_TRUE(r.seconds < 10.0); /* generation 0's sleeper was stopped, not waited for */
+  result_free(&r);
+
+  const char *always = "echo \"gen $COHORT_RESTART_COUNT fails\" >&2; exit 4";
+  const char *argv2[] = {launcher(), "-np", "2", "--max-restarts", "2", "/bin/sh", "-c", always, NULL};
+  run(argv2, &r);
+  ASSERT_EQ(r.code, 4);
+  ASSERT_CONTAINS(r.err, "restart 1 of 2: starting all 2 ranks again with COHORT_RESTART_COUNT=1\n");
+  ASSERT_CONTAINS(r.err, "restart 2 of 2: starting all 2 ranks again with COHORT_RESTART_COUNT=2\n");
+  ASSERT_CONTAINS(r.err, "cohortrun: | gen 2 fails\n");
+  ASSERT_TRUE(strstr(r.err, "restart 3") == NULL);
+  result_free(&r);
+  expect_refused((const char *[]){"-np", "2", "--max-restarts", "-1", worker(), NULL},
+                 "--max-restarts needs a number of restarts (0 to 1000), got '-1'");
+}
+
 COHORT_TEST_MAIN(
     TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
     TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
@@ -613,4 +723,5 @@ COHORT_TEST_MAIN(
     TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
     TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
-    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used))
+    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
+    TEST_CASE(max_restarts_starts_a_new_generation))

@@ -12,8 +12,8 @@
 
 void cohort__launch_usage(FILE *out) {
   fprintf(out,
-          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--bind core|none] [--] PROGRAM\n"
-          "                 [ARGS...]\n"
+          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--bind core|none]\n"
+          "                 [--log-dir DIR] [--max-restarts K] [--] PROGRAM [ARGS...]\n"
           "\n"
           "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
           "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
@@ -25,6 +25,10 @@ void cohort__launch_usage(FILE *out) {
           "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
           "  --bind core|none      core: each worker is bound to its own equal share of the CPUs (as mpirun's\n"
           "                        --bind-to core), so ranks never share or swap cores; none (default): no binding\n"
+          "  --log-dir DIR         also write each rank's stdout and stderr, unprefixed, to DIR/rank-N.log\n"
+          "                        (DIR is created if missing; each run starts the files afresh)\n"
+          "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
+          "                        COHORT_RESTART_COUNT=1..K (a fresh rendezvous generation; default 0)\n"
           "  -h, --help            this text\n"
           "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
           "\n"
@@ -35,7 +39,9 @@ void cohort__launch_usage(FILE *out) {
           "Workers read stdin from /dev/null, run in their own process groups, and are killed if cohortrun dies.\n"
           "\n"
           "If a worker exits non-zero or dies by a signal, the others get SIGTERM (SIGKILL after the grace), and\n"
-          "cohortrun prints one line naming that rank and exits with its code (128+signal for a signal).\n"
+          "cohortrun prints the last lines of that rank's stderr and one line naming it and its host, and exits\n"
+          "with its code (128+signal for a signal). With --max-restarts, the job is restarted instead, while\n"
+          "restarts remain.\n"
           "SIGINT and SIGTERM to cohortrun are forwarded to the workers (a second one kills them at once).\n"
           "exit codes: 0 all workers succeeded; 1 cohortrun itself failed; 2 bad command line or program;\n"
           "otherwise the failing worker's code, or 128+signal.\n"
@@ -121,6 +127,14 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       if (strcmp(value, "core") == 0) opts->bind_cores = 1;
       else if (strcmp(value, "none") == 0) opts->bind_cores = 0;
       else return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core' or 'none', not '%s'", value);
+    } else if (match_valued(argc, argv, &i, "--log-dir", &value, &st)) {
+      COHORT_CHECK(st);
+      if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--log-dir needs a non-empty directory");
+      opts->log_dir = value;
+    } else if (match_valued(argc, argv, &i, "--max-restarts", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("--max-restarts", value, 0, 1000, "a number of restarts", &v));
+      opts->max_restarts = (int)v;
     } else if (match_valued(argc, argv, &i, "--grace", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_seconds("--grace", value, &opts->grace_s));

@@ -34,6 +34,8 @@ typedef struct cohort__launch_opts {
   int master_port_given;
   const char *master_addr;
   double grace_s; /* between SIGTERM (or a forwarded signal) and SIGKILL */
+  const char *log_dir; /* --log-dir: DIR/rank-N.log per rank; NULL for none */
+  int max_restarts;    /* --max-restarts K: generations after the first that a failure may start */
   int bind_cores;  /* --bind core: each worker gets its own share of this process's CPUs */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
@@ -52,6 +54,7 @@ typedef struct cohort__launch_worker_env {
   const char *master_addr;
   int master_port;
   const char *secret;
+  int restart_count; /* COHORT_RESTART_COUNT: the generation, 0 for the first */
 } cohort__launch_worker_env;
 
 /* The parent's environment with the job variables (RANK, ..., COHORT_SECRET) replacing any inherited ones.
@@ -74,8 +77,13 @@ int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set);
  * memory. If the destination is gone (EPIPE), output is dropped and the workers are left alone. */
 #define COHORT_RELAY_LINE_MAX (1u << 20)
 typedef struct cohort__relay cohort__relay;
-/* Takes ownership of in_fd (closed at EOF or by destroy). */
-cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, cohort__relay **out);
+/* Takes ownership of in_fd (closed at EOF or by destroy). log_fd >= 0 also gets every byte read, unprefixed (it is
+ * not owned: a rank's stdout and stderr relays share one log file). keep_tail: remember the last
+ * COHORT_RELAY_TAIL_BYTES read, for the root-cause report. */
+#define COHORT_RELAY_TAIL_BYTES 4096
+cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, int log_fd, int keep_tail, cohort__relay **out);
+/* The last bytes read (at most COHORT_RELAY_TAIL_BYTES; empty unless keep_tail), oldest first. */
+const char *cohort__relay_tail(const cohort__relay *relay, size_t *len);
 /* Reads what the pipe holds now and writes out every complete line. At EOF writes the trailing partial line,
  * closes the pipe and sets *open to 0. */
 cohort_status cohort__relay_pump(cohort__relay *relay, int *open);

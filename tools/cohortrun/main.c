@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ typedef struct job {
   int stopped_count; /* ranks still running when the stop began */
   int sigkill_count; /* ranks that needed SIGKILL */
   int64_t drain_until_ns;
+  char host[256]; /* this host's name, for the report */
 } job;
 
 static void ensure_std_fds(void) {
@@ -261,6 +263,122 @@ static void run_loop(job *j) {
       signal_worker(&j->workers[i], SIGKILL);
 }
 
+static void free_relays(job *j) {
+  for (int i = 0; i < j->started; i++) {
+    cohort__relay_destroy(j->workers[i].out);
+    cohort__relay_destroy(j->workers[i].err);
+    j->workers[i].out = j->workers[i].err = NULL;
+  }
+}
+
+/* DIR/rank-N.log for every rank, truncated: a log holds one run of cohortrun (restarts included, marked). */
+static cohort_status open_logs(const char *dir, int np, int *fds) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot create directory '%s'", dir);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return cohort__error(COHORT_ERR_INVALID, "--log-dir: '%s' is not a directory", dir);
+  for (int r = 0; r < np; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank-%d.log", dir, r);
+    fds[r] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+    if (fds[r] < 0) return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot open '%s'", path);
+  }
+  return COHORT_OK;
+}
+
+/* Starts generation gen of all np workers. On failure, the ranks already started are being stopped and
+ * spawn_error says why. */
+static cohort_status start_workers(job *j, const char *program, const char *secret, int port, int gen,
+                                   const int *log_fds, char *spawn_error, size_t error_len) {
+  free_relays(j);
+  memset(j->workers, 0, (size_t)j->opts.np * sizeof *j->workers);
+  j->started = j->running = 0;
+  j->stopping = j->killed = 0;
+  j->root = -1;
+  j->stopped_count = j->sigkill_count = 0;
+  j->drain_until_ns = 0;
+  for (int r = 0; r < j->opts.np; r++) {
+    worker *w = &j->workers[r];
+    w->rank = r;
+    cohort__launch_worker_env wenv = {.rank = r,
+                                      .world_size = j->opts.np,
+                                      .master_addr = j->opts.master_addr,
+                                      .master_port = port,
+                                      .secret = secret,
+                                      .restart_count = gen};
+    char **envp = NULL;
+    int out_fd = -1, err_fd = -1;
+    cohort_status st = cohort__launch_env_build(&wenv, &envp);
+    if (st == COHORT_OK) {
+      cpu_set_t share;
+      int bound = j->opts.bind_cores && cohort__launch_cpu_share(r, j->opts.np, &share);
+      st = cohort__launch_spawn(program, j->opts.argv, envp, &j->child_mask, bound ? &share : NULL, &w->pid, &out_fd,
+                                &err_fd);
+      cohort__launch_env_free(envp);
+    }
+    if (st != COHORT_OK) {
+      snprintf(spawn_error, error_len, "cannot start rank %d: %s", r, cohort_last_error());
+      if (!j->stopping) begin_stop(j, SIGTERM);
+      return st;
+    }
+    w->running = 1;
+    j->running++;
+    j->started++;
+    /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
+     * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
+    if (cohort__relay_create(r, out_fd, 1, log_fds[r], 0, &w->out) != COHORT_OK) close(out_fd);
+    if (cohort__relay_create(r, err_fd, 2, log_fds[r], 1, &w->err) != COHORT_OK) close(err_fd);
+  }
+  return COHORT_OK;
+}
+
+/* The root cause's own words: the last lines of its stderr, repeated after everyone's shutdown noise. */
+#define ROOT_CAUSE_LINES 10
+static void print_root_cause(const job *j) {
+  if (j->root < 0) return;
+  const worker *w = &j->workers[j->root];
+  size_t len = 0;
+  const char *tail = w->err ? cohort__relay_tail(w->err, &len) : "";
+  char where[4400] = "";
+  if (j->opts.log_dir) snprintf(where, sizeof where, " (all of its output: %s/rank-%d.log)", j->opts.log_dir, w->rank);
+  const char *end = tail + len;
+  while (end > tail && (end[-1] == '\n' || end[-1] == '\r')) end--;
+  if (end == tail) {
+    fprintf(stderr, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host,
+            where);
+    return;
+  }
+  /* Back from the end over ROOT_CAUSE_LINES lines; a first line cut by the window is left out. */
+  const char *start = end;
+  int lines = 0;
+  while (start > tail && lines < ROOT_CAUSE_LINES) {
+    start--;
+    if (*start == '\n') {
+      lines++;
+      if (lines == ROOT_CAUSE_LINES) {
+        start++;
+        break;
+      }
+    }
+  }
+  if (start == tail && len == COHORT_RELAY_TAIL_BYTES) {
+    const char *nl = memchr(start, '\n', (size_t)(end - start));
+    if (nl) start = nl + 1;
+  }
+  int count = 1;
+  for (const char *p = start; p < end; p++)
+    count += *p == '\n';
+  fprintf(stderr, "cohortrun: root cause: rank %d on host %s; the last %d line%s of its stderr%s:\n", w->rank,
+          j->host, count, count == 1 ? "" : "s", where);
+  while (start < end) {
+    const char *nl = memchr(start, '\n', (size_t)(end - start));
+    const char *stop = nl ? nl : end;
+    fprintf(stderr, "cohortrun: | %.*s\n", (int)(stop - start), start);
+    start = stop + (nl ? 1 : 0);
+  }
+}
+
 static void print_summary(const job *j) {
   char name[32];
   char others[160] = "";
@@ -284,11 +402,11 @@ static void print_summary(const job *j) {
   if (j->root >= 0) {
     const worker *w = &j->workers[j->root];
     if (WIFEXITED(w->wait_status))
-      fprintf(stderr, "cohortrun: rank %d (pid %d) exited with code %d; %s%s\n", w->rank, (int)w->pid,
-              WEXITSTATUS(w->wait_status), others, killed);
+      fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) exited with code %d; %s%s\n", w->rank, (int)w->pid,
+              j->host, WEXITSTATUS(w->wait_status), others, killed);
     else
-      fprintf(stderr, "cohortrun: rank %d (pid %d) was killed by signal %d (%s)%s; %s%s\n", w->rank, (int)w->pid,
-              WTERMSIG(w->wait_status), signal_name(WTERMSIG(w->wait_status), name, sizeof name),
+      fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) was killed by signal %d (%s)%s; %s%s\n", w->rank,
+              (int)w->pid, j->host, WTERMSIG(w->wait_status), signal_name(WTERMSIG(w->wait_status), name, sizeof name),
               WCOREDUMP(w->wait_status) ? ", core dumped" : "", others, killed);
     if (j->interrupted)
       fprintf(stderr, "cohortrun: also interrupted by %s while stopping\n",
@@ -329,6 +447,7 @@ int main(int argc, char **argv) {
   }
 
   int rc = 1;
+  int *log_fds = NULL;
   cohort__store_server *server = NULL;
   char spawn_error[1100] = "";
   cohort_status spawn_status = COHORT_OK;
@@ -349,6 +468,7 @@ int main(int argc, char **argv) {
   }
 
   char secret[2 * COHORT_LAUNCH_SECRET_BYTES + 1];
+  gethostname(j.host, sizeof j.host - 1);
   if (make_secret(secret, sizeof secret) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     goto done;
@@ -367,8 +487,16 @@ int main(int argc, char **argv) {
   int port = cohort__store_server_port(server);
 
   j.workers = calloc((size_t)j.opts.np, sizeof *j.workers);
-  if (!j.workers) {
+  log_fds = malloc((size_t)j.opts.np * sizeof *log_fds);
+  if (!j.workers || !log_fds) {
     fprintf(stderr, "cohortrun: out of memory for %d workers\n", j.opts.np);
+    goto done;
+  }
+  for (int r = 0; r < j.opts.np; r++)
+    log_fds[r] = -1;
+  if (j.opts.log_dir && open_logs(j.opts.log_dir, j.opts.np, log_fds) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+    rc = 2;
     goto done;
   }
   if (j.opts.bind_cores) {
@@ -377,57 +505,46 @@ int main(int argc, char **argv) {
       fprintf(stderr, "cohortrun: --bind core: %d workers but only %ld CPUs; the workers are not bound\n", j.opts.np,
               sysconf(_SC_NPROCESSORS_ONLN));
   }
-  for (int r = 0; r < j.opts.np; r++) {
-    worker *w = &j.workers[r];
-    w->rank = r;
-    cohort__launch_worker_env wenv = {
-        .rank = r, .world_size = j.opts.np, .master_addr = j.opts.master_addr, .master_port = port, .secret = secret};
-    char **envp = NULL;
-    int out_fd = -1, err_fd = -1;
-    spawn_status = cohort__launch_env_build(&wenv, &envp);
-    if (spawn_status == COHORT_OK) {
-      cpu_set_t share;
-      int bound = j.opts.bind_cores && cohort__launch_cpu_share(r, j.opts.np, &share);
-      spawn_status = cohort__launch_spawn(program, j.opts.argv, envp, &j.child_mask, bound ? &share : NULL, &w->pid,
-                                          &out_fd, &err_fd);
-      cohort__launch_env_free(envp);
-    }
-    if (spawn_status == COHORT_OK) {
-      w->running = 1;
-      j.running++;
-      j.started++;
-      /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
-       * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
-      if (cohort__relay_create(r, out_fd, 1, &w->out) != COHORT_OK) close(out_fd);
-      if (cohort__relay_create(r, err_fd, 2, &w->err) != COHORT_OK) close(err_fd);
-    }
+  for (int gen = 0;; gen++) {
+    spawn_status = start_workers(&j, program, secret, port, gen, log_fds, spawn_error, sizeof spawn_error);
+    run_loop(&j);
     if (spawn_status != COHORT_OK) {
-      snprintf(spawn_error, sizeof spawn_error, "cannot start rank %d: %s", r, cohort_last_error());
-      if (!j.stopping) begin_stop(&j, SIGTERM);
+      fprintf(stderr, "cohortrun: %s; stopped the %d rank%s already started\n", spawn_error, j.started,
+              j.started == 1 ? "" : "s");
+      rc = spawn_status == COHORT_ERR_INVALID ? 2 : 1;
       break;
     }
-  }
-
-  run_loop(&j);
-  if (spawn_status != COHORT_OK) {
-    fprintf(stderr, "cohortrun: %s; stopped the %d rank%s already started\n", spawn_error, j.started,
-            j.started == 1 ? "" : "s");
-    rc = spawn_status == COHORT_ERR_INVALID ? 2 : 1;
-  } else {
+    print_root_cause(&j);
     print_summary(&j);
     rc = exit_code(&j);
+    if (j.root < 0 || j.interrupted || gen >= j.opts.max_restarts) break;
+    /* A failure with restarts left: everything of this generation is stopped and reaped (run_loop returned), so
+     * the next one starts clean, under a new COHORT_RESTART_COUNT, which scopes every rendezvous key anew. */
+    fprintf(stderr, "cohortrun: restart %d of %d: starting all %d ranks again with COHORT_RESTART_COUNT=%d\n",
+            gen + 1, j.opts.max_restarts, j.opts.np, gen + 1);
+    for (int r = 0; r < j.opts.np; r++)
+      if (log_fds[r] >= 0) {
+        char mark[96];
+        int n = snprintf(mark, sizeof mark, "---- cohortrun: restart %d, COHORT_RESTART_COUNT=%d ----\n", gen + 1,
+                         gen + 1);
+        if (write(log_fds[r], mark, (size_t)n) != n) { /* the relay reports a failing log when it next writes */
+        }
+      }
+    /* A signal during the stop still counts: it was read by run_loop and leaves j.interrupted set. */
   }
 
 done:
   if (j.workers) {
-    for (int i = 0; i < j.started; i++) {
-      cohort__relay_destroy(j.workers[i].out);
-      cohort__relay_destroy(j.workers[i].err);
-    }
+    free_relays(&j);
     free(j.workers);
   }
   cohort__store_server_stop(server);
   if (j.sfd >= 0) close(j.sfd);
+  if (log_fds) {
+    for (int r = 0; r < j.opts.np; r++)
+      if (log_fds[r] >= 0) close(log_fds[r]);
+    free(log_fds);
+  }
   free(program);
   return rc;
 }

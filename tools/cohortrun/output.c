@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "launcher.h"
 
 #define RELAY_CHUNK 65536
@@ -22,6 +23,10 @@ struct cohort__relay {
   int in_fd; /* -1 once closed */
   int out_fd;
   int sink_broken; /* the destination went away: drop output from now on */
+  int log_fd;      /* -1: none; not owned */
+  int log_broken;  /* the log file failed (disk full?): said once, then no more logging */
+  char *tail;      /* NULL unless the tail is kept */
+  size_t tail_len;
   char prefix[24];
   size_t prefix_len;
   char *held; /* the partial line so far, then room to read the next chunk */
@@ -68,13 +73,18 @@ static void append(cohort__relay *r, const char *line, size_t len, int add_newli
   if (add_newline) r->out[r->out_len++] = '\n';
 }
 
-cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, cohort__relay **out) {
+cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, int log_fd, int keep_tail, cohort__relay **out) {
   *out = NULL;
   cohort__relay *r = calloc(1, sizeof *r);
   if (!r) return cohort__error(COHORT_ERR_SYSTEM, "out of memory relaying the output of rank %d", rank);
+  if (keep_tail && !(r->tail = malloc(COHORT_RELAY_TAIL_BYTES))) {
+    free(r);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory relaying the output of rank %d", rank);
+  }
   r->rank = rank;
   r->in_fd = in_fd;
   r->out_fd = out_fd;
+  r->log_fd = log_fd;
   int n = snprintf(r->prefix, sizeof r->prefix, "[%d] ", rank);
   r->prefix_len = (size_t)n;
   *out = r;
@@ -82,6 +92,43 @@ cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, cohort__rela
 }
 
 int cohort__relay_fd(const cohort__relay *relay) { return relay->in_fd; }
+
+const char *cohort__relay_tail(const cohort__relay *relay, size_t *len) {
+  *len = relay->tail ? relay->tail_len : 0;
+  return relay->tail ? relay->tail : "";
+}
+
+/* The raw bytes, before any prefix or line cutting: the log is what the worker wrote, and the tail keeps the
+ * newest bytes (a sliding window; memmove of at most 4 KiB per chunk, and only for stderr). */
+static void keep_raw(cohort__relay *r, const char *data, size_t n) {
+  if (r->log_fd >= 0 && !r->log_broken) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = write(r->log_fd, data + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        r->log_broken = 1;
+        COHORT_LOG_WARN("cohortrun: writing the log of rank %d failed (%s); its output is no longer logged",
+                        r->rank, w < 0 ? strerror(errno) : "short write");
+        break;
+      }
+      done += (size_t)w;
+    }
+  }
+  if (!r->tail) return;
+  if (n >= COHORT_RELAY_TAIL_BYTES) {
+    memcpy(r->tail, data + n - COHORT_RELAY_TAIL_BYTES, COHORT_RELAY_TAIL_BYTES);
+    r->tail_len = COHORT_RELAY_TAIL_BYTES;
+    return;
+  }
+  if (r->tail_len + n > COHORT_RELAY_TAIL_BYTES) {
+    size_t drop = r->tail_len + n - COHORT_RELAY_TAIL_BYTES;
+    memmove(r->tail, r->tail + drop, r->tail_len - drop);
+    r->tail_len -= drop;
+  }
+  memcpy(r->tail + r->tail_len, data, n);
+  r->tail_len += n;
+}
 
 /* Writes the held partial line as a line of its own (at EOF, or when it grew past the limit). */
 static cohort_status flush_held(cohort__relay *r) {
@@ -116,6 +163,7 @@ cohort_status cohort__relay_pump(cohort__relay *r, int *open) {
     *open = 0;
     return flush_held(r);
   }
+  keep_raw(r, r->held + r->held_len, (size_t)n);
   /* The held part has no newline (else it would have been written), so the search starts at the new bytes. */
   size_t total = r->held_len + (size_t)n;
   char *scan = r->held + r->held_len;
@@ -147,5 +195,6 @@ void cohort__relay_destroy(cohort__relay *relay) {
   close_input(relay);
   free(relay->held);
   free(relay->out);
+  free(relay->tail);
   free(relay);
 }
