@@ -1,8 +1,10 @@
 /* train.c: the job itself: data, model, the data-parallel step, evaluation, and the end-of-run report. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train.h"
 
@@ -189,14 +191,12 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   }
   double t1 = now_s();
   float avg_loss = loss_sum;
+  cohort_work *loss_work = NULL;
   if (job->ddp) {
-    cohort_work *loss_work = NULL;
+    TRY("averaging the gradients", cohort_ddp_finish(job->ddp));
+    /* The loss is only reported: average it on the progress thread while the optimizer steps, behind the
+     * gradients rather than ahead of them. */
     TRY("averaging the loss", cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
-    cohort_status st = cohort_ddp_finish(job->ddp);
-    cohort_status lst = cohort_work_wait(loss_work);
-    cohort_work_free(loss_work);
-    if (st != COHORT_OK) return fail(job, "averaging the gradients", st);
-    if (lst != COHORT_OK) return fail(job, "averaging the loss", lst);
   } else {
     /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
     job->grads[job->nparams] = avg_loss;
@@ -205,16 +205,21 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
     avg_loss = job->grads[job->nparams];
   }
   double t2 = now_s();
+  cohort_ddp_span_begin(job->ddp, COHORT_SPAN_OPTIMIZER);
+  cohort_optim_set_lr(job->optim, lr_at(job, job->step));
+  cohort_status st = cohort_optim_step(job->optim);
+  cohort_ddp_span_end(job->ddp, COHORT_SPAN_OPTIMIZER);
+  cohort_status lst = loss_work ? cohort_work_wait(loss_work) : COHORT_OK;
+  cohort_work_free(loss_work);
+  if (st != COHORT_OK) return fail(job, "optimizer step", st);
+  if (lst != COHORT_OK) return fail(job, "averaging the loss", lst);
   *global_loss = avg_loss;
+  /* A non-finite loss means non-finite gradients on every rank (they were averaged): every rank stops here. */
   if (!isfinite(*global_loss)) {
     fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
             (long long)job->step + 1);
     return -1;
   }
-  cohort_ddp_span_begin(job->ddp, COHORT_SPAN_OPTIMIZER);
-  cohort_optim_set_lr(job->optim, lr_at(job, job->step));
-  TRY("optimizer step", cohort_optim_step(job->optim));
-  cohort_ddp_span_end(job->ddp, COHORT_SPAN_OPTIMIZER);
   job->step++;
   job->t_data += t_fetch;
   job->t_compute += t1 - t0 - t_fetch;
@@ -263,6 +268,18 @@ static int agree(train_job *job, int ok, const char *what) {
   return bad ? -1 : 0;
 }
 
+/* The fault tests' hook (tests/fault/test_cluster_restart.sh): COHORT_TEST_KILL_AT_STEP=N makes rank
+ * COHORT_TEST_KILL_RANK (default: the last) SIGKILL itself after step N, in generation 0 only
+ * (COHORT_RESTART_COUNT unset or 0), so that a restarted job gets past it. -1: no kill. */
+static int64_t test_kill_step(const train_job *job) {
+  const char *at = getenv("COHORT_TEST_KILL_AT_STEP");
+  const char *gen = getenv("COHORT_RESTART_COUNT");
+  const char *who = getenv("COHORT_TEST_KILL_RANK");
+  if (!at || (gen && strcmp(gen, "0") != 0)) return -1;
+  int rank = who ? atoi(who) : job->world - 1;
+  return rank == job->rank ? atoll(at) : -1;
+}
+
 static int run(train_job *job, train_progress **progress_out, train_metrics **metrics_out) {
   const train_config *cfg = job->cfg;
   if (setup(job) != 0) return -1;
@@ -292,6 +309,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   }
   const double t_start = now_s();
   int64_t last_eval = -1, last_ckpt = -1;
+  const int64_t kill_at = test_kill_step(job);
   int rc = 0;
   while (job->step < job->stop_step) {
     double t0 = now_s();
@@ -317,6 +335,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     job->loss_steps++;
     double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
     train_progress_step(progress, job->step, job->epoch + 1, job->loss_sum / (double)job->loss_steps, img_per_s);
+    if (job->step == kill_at) kill(getpid(), SIGKILL);
 
     if (cohort_loader_batches_left(job->loader) == 0) { /* the epoch is complete */
       if ((rc = evaluate(job)) != 0) break;
