@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cohort/ddp.h"
 #include "train.h"
@@ -30,6 +31,8 @@ void train_flags_usage(FILE *f) {
           "  --checkpoint PATH       rank 0 writes the state here every epoch and at the end\n"
           "  --checkpoint-every N    ... and also every N steps\n"
           "  --resume                continue from --checkpoint (which must exist)\n"
+          "  --resume auto           continue from --checkpoint if it exists, else start fresh (for cohortrun\n"
+          "                          --max-restarts: the first generation starts, later ones resume)\n"
           "  --data DIR              Fashion-MNIST files (default %s)\n"
           "  --threads N             BLAS threads per rank (default 1)\n"
           "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
@@ -152,12 +155,21 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if (!strcmp(name, known[k])) valued = 1;
     if (!boolean && !valued) return usage_error("unknown flag '%s'%s", name, "");
     if (boolean) {
+      if (value && !strcmp(name, "--resume") && !strcmp(value, "auto")) {
+        cfg->resume = 2;
+        continue;
+      }
       if (value) return usage_error("%s takes no value, got '%s'", name, value);
       if (!strcmp(name, "--help")) {
         train_flags_usage(stdout);
         return -1;
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;
+      /* "--resume auto": decided below, once --checkpoint is known. */
+      if (!strcmp(name, "--resume") && i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
+        cfg->resume = 2;
+        i++;
+      }
       if (!strcmp(name, "--quiet")) cfg->quiet = 1;
       if (!strcmp(name, "--profile")) cfg->profile = 1;
       continue;
@@ -245,6 +257,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   }
 
   if (cfg->resume && !cfg->checkpoint) return usage_error("--resume needs --checkpoint PATH%s%s", "", "");
+  /* Every rank decides before any of them trains, so before rank 0 can write a checkpoint: they agree. */
+  if (cfg->resume == 2) cfg->resume = access(cfg->checkpoint, F_OK) == 0;
   if (cfg->checkpoint_every && !cfg->checkpoint)
     return usage_error("--checkpoint-every needs --checkpoint PATH%s%s", "", "");
   /* The fused path has neither buckets nor compression: saying so beats ignoring the flag. */
