@@ -142,16 +142,27 @@ void cohort_inproc_group_destroy(cohort_inproc_group *g) {
   free(g);
 }
 
+/* A thread that cannot join must not leave the others waiting for it until the op timeout: fail the group. */
+static cohort_status fail_group(cohort_inproc_group *g, int rank, cohort_status st) {
+  char message[COHORT__MESSAGE_MAX];
+  snprintf(message, sizeof message, "rank %d could not join the in-process group: %s", rank, cohort_last_error());
+  cohort__inproc_hub_abort(g->hub, COHORT_ERR_REMOTE, message);
+  return cohort__error(st, "%s", message);
+}
+
 cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm **out) {
-  if (!g || !out || rank < 0 || rank >= g->size)
-    return cohort__error(COHORT_ERR_INVALID, "cohort_init_inproc: rank %d is not in [0, %d)", rank, g ? g->size : 0);
+  if (!g || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_init_inproc: group or comm pointer is NULL");
+  *out = NULL;
+  if (rank < 0 || rank >= g->size)
+    return fail_group(g, rank, cohort__error(COHORT_ERR_INVALID, "rank %d is not in [0, %d)", rank, g->size));
   cohort__transport *t;
-  COHORT_CHECK(cohort__inproc_create(g->hub, rank, &t));
+  cohort_status st = cohort__inproc_create(g->hub, rank, &t);
+  if (st != COHORT_OK) return fail_group(g, rank, st);
   cohort_comm *c;
-  COHORT_CHECK(cohort__comm_create(t, rank, g->size, &c));
+  if ((st = cohort__comm_create(t, rank, g->size, &c)) != COHORT_OK) return fail_group(g, rank, st);
   cohort__stall_board_retain(g->stall_board);
   c->stall_board = g->stall_board;
-  cohort_status st = cohort_barrier(c); /* returns once all ranks have joined */
+  st = cohort_barrier(c); /* returns once all ranks have joined */
   if (st != COHORT_OK) {
     cohort_comm_destroy(c);
     return st;

@@ -34,6 +34,7 @@ struct cohort__inproc_hub {
   pthread_cond_t *cv; /* one per rank */
   queue *sends;       /* [src * size + dst] unmatched sends */
   queue *recvs;       /* [src * size + dst] unmatched receives, posted by dst */
+  unsigned char *joined; /* [rank]: a transport was made for it (a rank may join once) */
   cohort_status status;
   char message[COHORT__ABORT_TEXT_MAX];
 };
@@ -200,7 +201,9 @@ cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out) {
   hub->cv = calloc((size_t)size, sizeof *hub->cv);
   hub->sends = calloc((size_t)size * (size_t)size, sizeof *hub->sends);
   hub->recvs = calloc((size_t)size * (size_t)size, sizeof *hub->recvs);
-  if (!hub->cv || !hub->sends || !hub->recvs) {
+  hub->joined = calloc((size_t)size, 1);
+  if (!hub->cv || !hub->sends || !hub->recvs || !hub->joined) {
+    free(hub->joined);
     free(hub->cv);
     free(hub->sends);
     free(hub->recvs);
@@ -219,12 +222,24 @@ void cohort__inproc_hub_release(cohort__inproc_hub *hub) {
   free(hub->cv);
   free(hub->sends);
   free(hub->recvs);
+  free(hub->joined);
   free(hub);
+}
+
+void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, const char *message) {
+  pthread_mutex_lock(&hub->mu);
+  hub_fail(hub, status, "%s", message);
+  pthread_mutex_unlock(&hub->mu);
 }
 
 cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out) {
   long timeout = 600;
   COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &timeout));
+  pthread_mutex_lock(&hub->mu);
+  int twice = hub->joined[rank];
+  hub->joined[rank] = 1;
+  pthread_mutex_unlock(&hub->mu);
+  if (twice) return cohort__error(COHORT_ERR_INVALID, "rank %d joined the in-process group twice", rank);
   inproc_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &inproc_ops, .rank = rank, .size = hub->size};

@@ -104,6 +104,9 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
 typedef struct cohort__inproc_hub cohort__inproc_hub;
 cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out);
 void cohort__inproc_hub_release(cohort__inproc_hub *hub);
+/* Makes rank's transport; a rank may join a hub once. */
 cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out);
+/* Fails every member's current and later calls with status and message (a rank that could not join). */
+void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, const char *message);
 
 #endif

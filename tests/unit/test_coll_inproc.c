@@ -5,8 +5,10 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/clock.h"
 #include "coll_check.h"
 #include "test.h"
 
@@ -133,6 +135,48 @@ TEST(integer_kernels_wrap_and_avg_truncates) {
   ASSERT_EQ(w[1], 12);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
+/* A thread that cannot join (a rank out of range, a rank taken twice) fails the group at once: the others do not
+ * wait for it until the op timeout. */
+typedef struct join_arg {
+  cohort_inproc_group *g;
+  int rank;
+  cohort_status st;
+  char message[512];
+} join_arg;
+
+static void *join_main(void *p) {
+  join_arg *a = p;
+  cohort_comm *c = NULL;
+  a->st = cohort_init_inproc(a->g, a->rank, &c);
+  snprintf(a->message, sizeof a->message, "%s", cohort_last_error());
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+TEST(a_rank_that_cannot_join_fails_the_group_at_once) {
+  for (int bad = 0; bad < 2; bad++) { /* 0: rank 7 of 3; 1: rank 1 twice */
+    cohort_inproc_group *g;
+    ASSERT_OK(cohort_inproc_group_create(3, &g));
+    join_arg a[3] = {{g, 0, COHORT_OK, ""}, {g, 1, COHORT_OK, ""}, {g, bad ? 1 : 7, COHORT_OK, ""}};
+    pthread_t th[3];
+    double t0 = cohort__now_s();
+    pthread_create(&th[0], NULL, join_main, &a[0]);
+    pthread_create(&th[1], NULL, join_main, &a[1]);
+    usleep(100000); /* with bad == 1 the second rank 1 must come after the first */
+    pthread_create(&th[2], NULL, join_main, &a[2]);
+    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    double took = cohort__now_s() - t0;
+    cohort_inproc_group_destroy(g);
+    ASSERT_EQ(a[2].st, COHORT_ERR_INVALID);
+    ASSERT_CONTAINS(a[2].message, bad ? "joined the in-process group twice" : "rank 7 is not in [0, 3)");
+    for (int r = 0; r < 2; r++) {
+      ASSERT_EQ(a[r].st, COHORT_ERR_REMOTE);
+      ASSERT_CONTAINS(a[r].message, bad ? "rank 1 could not join" : "rank 7 could not join");
+    }
+    ASSERT_TRUE(took < 5.0);
+  }
+}
+
+COHORT_TEST_MAIN(TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once), TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
                  TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
                  TEST_CASE(forced_algorithms_agree), TEST_CASE(mismatched_counts_fail_on_every_thread))
