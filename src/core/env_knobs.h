@@ -25,6 +25,7 @@
   X("COHORT_RUN_ID", "", "job id scoping the rendezvous keys; default: derived from COHORT_SECRET, else 'default'") \
   X("COHORT_RESTART_COUNT", "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \
   X("COHORT_BIND_ADDR", "", "address peers listen on; default: the address that reaches MASTER_ADDR")            \
+  X("COHORT_SOCKET_IFNAME", "", "network interface whose address peers listen on; COHORT_BIND_ADDR wins")        \
   X("COHORT_BUCKET_MB", "25", "DDP bucket cap in MiB (the first bucket is at most 1 MiB); fractions allowed")     \
   X("COHORT_DDP_OVERLAP", "auto", "DDP: on, off, or auto (on when every rank of the host has 2 CPUs)")         \
   X("COHORT_TIMELINE", "", "path of a Chrome trace JSON the DDP engine writes at its end; empty: none")           \

@@ -8,6 +8,9 @@
  *
  * Keys are scoped by COHORT_RESTART_COUNT so that the ranks of a restarted job never meet stale addresses.
  */
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,26 @@ typedef struct rdv {
   char prefix[128];
   char where[300]; /* "the store at host:port", for messages */
 } rdv;
+
+/* COHORT_SOCKET_IFNAME: the first IPv4 address (else IPv6) of that interface, for hosts where the route towards
+ * the master is not the network the job should use (a fast fabric beside the management network). */
+static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
+  struct ifaddrs *list = NULL;
+  if (getifaddrs(&list) != 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "COHORT_SOCKET_IFNAME: getifaddrs");
+  int found = 0, exists = 0;
+  for (int want = AF_INET; want && !found; want = want == AF_INET ? AF_INET6 : 0)
+    for (struct ifaddrs *a = list; a && !found; a = a->ifa_next) {
+      if (strcmp(a->ifa_name, ifname) != 0) continue;
+      exists = 1;
+      if (!a->ifa_addr || a->ifa_addr->sa_family != want) continue;
+      socklen_t sl = want == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+      found = getnameinfo(a->ifa_addr, sl, addr, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0;
+    }
+  freeifaddrs(list);
+  if (found) return COHORT_OK;
+  if (exists) return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: the interface has no IP address", ifname);
+  return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: no such network interface (see ip addr)", ifname);
+}
 
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
@@ -143,8 +166,11 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   /* Listen where peers can reach us: the address that routes to the store's host, unless told otherwise. */
   char bind_addr[128];
   const char *forced = cohort__env_str("COHORT_BIND_ADDR");
+  const char *ifname = cohort__env_str("COHORT_SOCKET_IFNAME");
   if (forced[0]) snprintf(bind_addr, sizeof bind_addr, "%s", forced);
-  else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
+  else if (ifname[0]) {
+    if ((st = ifname_addr(ifname, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
+  } else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
   char my_addr[192], key[COHORT_STORE_KEY_MAX];
   if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
   snprintf(key, sizeof key, "%speer/%d", r.prefix, rank);
