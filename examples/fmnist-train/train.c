@@ -47,14 +47,21 @@ static float lr_at(const train_job *job, int64_t step) {
   return (float)rate;
 }
 
+cohort_status train_load_fmnist(const train_config *cfg, const char *split, cohort_dataset **out) {
+  /* Normalized like torchvision's Normalize(mean, std): it lets one learning rate suit both models. */
+  return cohort_dataset_load_fmnist(cfg->data_dir, split, COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, out);
+}
+
 static int setup(train_job *job) {
   const train_config *cfg = job->cfg;
   TRY("setting BLAS threads", cohort_nn_set_threads(cfg->threads));
-  /* Normalized like torchvision's Normalize(mean, std): it lets one learning rate suit both models. */
-  TRY("loading the training set",
-      cohort_dataset_load_fmnist(cfg->data_dir, "train", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &job->train_set));
-  TRY("loading the test set",
-      cohort_dataset_load_fmnist(cfg->data_dir, "t10k", COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, &job->test_set));
+  if (cfg->shared_train_set) { /* --replicas: one read-only copy for every replica of the process */
+    job->train_set = cfg->shared_train_set;
+    job->test_set = cfg->shared_test_set;
+  } else {
+    TRY("loading the training set", train_load_fmnist(cfg, "train", &job->train_set));
+    TRY("loading the test set", train_load_fmnist(cfg, "t10k", &job->test_set));
+  }
 
   if (cfg->model == TRAIN_MODEL_CNN)
     TRY("building the CNN", cohort_model_create_cnn(cfg->seed, &job->model));
@@ -436,8 +443,10 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
   cohort_optim_destroy(job.optim);
   cohort_ddp_destroy(job.ddp); /* before the model it points into; writes COHORT_TIMELINE (collective) */
   cohort_model_destroy(job.model);
-  cohort_dataset_destroy(job.test_set);
-  cohort_dataset_destroy(job.train_set);
+  if (!cfg->shared_train_set) {
+    cohort_dataset_destroy(job.test_set);
+    cohort_dataset_destroy(job.train_set);
+  }
   free(job.grads);
   return rc;
 }

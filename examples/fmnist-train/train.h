@@ -72,6 +72,9 @@ typedef struct train_config {
   int compress;           /* --compress none|f16|bf16: a cohort_ddp_compression */
   int accumulate;         /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
   int replicas;           /* --replicas N: N replicas as threads of this process (0: one rank per process) */
+  /* With --replicas, main loads the datasets once and every replica reads them (they are read-only once loaded);
+   * NULL: train_run loads its own. */
+  cohort_dataset *shared_train_set, *shared_test_set;
 } train_config;
 
 enum { TRAIN_SYNC_DDP = 0, TRAIN_SYNC_FUSED = 1 };
@@ -144,6 +147,8 @@ typedef struct train_job {
 
 /* ---- train.c ---- */
 
+/* Loads a Fashion-MNIST split ("train", "t10k") from cfg->data_dir, normalized as the job trains on it. */
+cohort_status train_load_fmnist(const train_config *cfg, const char *split, cohort_dataset **out);
 /* Runs the whole job on comm. Returns TRAIN_EXIT_OK or TRAIN_EXIT_FAIL (message printed on stderr). */
 int train_run(const train_config *cfg, cohort_comm *comm);
 
