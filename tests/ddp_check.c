@@ -140,9 +140,21 @@ static int check_create_and_layout(cohort_comm *comm) {
     CHECK(((uintptr_t)bk->data & 63) == 0);
   }
   CHECK(cohort_ddp_bucket_at(ddp, 4) == NULL);
+  /* broadcast_buffers (the default): every prepare() hands rank 0's buffers (e.g. batchnorm statistics) to all. */
+  buf[0] = 100 + rank;
+  CHECK_OK(cohort_ddp_prepare(ddp));
+  CHECK(buf[0] == 100);
   CHECK(cohort_ddp_grad(ddp, NP) == NULL);
   for (int i = 0; i < NP; i++)
     for (size_t k = 0; k < sizes[i]; k++) CHECK(cohort_ddp_grad(ddp, i)[k] == 0.0f);
+  cohort_ddp_destroy(ddp);
+  ddp = NULL;
+  /* Without it, each rank keeps its own buffers between steps (they are still made equal at creation). */
+  o.broadcast_buffers = 0;
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, &b, 1, &o, &ddp));
+  buf[0] = 100 + rank;
+  CHECK_OK(cohort_ddp_prepare(ddp));
+  CHECK(buf[0] == 100 + rank);
 done:
   cohort_ddp_destroy(ddp);
   plist_free(&p);
