@@ -29,6 +29,11 @@ void cohort__launch_usage(FILE *out) {
           "                        (DIR is created if missing; each run starts the files afresh)\n"
           "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
           "                        COHORT_RESTART_COUNT=1..K (a fresh rendezvous generation; default 0)\n"
+          "  --nnodes N            nodes in the job, one cohortrun each (default 1); with N > 1 also:\n"
+          "  --node-rank I         this node, 0..N-1; node 0 serves the store at --master-addr:--master-port\n"
+          "  --nproc-per-node K    workers on this node (the same as -np; RANK = I*K + LOCAL_RANK)\n"
+          "                        (torchrun spellings --nproc_per_node, --node_rank, --master_addr, --master_port\n"
+          "                        are accepted; multi-node needs COHORT_SECRET exported, the same on every node)\n"
           "  -h, --help            this text\n"
           "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
           "\n"
@@ -91,7 +96,8 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
   memset(opts, 0, sizeof *opts);
   opts->master_addr = "127.0.0.1";
   opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
-  int np_given = 0;
+  int np_given = 0, node_rank_given = 0;
+  opts->nnodes = 1;
   int i = 1;
   for (; i < argc; i++) {
     const char *arg = argv[i];
@@ -113,12 +119,30 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(parse_long("-np", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
       opts->np = (int)v;
       np_given = 1;
-    } else if (match_valued(argc, argv, &i, "--master-port", &value, &st)) {
+    } else if (match_valued(argc, argv, &i, "--nproc-per-node", &value, &st) ||
+               match_valued(argc, argv, &i, "--nproc_per_node", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("--nproc-per-node", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
+      opts->np = (int)v;
+      np_given = 1;
+    } else if (match_valued(argc, argv, &i, "--nnodes", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("--nnodes", value, 1, 4096, "a number of nodes", &v));
+      opts->nnodes = (int)v;
+    } else if (match_valued(argc, argv, &i, "--node-rank", &value, &st) ||
+               match_valued(argc, argv, &i, "--node_rank", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_long("--node-rank", value, 0, 4095, "a node rank", &v));
+      opts->node_rank = (int)v;
+      node_rank_given = 1;
+    } else if (match_valued(argc, argv, &i, "--master-port", &value, &st) ||
+               match_valued(argc, argv, &i, "--master_port", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_long("--master-port", value, 0, 65535, "a port number", &v));
       opts->master_port = (int)v;
       opts->master_port_given = 1;
-    } else if (match_valued(argc, argv, &i, "--master-addr", &value, &st)) {
+    } else if (match_valued(argc, argv, &i, "--master-addr", &value, &st) ||
+               match_valued(argc, argv, &i, "--master_addr", &value, &st)) {
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--master-addr needs a non-empty address");
       opts->master_addr = value;
@@ -143,6 +167,20 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     }
   }
   if (!np_given) return cohort__error(COHORT_ERR_INVALID, "-np N is required (the number of workers)");
+  if (opts->node_rank >= opts->nnodes)
+    return cohort__error(COHORT_ERR_INVALID, "--node-rank %d is outside 0..%d (--nnodes %d)", opts->node_rank,
+                         opts->nnodes - 1, opts->nnodes);
+  if (opts->nnodes > 1) {
+    if (!node_rank_given) return cohort__error(COHORT_ERR_INVALID, "--nnodes %d needs --node-rank I", opts->nnodes);
+    if (!opts->master_port_given || opts->master_port == 0)
+      return cohort__error(COHORT_ERR_INVALID,
+                           "--nnodes %d needs a fixed --master-port P (the same on every node; 0 cannot be shared)",
+                           opts->nnodes);
+    if (opts->max_restarts > 0)
+      return cohort__error(COHORT_ERR_INVALID, "--max-restarts is not supported with --nnodes > 1 yet");
+    if (opts->nnodes * opts->np > 1 << 20)
+      return cohort__error(COHORT_ERR_INVALID, "--nnodes x --nproc-per-node is too large");
+  }
   if (i >= argc) return cohort__error(COHORT_ERR_INVALID, "no program given: cohortrun -np N PROGRAM [ARGS...]");
   opts->argv = argv + i;
   return COHORT_OK;

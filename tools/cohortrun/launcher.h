@@ -36,6 +36,8 @@ typedef struct cohort__launch_opts {
   double grace_s; /* between SIGTERM (or a forwarded signal) and SIGKILL */
   const char *log_dir; /* --log-dir: DIR/rank-N.log per rank; NULL for none */
   int max_restarts;    /* --max-restarts K: generations after the first that a failure may start */
+  int nnodes;          /* --nnodes: cohortruns in the job, one per node (1: this host only) */
+  int node_rank;       /* --node-rank: this node; its ranks are node_rank*np .. node_rank*np+np-1 */
   int bind_cores;  /* --bind core: each worker gets its own share of this process's CPUs */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
@@ -51,6 +53,7 @@ cohort_status cohort__launch_resolve_program(const char *name, char **path_out);
 /* What one worker is told about the job. */
 typedef struct cohort__launch_worker_env {
   int rank, world_size;
+  int local_rank, local_world_size;
   const char *master_addr;
   int master_port;
   const char *secret;
@@ -91,5 +94,24 @@ cohort_status cohort__relay_pump(cohort__relay *relay, int *open);
 int cohort__relay_fd(const cohort__relay *relay);
 /* Writes a held partial line (if any), closes the pipe and frees. Safe on NULL. */
 void cohort__relay_destroy(cohort__relay *relay);
+
+/* A multi-node job (cluster.c): every node's cohortrun joins node 0's store, announces itself, checks that all
+ * agree on --nnodes and --nproc-per-node, and then watches the others (heartbeats, a shared root cause). */
+typedef struct cohort__cluster cohort__cluster;
+/* Connects (within timeout_s), announces this node and waits for all nnodes. A wrong secret, an unreachable store,
+ * a node that never comes, and mismatched --nnodes are each one clear error. */
+cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
+                                   int node_rank, int nproc, const char *host, cohort__cluster **out);
+/* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
+int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);
+/* Bumps this node's heartbeat and looks for a reason to stop: another node's root cause, a node gone silent, the
+ * store gone. Returns 1 once, with *report (malloc'd text of whole lines, for stderr) and *code (the exit code). */
+int cohort__cluster_poll(cohort__cluster *c, char **report, int *code);
+/* Says this node's workers are finished (code: its exit code), so that its silence from now on is no failure. */
+void cohort__cluster_done(cohort__cluster *c, int code);
+/* 1 when every other node has said done. */
+int cohort__cluster_all_done(cohort__cluster *c);
+/* Closes the connection and frees. Safe on NULL. */
+void cohort__cluster_leave(cohort__cluster *c);
 
 #endif

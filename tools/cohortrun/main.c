@@ -23,6 +23,7 @@
 #include <openssl/rand.h>
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "launcher.h"
 #include "store/store.h"
@@ -56,7 +57,21 @@ typedef struct job {
   int sigkill_count; /* ranks that needed SIGKILL */
   int64_t drain_until_ns;
   char host[256]; /* this host's name, for the report */
+  int rank0;      /* the global rank of this node's first worker */
+  int world;      /* ranks in the whole job */
+  cohort__cluster *cluster; /* NULL on one node */
+  int64_t next_poll_ns;     /* when the cluster is polled next */
+  char *remote_report;      /* why another node (or the loss of one) stopped this node; malloc'd */
+  int remote_code;
+  int root_is_job_root; /* this node's failure is the whole job's root cause (always so on one node) */
 } job;
+
+/* How often a node's cohortrun bumps its heartbeat and looks at the others: 5 per second keeps a full stop of
+ * every node well within 5 s of a failure anywhere. */
+#define CLUSTER_POLL_NS 200000000LL
+
+static void publish_failure(job *j);
+static void poll_cluster(job *j);
 
 static void ensure_std_fds(void) {
   /* A launcher started with a closed stdout would hand a pipe that very number, and dup2 onto itself keeps
@@ -164,8 +179,9 @@ static void reap(job *j) {
     if (j->running == 0) j->drain_until_ns = cohort__now_ns() + DRAIN_AFTER_EXIT_NS;
     /* Once a stop has begun, deaths are its consequences, not causes. */
     if (!j->stopping && failed(status)) {
-      j->root = w->rank;
+      j->root = (int)(w - j->workers);
       begin_stop(j, SIGTERM);
+      publish_failure(j);
     }
   }
 }
@@ -221,6 +237,7 @@ static void run_loop(job *j) {
     int64_t now = cohort__now_ns();
     if (j->stopping && !j->killed && j->running > 0 && now >= j->kill_at_ns) kill_all(j);
     if (j->running == 0 && (open_relays(j) == 0 || now >= j->drain_until_ns)) break;
+    poll_cluster(j);
     if (!fds || !owners) {
       if (!j->stopping) begin_stop(j, SIGTERM);
       usleep(10000);
@@ -240,6 +257,7 @@ static void run_loop(job *j) {
     int64_t wake = -1;
     if (j->stopping && !j->killed && j->running > 0) wake = j->kill_at_ns;
     if (j->running == 0) wake = j->drain_until_ns;
+    if (j->cluster && !j->remote_report && (wake < 0 || j->next_poll_ns < wake)) wake = j->next_poll_ns;
     int timeout_ms = -1;
     if (wake >= 0) timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
     int ready = poll(fds, (nfds_t)n, timeout_ms);
@@ -263,6 +281,45 @@ static void run_loop(job *j) {
       signal_worker(&j->workers[i], SIGKILL);
 }
 
+static void print_root_cause(const job *j, FILE *out);
+
+/* This node's root cause, offered to the others (multi-node): the report every node will print. */
+static void publish_failure(job *j) {
+  j->root_is_job_root = 1;
+  if (!j->cluster) return;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  if (!mem) return;
+  print_root_cause(j, mem);
+  const worker *w = &j->workers[j->root];
+  char name[32];
+  if (WIFEXITED(w->wait_status))
+    fprintf(mem, "cohortrun: rank %d (pid %d, host %s, node %d) exited with code %d\n", w->rank, (int)w->pid, j->host,
+            j->opts.node_rank, WEXITSTATUS(w->wait_status));
+  else
+    fprintf(mem, "cohortrun: rank %d (pid %d, host %s, node %d) was killed by signal %d (%s)\n", w->rank, (int)w->pid,
+            j->host, j->opts.node_rank, WTERMSIG(w->wait_status),
+            signal_name(WTERMSIG(w->wait_status), name, sizeof name));
+  fclose(mem);
+  int s = w->wait_status;
+  j->root_is_job_root = cohort__cluster_publish_failure(j->cluster, text, WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
+  free(text);
+}
+
+static void poll_cluster(job *j) {
+  if (!j->cluster || j->remote_report) return;
+  int64_t now = cohort__now_ns();
+  if (now < j->next_poll_ns) return;
+  j->next_poll_ns = now + CLUSTER_POLL_NS;
+  char *report = NULL;
+  int code = 1;
+  if (!cohort__cluster_poll(j->cluster, &report, &code)) return;
+  j->remote_report = report ? report : strdup("cohortrun: another node failed\n");
+  j->remote_code = code;
+  if (!j->stopping) begin_stop(j, SIGTERM);
+}
+
 static void free_relays(job *j) {
   for (int i = 0; i < j->started; i++) {
     cohort__relay_destroy(j->workers[i].out);
@@ -272,7 +329,7 @@ static void free_relays(job *j) {
 }
 
 /* DIR/rank-N.log for every rank, truncated: a log holds one run of cohortrun (restarts included, marked). */
-static cohort_status open_logs(const char *dir, int np, int *fds) {
+static cohort_status open_logs(const char *dir, int rank0, int np, int *fds) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot create directory '%s'", dir);
   struct stat st;
@@ -280,7 +337,7 @@ static cohort_status open_logs(const char *dir, int np, int *fds) {
     return cohort__error(COHORT_ERR_INVALID, "--log-dir: '%s' is not a directory", dir);
   for (int r = 0; r < np; r++) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/rank-%d.log", dir, r);
+    snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank0 + r);
     fds[r] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
     if (fds[r] < 0) return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot open '%s'", path);
   }
@@ -300,9 +357,11 @@ static cohort_status start_workers(job *j, const char *program, const char *secr
   j->drain_until_ns = 0;
   for (int r = 0; r < j->opts.np; r++) {
     worker *w = &j->workers[r];
-    w->rank = r;
-    cohort__launch_worker_env wenv = {.rank = r,
-                                      .world_size = j->opts.np,
+    w->rank = j->rank0 + r;
+    cohort__launch_worker_env wenv = {.rank = j->rank0 + r,
+                                      .world_size = j->world,
+                                      .local_rank = r,
+                                      .local_world_size = j->opts.np,
                                       .master_addr = j->opts.master_addr,
                                       .master_port = port,
                                       .secret = secret,
@@ -318,7 +377,7 @@ static cohort_status start_workers(job *j, const char *program, const char *secr
       cohort__launch_env_free(envp);
     }
     if (st != COHORT_OK) {
-      snprintf(spawn_error, error_len, "cannot start rank %d: %s", r, cohort_last_error());
+      snprintf(spawn_error, error_len, "cannot start rank %d: %s", j->rank0 + r, cohort_last_error());
       if (!j->stopping) begin_stop(j, SIGTERM);
       return st;
     }
@@ -327,15 +386,15 @@ static cohort_status start_workers(job *j, const char *program, const char *secr
     j->started++;
     /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
      * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
-    if (cohort__relay_create(r, out_fd, 1, log_fds[r], 0, &w->out) != COHORT_OK) close(out_fd);
-    if (cohort__relay_create(r, err_fd, 2, log_fds[r], 1, &w->err) != COHORT_OK) close(err_fd);
+    if (cohort__relay_create(w->rank, out_fd, 1, log_fds[r], 0, &w->out) != COHORT_OK) close(out_fd);
+    if (cohort__relay_create(w->rank, err_fd, 2, log_fds[r], 1, &w->err) != COHORT_OK) close(err_fd);
   }
   return COHORT_OK;
 }
 
 /* The root cause's own words: the last lines of its stderr, repeated after everyone's shutdown noise. */
 #define ROOT_CAUSE_LINES 10
-static void print_root_cause(const job *j) {
+static void print_root_cause(const job *j, FILE *out) {
   if (j->root < 0) return;
   const worker *w = &j->workers[j->root];
   size_t len = 0;
@@ -345,7 +404,7 @@ static void print_root_cause(const job *j) {
   const char *end = tail + len;
   while (end > tail && (end[-1] == '\n' || end[-1] == '\r')) end--;
   if (end == tail) {
-    fprintf(stderr, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host,
+    fprintf(out, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host,
             where);
     return;
   }
@@ -369,12 +428,12 @@ static void print_root_cause(const job *j) {
   int count = 1;
   for (const char *p = start; p < end; p++)
     count += *p == '\n';
-  fprintf(stderr, "cohortrun: root cause: rank %d on host %s; the last %d line%s of its stderr%s:\n", w->rank,
+  fprintf(out, "cohortrun: root cause: rank %d on host %s; the last %d line%s of its stderr%s:\n", w->rank,
           j->host, count, count == 1 ? "" : "s", where);
   while (start < end) {
     const char *nl = memchr(start, '\n', (size_t)(end - start));
     const char *stop = nl ? nl : end;
-    fprintf(stderr, "cohortrun: | %.*s\n", (int)(stop - start), start);
+    fprintf(out, "cohortrun: | %.*s\n", (int)(stop - start), start);
     start = stop + (nl ? 1 : 0);
   }
 }
@@ -469,11 +528,24 @@ int main(int argc, char **argv) {
 
   char secret[2 * COHORT_LAUNCH_SECRET_BYTES + 1];
   gethostname(j.host, sizeof j.host - 1);
-  if (make_secret(secret, sizeof secret) != COHORT_OK) {
+  j.rank0 = j.opts.node_rank * j.opts.np;
+  j.world = j.opts.nnodes * j.opts.np;
+  if (j.opts.nnodes > 1) {
+    /* Every node must hold the same secret, and only the user can put it there. */
+    const char *given = getenv("COHORT_SECRET");
+    if (!given || !given[0] || strlen(given) >= sizeof secret) {
+      fprintf(stderr, "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
+                      "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
+              j.opts.nnodes);
+      rc = 2;
+      goto done;
+    }
+    snprintf(secret, sizeof secret, "%s", given);
+  } else if (make_secret(secret, sizeof secret) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     goto done;
   }
-  if (cohort__store_server_start(j.opts.master_addr, j.opts.master_port, secret, &server) != COHORT_OK) {
+  if (j.opts.node_rank == 0 && cohort__store_server_start(j.opts.master_addr, j.opts.master_port, secret, &server) != COHORT_OK) {
     if (j.opts.master_port != 0 && bind_errno(j.opts.master_addr, j.opts.master_port) == EADDRINUSE)
       fprintf(stderr,
               "cohortrun: --master-port %d is already in use on %s; stop whatever holds it, pick another port, or "
@@ -484,7 +556,16 @@ int main(int argc, char **argv) {
               j.opts.master_port, cohort_last_error());
     goto done;
   }
-  int port = cohort__store_server_port(server);
+  int port = server ? cohort__store_server_port(server) : j.opts.master_port;
+  if (j.opts.nnodes > 1) {
+    double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
+    if (!(timeout_s > 0)) timeout_s = 300;
+    if (cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, j.opts.nnodes, j.opts.node_rank, j.opts.np,
+                             j.host, &j.cluster) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      goto done;
+    }
+  }
 
   j.workers = calloc((size_t)j.opts.np, sizeof *j.workers);
   log_fds = malloc((size_t)j.opts.np * sizeof *log_fds);
@@ -494,7 +575,7 @@ int main(int argc, char **argv) {
   }
   for (int r = 0; r < j.opts.np; r++)
     log_fds[r] = -1;
-  if (j.opts.log_dir && open_logs(j.opts.log_dir, j.opts.np, log_fds) != COHORT_OK) {
+  if (j.opts.log_dir && open_logs(j.opts.log_dir, j.rank0, j.opts.np, log_fds) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     rc = 2;
     goto done;
@@ -514,7 +595,15 @@ int main(int argc, char **argv) {
       rc = spawn_status == COHORT_ERR_INVALID ? 2 : 1;
       break;
     }
-    print_root_cause(&j);
+    if (j.remote_report && !(j.root >= 0 && j.root_is_job_root)) {
+      /* Another node's failure (or loss) stopped this one: its report, after this node's shutdown noise. */
+      fputs(j.remote_report, stderr);
+      fprintf(stderr, "cohortrun: node %d: stopped its %d rank%s because of the failure above\n", j.opts.node_rank,
+              j.stopped_count, j.stopped_count == 1 ? "" : "s");
+      rc = j.remote_code ? j.remote_code : 1;
+      break;
+    }
+    print_root_cause(&j, stderr);
     print_summary(&j);
     rc = exit_code(&j);
     if (j.root < 0 || j.interrupted || gen >= j.opts.max_restarts) break;
@@ -533,7 +622,25 @@ int main(int argc, char **argv) {
     /* A signal during the stop still counts: it was read by run_loop and leaves j.interrupted set. */
   }
 
+  if (j.cluster) {
+    /* Node 0's store must outlive the other nodes' use of it: wait until every node is done (or gone). */
+    cohort__cluster_done(j.cluster, rc);
+    while (j.opts.node_rank == 0 && !cohort__cluster_all_done(j.cluster)) {
+      usleep(CLUSTER_POLL_NS / 1000);
+      char *report = NULL;
+      int code = 1;
+      if (cohort__cluster_poll(j.cluster, &report, &code) && rc == 0) {
+        /* This node succeeded, another failed after it: the job did not. */
+        if (report) fputs(report, stderr);
+        rc = code ? code : 1;
+      }
+      free(report);
+    }
+  }
+
 done:
+  cohort__cluster_leave(j.cluster);
+  free(j.remote_report);
   if (j.workers) {
     free_relays(&j);
     free(j.workers);

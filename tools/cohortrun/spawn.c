@@ -54,13 +54,15 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
     inherited++;
   char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
   if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
-  char num[4][24];
+  char num[6][24];
   snprintf(num[3], sizeof num[3], "%d", wenv->restart_count);
+  snprintf(num[4], sizeof num[4], "%d", wenv->local_rank);
+  snprintf(num[5], sizeof num[5], "%d", wenv->local_world_size);
   snprintf(num[0], sizeof num[0], "%d", wenv->rank);
   snprintf(num[1], sizeof num[1], "%d", wenv->world_size);
   snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
-  /* Same order as job_vars. On one host the local rank is the rank. */
-  const char *values[JOB_VAR_COUNT] = {num[0], num[1],       num[0], num[1], wenv->master_addr,
+  /* Same order as job_vars. */
+  const char *values[JOB_VAR_COUNT] = {num[0], num[1],       num[4], num[5], wenv->master_addr,
                                        num[2], wenv->secret, "1",    num[3]};
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
     envp[i] = format_var(job_vars[i], values[i]);

@@ -1,0 +1,241 @@
+/* cluster.c: the cohortruns of a multi-node job meeting and watching each other through node 0's store.
+ *
+ * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K host=H" (this node joined), claim/I (a counter: a second
+ * node with the same --node-rank is refused), hb/I (a counter each node bumps on every poll, ~5 times a second),
+ * failed (a counter: the node that takes it to 1 owns the root cause), failure ("CODE\nREPORT", that root cause),
+ * done/I (the node's workers are all finished, with its exit code).
+ *
+ * A node that stops bumping its heartbeat for CLUSTER_SILENT_S without having said done is dead (its cohortrun was
+ * killed, its host is gone); a lost connection to the store means node 0's cohortrun is gone. Either way, every
+ * other node stops its workers, which bounds the time to a full stop by that limit plus the grace.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "launcher.h"
+#include "store/store.h"
+
+#define CLUSTER_SILENT_S 2.0
+
+typedef struct peer {
+  char host[256];
+  int64_t hb;         /* the last heartbeat seen */
+  int64_t changed_ns; /* when it last changed */
+  int done;
+} peer;
+
+struct cohort__cluster {
+  cohort__store *store;
+  char where[300]; /* "A:P", for messages */
+  int nnodes, node_rank;
+  peer *peers;
+  int stopped; /* a stop was already reported by poll */
+};
+
+static char *dup_printf(const char *fmt, const char *a, int b, const char *c) {
+  size_t n = strlen(fmt) + strlen(a) + strlen(c) + 32;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, fmt, a, b, c);
+  return s;
+}
+
+static cohort_status parse_node(const char *value, int *nnodes, int *nproc, char *host, size_t host_len) {
+  const char *h = strstr(value, " host=");
+  if (sscanf(value, "nnodes=%d nproc=%d", nnodes, nproc) != 2 || !h)
+    return cohort__error(COHORT_ERR_PROTOCOL, "malformed node announcement '%s' in the store", value);
+  snprintf(host, host_len, "%s", h + 6);
+  return COHORT_OK;
+}
+
+cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
+                                   int node_rank, int nproc, const char *host, cohort__cluster **out) {
+  *out = NULL;
+  cohort_status st = COHORT_OK;
+  char key[64], value[400];
+  void *got = NULL;
+  size_t len = 0;
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  cohort__cluster *c = calloc(1, sizeof *c);
+  if (!c || !(c->peers = calloc((size_t)nnodes, sizeof *c->peers))) {
+    st = cohort__error(COHORT_ERR_SYSTEM, "out of memory for %d nodes", nnodes);
+    goto fail;
+  }
+  c->nnodes = nnodes;
+  c->node_rank = node_rank;
+  snprintf(c->where, sizeof c->where, "%s:%d", addr, port);
+  st = cohort__store_connect_tcp(addr, port, secret, timeout_s, &c->store);
+  if (st == COHORT_ERR_AUTH) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cohort_last_error());
+    st = cohort__error(st, "node %d: the rendezvous store of node 0 at %s refused this node's COHORT_SECRET: export "
+                           "the same COHORT_SECRET on every node (%s)",
+                       node_rank, c->where, why);
+    goto fail;
+  }
+  if (st == COHORT_ERR_TIMEOUT) {
+    st = cohort__error(st, "node %d: cannot reach the rendezvous store of node 0 at %s within %g s (COHORT_TIMEOUT): "
+                           "is node 0's cohortrun running, and are --master-addr/--master-port right?",
+                       node_rank, c->where, timeout_s);
+    goto fail;
+  }
+  if (st != COHORT_OK) {
+    st = cohort__error_prefix(st, "node %d: joining the rendezvous store of node 0 at %s", node_rank, c->where);
+    goto fail;
+  }
+  int64_t claims = 0;
+  snprintf(key, sizeof key, "cohortrun/claim/%d", node_rank);
+  if ((st = cohort__store_add(c->store, key, 1, &claims)) != COHORT_OK) goto fail;
+  if (claims > 1) {
+    st = cohort__error(COHORT_ERR_INVALID, "--node-rank %d is already taken by another node of this job", node_rank);
+    goto fail;
+  }
+  snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
+  snprintf(value, sizeof value, "nnodes=%d nproc=%d host=%s", nnodes, nproc, host);
+  if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
+  /* Node 0 first: its word on --nnodes is the reference, so a node that expects more nodes than exist finds out
+   * at once instead of waiting for a node that will never come. */
+  for (int n = 0; n < nnodes; n++) {
+    double left = (double)(deadline - cohort__now_ns()) / 1e9;
+    snprintf(key, sizeof key, "cohortrun/node/%d", n);
+    st = cohort__store_get(c->store, key, left > 0 ? left : 0, &got, &len);
+    if (st == COHORT_ERR_TIMEOUT) {
+      st = cohort__error(st, "node %d of %d did not join within %g s (COHORT_TIMEOUT): was its cohortrun started, "
+                             "with the same --master-addr, --master-port and --nnodes?",
+                         n, nnodes, timeout_s);
+      goto fail;
+    }
+    if (st != COHORT_OK) goto fail;
+    int their_nnodes = 0, their_nproc = 0;
+    if ((st = parse_node(got, &their_nnodes, &their_nproc, c->peers[n].host, sizeof c->peers[n].host)) != COHORT_OK)
+      goto fail;
+    free(got);
+    got = NULL;
+    if (their_nnodes != nnodes) {
+      st = cohort__error(COHORT_ERR_MISMATCH, "mismatched --nnodes: this node (node %d) has --nnodes %d, node %d (host "
+                                              "%s) has --nnodes %d; give every node the same value",
+                         node_rank, nnodes, n, c->peers[n].host, their_nnodes);
+      goto fail;
+    }
+    if (their_nproc != nproc) {
+      st = cohort__error(COHORT_ERR_MISMATCH, "mismatched --nproc-per-node: this node (node %d) has %d, node %d (host "
+                                              "%s) has %d; give every node the same value",
+                         node_rank, nproc, n, c->peers[n].host, their_nproc);
+      goto fail;
+    }
+    c->peers[n].changed_ns = cohort__now_ns();
+  }
+  *out = c;
+  return COHORT_OK;
+fail:
+  free(got);
+  cohort__cluster_leave(c);
+  return st;
+}
+
+int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code) {
+  int64_t first = 0;
+  if (cohort__store_add(c->store, "cohortrun/failed", 1, &first) != COHORT_OK) return 1;
+  if (first != 1) return 0;
+  size_t n = strlen(report) + 32;
+  char *value = malloc(n);
+  if (!value) return 1;
+  int len = snprintf(value, n, "%d\n%s", code, report);
+  cohort__store_set(c->store, "cohortrun/failure", value, (size_t)len);
+  free(value);
+  return 1;
+}
+
+/* The root cause another node published (it may still be on its way: the counter is taken first). */
+static char *fetch_failure(cohort__cluster *c, int *code) {
+  void *got = NULL;
+  size_t len = 0;
+  if (cohort__store_get(c->store, "cohortrun/failure", 2.0, &got, &len) != COHORT_OK)
+    return dup_printf("cohortrun: another node reported a failure, but not what it was (%s%d%s)\n", "", 0, "");
+  char *nl = strchr(got, '\n');
+  *code = atoi(got);
+  char *report = strdup(nl ? nl + 1 : "");
+  free(got);
+  return report;
+}
+
+int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
+  *report = NULL;
+  *code = 1;
+  char key[64];
+  int64_t v = 0;
+  int exists = 0;
+  snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
+  if (cohort__store_add(c->store, key, 1, &v) != COHORT_OK ||
+      cohort__store_check(c->store, "cohortrun/failed", &exists) != COHORT_OK) {
+    if (c->stopped) return 0;
+    *report = dup_printf("cohortrun: lost the connection to the rendezvous store of node 0 at %s (node %d: %s): "
+                         "node 0's cohortrun or its host is gone\n",
+                         c->where, c->node_rank, cohort_last_error());
+    c->stopped = 1;
+    return 1;
+  }
+  if (exists && !c->stopped) {
+    *report = fetch_failure(c, code);
+    c->stopped = 1;
+    return 1;
+  }
+  int64_t now = cohort__now_ns();
+  for (int n = 0; n < c->nnodes; n++) {
+    peer *p = &c->peers[n];
+    if (n == c->node_rank || p->done) continue;
+    snprintf(key, sizeof key, "cohortrun/done/%d", n);
+    if (cohort__store_check(c->store, key, &p->done) != COHORT_OK) continue;
+    if (p->done) continue;
+    snprintf(key, sizeof key, "cohortrun/hb/%d", n);
+    if (cohort__store_add(c->store, key, 0, &v) != COHORT_OK) continue;
+    if (v != p->hb) {
+      p->hb = v;
+      p->changed_ns = now;
+    } else if ((double)(now - p->changed_ns) / 1e9 > CLUSTER_SILENT_S) {
+      if (c->stopped) { /* already stopping: a silent node is simply gone, not a new root cause */
+        p->done = 1;
+        continue;
+      }
+      char text[600];
+      snprintf(text, sizeof text,
+               "cohortrun: root cause: node %d (host %s) went silent for %g s: its cohortrun was killed or its host "
+               "is gone, and its ranks with it\n",
+               n, p->host, CLUSTER_SILENT_S);
+      /* Whoever notices first tells the rest, so that every node names the same root cause. */
+      if (!cohort__cluster_publish_failure(c, text, 1)) {
+        *report = fetch_failure(c, code);
+      } else {
+        *report = strdup(text);
+        *code = 1;
+      }
+      c->stopped = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void cohort__cluster_done(cohort__cluster *c, int code) {
+  char key[64], value[16];
+  snprintf(key, sizeof key, "cohortrun/done/%d", c->node_rank);
+  int n = snprintf(value, sizeof value, "%d", code);
+  cohort__store_set(c->store, key, value, (size_t)n);
+}
+
+/* Done or gone (silent after a stop). */
+int cohort__cluster_all_done(cohort__cluster *c) {
+  for (int n = 0; n < c->nnodes; n++)
+    if (n != c->node_rank && !c->peers[n].done) return 0;
+  return 1;
+}
+
+void cohort__cluster_leave(cohort__cluster *c) {
+  if (!c) return;
+  cohort__store_close(c->store);
+  free(c->peers);
+  free(c);
+}
