@@ -37,6 +37,9 @@ static const char *host(void) {
   return name;
 }
 
+/* NAME=VALUE settings for the next proc_start's child (NULL-terminated), then cleared. */
+static const char *const *child_env;
+
 static int proc_start(proc *p, const char *const *argv) {
   int out_p[2], err_p[2];
   if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) return -1;
@@ -46,11 +49,14 @@ static int proc_start(proc *p, const char *const *argv) {
     /* Whatever ran the suite (a background shell ignores SIGINT) must not decide how the workers take signals. */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    for (const char *const *e = child_env; e && *e; e++)
+      putenv((char *)*e);
     dup2(out_p[1], 1);
     dup2(err_p[1], 2);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
+  child_env = NULL;
   close(out_p[1]);
   close(err_p[1]);
   p->out_fd = out_p[0];
@@ -715,6 +721,164 @@ TEST(max_restarts_starts_a_new_generation) {
                  "--max-restarts needs a number of restarts (0 to 1000), got '-1'");
 }
 
+/* Two "nodes" on this host (loopback): cohortrun --nnodes 2, each with its own env. */
+static void start_node(proc *p, const char *const *env, const char *const *argv) {
+  child_env = env;
+  ASSERT_EQ(proc_start(p, argv), 0);
+}
+
+static int free_port(void) {
+  int port = 0;
+  int fd = listen_any(&port);
+  close(fd);
+  return port;
+}
+
+TEST(nodes_meet_and_number_their_ranks) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script = "echo \"rank $RANK of $WORLD_SIZE local $LOCAL_RANK of $LOCAL_WORLD_SIZE\"";
+  proc n0, n1;
+  result r0, r1;
+  double t0 = cohort__now_s();
+  const char *a1[] = {launcher(), "--nnodes=2", "--node_rank", "1", "--nproc_per_node", "2", "--master_addr",
+                      "127.0.0.1", "--master_port", port, "/bin/sh", "-c", script, NULL};
+  start_node(&n1, env, a1);
+  const char *a0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                      "127.0.0.1", "--master-port", port, "/bin/sh", "-c", script, NULL};
+  start_node(&n0, env, a0);
+  proc_finish(&n0, 20.0, t0, &r0);
+  proc_finish(&n1, 20.0, t0, &r1);
+  ASSERT_EQ(r0.code, 0);
+  ASSERT_EQ(r1.code, 0);
+  ASSERT_CONTAINS(r0.out, "[0] rank 0 of 4 local 0 of 2\n");
+  ASSERT_CONTAINS(r0.out, "[1] rank 1 of 4 local 1 of 2\n");
+  ASSERT_CONTAINS(r1.out, "[2] rank 2 of 4 local 0 of 2\n");
+  ASSERT_CONTAINS(r1.out, "[3] rank 3 of 4 local 1 of 2\n");
+  ASSERT_EQ(r0.err_len, 0);
+  ASSERT_EQ(r1.err_len, 0);
+  result_free(&r0);
+  result_free(&r1);
+}
+
+/* A failure on node 1 stops node 0's ranks, and both nodes print the same root cause, last. */
+TEST(a_failure_on_one_node_stops_every_node) {
+  char port[16], dir[64];
+  make_dir(dir, sizeof dir);
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script = "echo $$ > \"$0/pid.$RANK\"; if [ $RANK = 3 ]; then "
+                       "while [ ! -e \"$0/pid.0\" ] || [ ! -e \"$0/pid.1\" ]; do sleep 0.01; done; "
+                       "echo 'rank 3: disk on fire' >&2; exit 6; fi; exec sleep 30";
+  proc n0, n1;
+  result r0, r1;
+  double t0 = cohort__now_s();
+  const char *a1[] = {launcher(), "--nnodes", "2", "--node-rank", "1", "-np", "2", "--master-port", port,
+                      "/bin/sh", "-c", script, dir, NULL};
+  start_node(&n1, env, a1);
+  const char *a0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "-np", "2", "--master-port", port,
+                      "/bin/sh", "-c", script, dir, NULL};
+  start_node(&n0, env, a0);
+  proc_finish(&n0, 20.0, t0, &r0);
+  proc_finish(&n1, 20.0, t0, &r1);
+  ASSERT_EQ(r1.code, 6);
+  ASSERT_EQ(r0.code, 6);
+  ASSERT_TRUE(r0.seconds < 10.0);
+  char expect[512];
+  snprintf(expect, sizeof expect, "cohortrun: root cause: rank 3 on host %s; the last 1 line of its stderr:\n"
+                                  "cohortrun: | rank 3: disk on fire\n", host());
+  ASSERT_CONTAINS(r0.err, expect);
+  ASSERT_CONTAINS(r1.err, expect);
+  snprintf(expect, sizeof expect, ", host %s, node 1) exited with code 6\n"
+                                  "cohortrun: node 0: stopped its 2 ranks because of the failure above\n", host());
+  ASSERT_STREQ(r0.err + r0.err_len - strlen(expect), expect);
+  ASSERT_EQ(alive_after(dir, 4, 2.0), 0);
+  result_free(&r0);
+  result_free(&r1);
+  remove_dir(dir);
+}
+
+/* Each bad multi-node setup: one clear line, non-zero exit, nothing left running. */
+TEST(bad_multi_node_setups_are_named) {
+  const char *w = worker();
+  /* No secret: refused before anything starts. */
+  unsetenv("COHORT_SECRET");
+  expect_refused((const char *[]){"--nnodes", "2", "--node-rank", "0", "-np", "1", "--master-port", "29999", w, NULL},
+                 "--nnodes 2 needs COHORT_SECRET exported, the same on every node");
+  expect_refused((const char *[]){"--nnodes", "2", "--node-rank", "0", "-np", "1", w, NULL},
+                 "--nnodes 2 needs a fixed --master-port P");
+  expect_refused((const char *[]){"--nnodes", "2", "-np", "1", "--master-port", "29999", w, NULL},
+                 "--nnodes 2 needs --node-rank I");
+  expect_refused((const char *[]){"--nnodes", "2", "--node-rank", "2", "-np", "1", w, NULL},
+                 "--node-rank 2 is outside 0..1 (--nnodes 2)");
+  expect_refused((const char *[]){"--nnodes", "0", "-np", "1", w, NULL}, "--nnodes needs a number of nodes");
+
+  /* An unreachable master: node 1 dials a port nobody listens on, and gives up after COHORT_TIMEOUT. */
+  char port[16];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const quick[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=1", NULL};
+  proc p, q;
+  result r, r2;
+  double t0 = cohort__now_s();
+  const char *a[] = {launcher(), "--nnodes", "2", "--node-rank", "1", "-np", "1", "--master-port", port, w, "lines",
+                     "1", NULL};
+  start_node(&p, quick, a);
+  proc_finish(&p, 20.0, t0, &r);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_EQ(count_lines(r.err), 1);
+  char expect[600];
+  snprintf(expect, sizeof expect, "cohortrun: node 1: cannot reach the rendezvous store of node 0 at 127.0.0.1:%s "
+                                  "within 1 s (COHORT_TIMEOUT)", port);
+  ASSERT_CONTAINS(r.err, expect);
+  ASSERT_TRUE(r.seconds >= 0.9 && r.seconds < 10.0);
+  ASSERT_EQ(r.out_len, 0);
+  result_free(&r);
+
+  /* Mismatched --nnodes: both nodes say so, naming both values. */
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=5", NULL};
+  t0 = cohort__now_s();
+  const char *b0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "-np", "1", "--master-port", port, w, "lines",
+                      "1", NULL};
+  const char *b1[] = {launcher(), "--nnodes", "3", "--node-rank", "1", "-np", "1", "--master-port", port, w, "lines",
+                      "1", NULL};
+  start_node(&p, env, b0);
+  start_node(&q, env, b1);
+  proc_finish(&p, 20.0, t0, &r);
+  proc_finish(&q, 20.0, t0, &r2);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_EQ(r2.code, 1);
+  snprintf(expect, sizeof expect, "cohortrun: mismatched --nnodes: this node (node 0) has --nnodes 2, node 1 (host %s) "
+                                  "has --nnodes 3", host());
+  ASSERT_CONTAINS(r.err, expect);
+  snprintf(expect, sizeof expect, "cohortrun: mismatched --nnodes: this node (node 1) has --nnodes 3, node 0 (host %s) "
+                                  "has --nnodes 2", host());
+  ASSERT_CONTAINS(r2.err, expect);
+  ASSERT_EQ(r.out_len + r2.out_len, 0);
+  result_free(&r);
+  result_free(&r2);
+
+  /* A wrong secret on node 1: the store refuses it, node 1 says why; node 0 times out waiting for node 1. */
+  static const char *const env0[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=2", NULL};
+  static const char *const env1[] = {"COHORT_SECRET=not-the-same-secret", "COHORT_TIMEOUT=2", NULL};
+  t0 = cohort__now_s();
+  start_node(&p, env0, b0);
+  b1[2] = "2";
+  start_node(&q, env1, b1);
+  proc_finish(&p, 20.0, t0, &r);
+  proc_finish(&q, 20.0, t0, &r2);
+  ASSERT_EQ(r2.code, 1);
+  ASSERT_EQ(count_lines(r2.err), 1);
+  snprintf(expect, sizeof expect, "cohortrun: node 1: the rendezvous store of node 0 at 127.0.0.1:%s refused this "
+                                  "node's COHORT_SECRET: export the same COHORT_SECRET on every node", port);
+  ASSERT_CONTAINS(r2.err, expect);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_CONTAINS(r.err, "cohortrun: node 1 of 2 did not join within 2 s (COHORT_TIMEOUT)");
+  ASSERT_EQ(r.out_len + r2.out_len, 0);
+  result_free(&r);
+  result_free(&r2);
+}
+
 COHORT_TEST_MAIN(
     TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
     TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
@@ -724,4 +888,5 @@ COHORT_TEST_MAIN(
     TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
-    TEST_CASE(max_restarts_starts_a_new_generation))
+    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(nodes_meet_and_number_their_ranks),
+    TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named))
