@@ -560,9 +560,13 @@ int main(int argc, char **argv) {
   if (j.opts.nnodes > 1) {
     double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
     if (!(timeout_s > 0)) timeout_s = 300;
-    if (cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, j.opts.nnodes, j.opts.node_rank, j.opts.np,
-                             j.host, &j.cluster) != COHORT_OK) {
+    cohort_status st = cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, j.opts.nnodes,
+                                            j.opts.node_rank, j.opts.np, j.host, &j.cluster);
+    if (st != COHORT_OK) {
       fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
+       * instead of only losing its connection. */
+      if (server && st == COHORT_ERR_MISMATCH) usleep(1000000);
       goto done;
     }
   }
