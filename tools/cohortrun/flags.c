@@ -34,6 +34,10 @@ void cohort__launch_usage(FILE *out) {
           "  --nproc-per-node K    workers on this node (the same as -np; RANK = I*K + LOCAL_RANK)\n"
           "                        (torchrun spellings --nproc_per_node, --node_rank, --master_addr, --master_port\n"
           "                        are accepted; multi-node needs COHORT_SECRET exported, the same on every node)\n"
+          "  -H H1:K,H2:K,...      start the job on these hosts: this cohortrun is node 0 (run it on H1), the\n"
+          "                        others are started over ssh (BatchMode) with the same cohortrun path, program\n"
+          "                        and working directory; K workers per host (all equal); store on H1\n"
+          "  --hostfile F          the same, one host per line: 'HOST:K' or 'HOST slots=K' ('#' comments)\n"
           "  -h, --help            this text\n"
           "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
           "\n"
@@ -125,6 +129,12 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(parse_long("--nproc-per-node", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
       opts->np = (int)v;
       np_given = 1;
+    } else if (match_valued(argc, argv, &i, "-H", &value, &st) || match_valued(argc, argv, &i, "--hosts", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(cohort__launch_parse_hosts(value, opts));
+    } else if (match_valued(argc, argv, &i, "--hostfile", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(cohort__launch_read_hostfile(value, opts));
     } else if (match_valued(argc, argv, &i, "--nnodes", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_long("--nnodes", value, 1, 4096, "a number of nodes", &v));
@@ -146,6 +156,7 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--master-addr needs a non-empty address");
       opts->master_addr = value;
+      opts->master_addr_given = 1;
     } else if (match_valued(argc, argv, &i, "--bind", &value, &st)) {
       COHORT_CHECK(st);
       if (strcmp(value, "core") == 0) opts->bind_cores = 1;
@@ -165,6 +176,19 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     } else {
       return cohort__error(COHORT_ERR_INVALID, "unknown flag '%s'", arg);
     }
+  }
+  if (opts->nhosts > 0) {
+    /* The host list says it all: this is node 0 of nhosts, and the workers per node are the slots. */
+    if (np_given || opts->nnodes > 1 || node_rank_given)
+      return cohort__error(COHORT_ERR_INVALID, "-H/--hostfile give the nodes and their workers: leave out -np, "
+                                               "--nproc-per-node, --nnodes and --node-rank");
+    if (opts->max_restarts > 0)
+      return cohort__error(COHORT_ERR_INVALID, "--max-restarts is not supported with several nodes yet");
+    opts->nnodes = opts->nhosts;
+    if (!opts->master_addr_given) opts->master_addr = opts->hosts[0];
+    if (i >= argc) return cohort__error(COHORT_ERR_INVALID, "no program given: cohortrun -H HOSTS PROGRAM [ARGS...]");
+    opts->argv = argv + i;
+    return COHORT_OK;
   }
   if (!np_given) return cohort__error(COHORT_ERR_INVALID, "-np N is required (the number of workers)");
   if (opts->node_rank >= opts->nnodes)

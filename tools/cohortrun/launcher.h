@@ -22,6 +22,8 @@
 
 #include "cohort/cohort.h"
 
+/* -H and --hostfile list at most this many hosts. */
+#define COHORT_LAUNCH_HOSTS_MAX 64
 /* More workers than this would need more descriptors (two pipes each) than a default ulimit -n grants. */
 #define COHORT_LAUNCH_NP_MAX 256
 #define COHORT_LAUNCH_GRACE_DEFAULT_S 3.0
@@ -38,6 +40,9 @@ typedef struct cohort__launch_opts {
   int max_restarts;    /* --max-restarts K: generations after the first that a failure may start */
   int nnodes;          /* --nnodes: cohortruns in the job, one per node (1: this host only) */
   int node_rank;       /* --node-rank: this node; its ranks are node_rank*np .. node_rank*np+np-1 */
+  int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
+  char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
+  int master_addr_given;
   int bind_cores;  /* --bind core: each worker gets its own share of this process's CPUs */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
@@ -94,6 +99,13 @@ cohort_status cohort__relay_pump(cohort__relay *relay, int *open);
 int cohort__relay_fd(const cohort__relay *relay);
 /* Writes a held partial line (if any), closes the pipe and frees. Safe on NULL. */
 void cohort__relay_destroy(cohort__relay *relay);
+
+/* -H host1:2,host2:2 and --hostfile F (hosts.c): the hosts, each with its number of workers (all equal). */
+cohort_status cohort__launch_parse_hosts(const char *list, cohort__launch_opts *opts);
+cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts *opts);
+/* Starts node `node`'s cohortrun on opts->hosts[node] over ssh (the secret goes to its stdin). */
+cohort_status cohort__launch_ssh_node(const cohort__launch_opts *opts, int node, int port, const char *secret,
+                                      pid_t *pid_out);
 
 /* A multi-node job (cluster.c): every node's cohortrun joins node 0's store, announces itself, checks that all
  * agree on --nnodes and --nproc-per-node, and then watches the others (heartbeats, a shared root cause). */

@@ -507,6 +507,7 @@ int main(int argc, char **argv) {
 
   int rc = 1;
   int *log_fds = NULL;
+  pid_t ssh_pids[COHORT_LAUNCH_HOSTS_MAX] = {0};
   cohort__store_server *server = NULL;
   char spawn_error[1100] = "";
   cohort_status spawn_status = COHORT_OK;
@@ -530,9 +531,17 @@ int main(int argc, char **argv) {
   gethostname(j.host, sizeof j.host - 1);
   j.rank0 = j.opts.node_rank * j.opts.np;
   j.world = j.opts.nnodes * j.opts.np;
-  if (j.opts.nnodes > 1) {
+  const char *given = getenv("COHORT_SECRET");
+  if (j.opts.nhosts > 0 && given && given[0] && strlen(given) < sizeof secret) {
+    snprintf(secret, sizeof secret, "%s", given);
+  } else if (j.opts.nhosts > 0) {
+    /* -H: this cohortrun hands the secret to every node itself (over ssh's stdin). */
+    if (make_secret(secret, sizeof secret) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      goto done;
+    }
+  } else if (j.opts.nnodes > 1) {
     /* Every node must hold the same secret, and only the user can put it there. */
-    const char *given = getenv("COHORT_SECRET");
     if (!given || !given[0] || strlen(given) >= sizeof secret) {
       fprintf(stderr, "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
                       "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
@@ -557,6 +566,12 @@ int main(int argc, char **argv) {
     goto done;
   }
   int port = server ? cohort__store_server_port(server) : j.opts.master_port;
+  for (int n = 1; n < j.opts.nhosts; n++) {
+    if (cohort__launch_ssh_node(&j.opts, n, port, secret, &ssh_pids[n]) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: cannot start node %d on %s: %s\n", n, j.opts.hosts[n], cohort_last_error());
+      goto done;
+    }
+  }
   if (j.opts.nnodes > 1) {
     double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
     if (!(timeout_s > 0)) timeout_s = 300;
@@ -644,6 +659,19 @@ int main(int argc, char **argv) {
 
 done:
   cohort__cluster_leave(j.cluster);
+  /* The other nodes' ssh: they end with their cohortrun; one that does not within the grace is not waited for. */
+  for (int n = 1; n < j.opts.nhosts; n++) {
+    if (ssh_pids[n] <= 0) continue;
+    int64_t until = cohort__now_ns() + (int64_t)(j.opts.grace_s * 1e9) + 1000000000LL;
+    while (waitpid(ssh_pids[n], NULL, WNOHANG) == 0) {
+      if (cohort__now_ns() >= until) {
+        kill(ssh_pids[n], SIGKILL);
+        waitpid(ssh_pids[n], NULL, 0);
+        break;
+      }
+      usleep(20000);
+    }
+  }
   free(j.remote_report);
   if (j.workers) {
     free_relays(&j);
