@@ -742,11 +742,13 @@ TEST(nodes_meet_and_number_their_ranks) {
   proc n0, n1;
   result r0, r1;
   double t0 = cohort__now_s();
-  const char *a1[] = {launcher(), "--nnodes=2", "--node_rank", "1", "--nproc_per_node", "2", "--master_addr",
-                      "127.0.0.1", "--master_port", port, "/bin/sh", "-c", script, NULL};
+  const char *a1[] = {launcher(),      "--nnodes=2", "--node_rank",   "1",  "--nproc_per_node", "2",
+                      "--master_addr", "127.0.0.1",  "--master_port", port, "/bin/sh",          "-c",
+                      script,          NULL};
   start_node(&n1, env, a1);
-  const char *a0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
-                      "127.0.0.1", "--master-port", port, "/bin/sh", "-c", script, NULL};
+  const char *a0[] = {launcher(), "--nnodes",      "2",         "--node-rank",   "0",  "--nproc-per-node",
+                      "2",        "--master-addr", "127.0.0.1", "--master-port", port, "/bin/sh",
+                      "-c",       script,          NULL};
   start_node(&n0, env, a0);
   proc_finish(&n0, 20.0, t0, &r0);
   proc_finish(&n1, 20.0, t0, &r1);
@@ -774,11 +776,11 @@ TEST(a_failure_on_one_node_stops_every_node) {
   proc n0, n1;
   result r0, r1;
   double t0 = cohort__now_s();
-  const char *a1[] = {launcher(), "--nnodes", "2", "--node-rank", "1", "-np", "2", "--master-port", port,
-                      "/bin/sh", "-c", script, dir, NULL};
+  const char *a1[] = {launcher(),      "--nnodes", "2",       "--node-rank", "1",    "-np", "2",
+                      "--master-port", port,       "/bin/sh", "-c",          script, dir,   NULL};
   start_node(&n1, env, a1);
-  const char *a0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "-np", "2", "--master-port", port,
-                      "/bin/sh", "-c", script, dir, NULL};
+  const char *a0[] = {launcher(),      "--nnodes", "2",       "--node-rank", "0",    "-np", "2",
+                      "--master-port", port,       "/bin/sh", "-c",          script, dir,   NULL};
   start_node(&n0, env, a0);
   proc_finish(&n0, 20.0, t0, &r0);
   proc_finish(&n1, 20.0, t0, &r1);
@@ -786,12 +788,16 @@ TEST(a_failure_on_one_node_stops_every_node) {
   ASSERT_EQ(r0.code, 6);
   ASSERT_TRUE(r0.seconds < 10.0);
   char expect[512];
-  snprintf(expect, sizeof expect, "cohortrun: root cause: rank 3 on host %s; the last 1 line of its stderr:\n"
-                                  "cohortrun: | rank 3: disk on fire\n", host());
+  snprintf(expect, sizeof expect,
+           "cohortrun: root cause: rank 3 on host %s; the last 1 line of its stderr:\n"
+           "cohortrun: | rank 3: disk on fire\n",
+           host());
   ASSERT_CONTAINS(r0.err, expect);
   ASSERT_CONTAINS(r1.err, expect);
-  snprintf(expect, sizeof expect, ", host %s, node 1) exited with code 6\n"
-                                  "cohortrun: node 0: stopped its 2 ranks because of the failure above\n", host());
+  snprintf(expect, sizeof expect,
+           ", host %s, node 1) exited with code 6\n"
+           "cohortrun: node 0: stopped its 2 ranks because of the failure above\n",
+           host());
   ASSERT_STREQ(r0.err + r0.err_len - strlen(expect), expect);
   ASSERT_EQ(alive_after(dir, 4, 2.0), 0);
   result_free(&r0);
@@ -821,15 +827,17 @@ TEST(bad_multi_node_setups_are_named) {
   proc p, q;
   result r, r2;
   double t0 = cohort__now_s();
-  const char *a[] = {launcher(), "--nnodes", "2", "--node-rank", "1", "-np", "1", "--master-port", port, w, "lines",
-                     "1", NULL};
+  const char *a[] = {launcher(),      "--nnodes", "2", "--node-rank", "1", "-np", "1",
+                     "--master-port", port,       w,   "lines",       "1", NULL};
   start_node(&p, quick, a);
   proc_finish(&p, 20.0, t0, &r);
   ASSERT_EQ(r.code, 1);
   ASSERT_EQ(count_lines(r.err), 1);
   char expect[600];
-  snprintf(expect, sizeof expect, "cohortrun: node 1: cannot reach the rendezvous store of node 0 at 127.0.0.1:%s "
-                                  "within 1 s (COHORT_TIMEOUT)", port);
+  snprintf(expect, sizeof expect,
+           "cohortrun: node 1: cannot reach the rendezvous store of node 0 at 127.0.0.1:%s "
+           "within 1 s (COHORT_TIMEOUT)",
+           port);
   ASSERT_CONTAINS(r.err, expect);
   ASSERT_TRUE(r.seconds >= 0.9 && r.seconds < 10.0);
   ASSERT_EQ(r.out_len, 0);
@@ -838,21 +846,25 @@ TEST(bad_multi_node_setups_are_named) {
   /* Mismatched --nnodes: both nodes say so, naming both values. */
   static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=5", NULL};
   t0 = cohort__now_s();
-  const char *b0[] = {launcher(), "--nnodes", "2", "--node-rank", "0", "-np", "1", "--master-port", port, w, "lines",
-                      "1", NULL};
-  const char *b1[] = {launcher(), "--nnodes", "3", "--node-rank", "1", "-np", "1", "--master-port", port, w, "lines",
-                      "1", NULL};
+  const char *b0[] = {launcher(),      "--nnodes", "2", "--node-rank", "0", "-np", "1",
+                      "--master-port", port,       w,   "lines",       "1", NULL};
+  const char *b1[] = {launcher(),      "--nnodes", "3", "--node-rank", "1", "-np", "1",
+                      "--master-port", port,       w,   "lines",       "1", NULL};
   start_node(&p, env, b0);
   start_node(&q, env, b1);
   proc_finish(&p, 20.0, t0, &r);
   proc_finish(&q, 20.0, t0, &r2);
   ASSERT_EQ(r.code, 1);
   ASSERT_EQ(r2.code, 1);
-  snprintf(expect, sizeof expect, "cohortrun: mismatched --nnodes: this node (node 0) has --nnodes 2, node 1 (host %s) "
-                                  "has --nnodes 3", host());
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --nnodes: this node (node 0) has --nnodes 2, node 1 (host %s) "
+           "has --nnodes 3",
+           host());
   ASSERT_CONTAINS(r.err, expect);
-  snprintf(expect, sizeof expect, "cohortrun: mismatched --nnodes: this node (node 1) has --nnodes 3, node 0 (host %s) "
-                                  "has --nnodes 2", host());
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --nnodes: this node (node 1) has --nnodes 3, node 0 (host %s) "
+           "has --nnodes 2",
+           host());
   ASSERT_CONTAINS(r2.err, expect);
   ASSERT_EQ(r.out_len + r2.out_len, 0);
   result_free(&r);
@@ -869,8 +881,10 @@ TEST(bad_multi_node_setups_are_named) {
   proc_finish(&q, 20.0, t0, &r2);
   ASSERT_EQ(r2.code, 1);
   ASSERT_EQ(count_lines(r2.err), 1);
-  snprintf(expect, sizeof expect, "cohortrun: node 1: the rendezvous store of node 0 at 127.0.0.1:%s refused this "
-                                  "node's COHORT_SECRET: export the same COHORT_SECRET on every node", port);
+  snprintf(expect, sizeof expect,
+           "cohortrun: node 1: the rendezvous store of node 0 at 127.0.0.1:%s refused this "
+           "node's COHORT_SECRET: export the same COHORT_SECRET on every node",
+           port);
   ASSERT_CONTAINS(r2.err, expect);
   ASSERT_EQ(r.code, 1);
   ASSERT_CONTAINS(r.err, "cohortrun: node 1 of 2 did not join within 2 s (COHORT_TIMEOUT)");
@@ -888,7 +902,8 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   snprintf(path, sizeof path, "%s/ssh", dir);
   FILE *f = fopen(path, "w");
   ASSERT_TRUE(f != NULL);
-  fputs("#!/bin/sh\n[ \"$1\" = -o ] && shift 2\necho \"$1\" >> \"$(dirname \"$0\")/hosts\"\nshift\nexec sh -c \"$1\"\n", f);
+  fputs("#!/bin/sh\n[ \"$1\" = -o ] && shift 2\necho \"$1\" >> \"$(dirname \"$0\")/hosts\"\nshift\nexec sh -c \"$1\"\n",
+        f);
   fclose(f);
   chmod(path, 0755);
   snprintf(env_path, sizeof env_path, "PATH=%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");

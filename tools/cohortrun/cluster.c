@@ -71,14 +71,16 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   if (st == COHORT_ERR_AUTH) {
     char why[512];
     snprintf(why, sizeof why, "%s", cohort_last_error());
-    st = cohort__error(st, "node %d: the rendezvous store of node 0 at %s refused this node's COHORT_SECRET: export "
-                           "the same COHORT_SECRET on every node (%s)",
+    st = cohort__error(st,
+                       "node %d: the rendezvous store of node 0 at %s refused this node's COHORT_SECRET: export "
+                       "the same COHORT_SECRET on every node (%s)",
                        node_rank, c->where, why);
     goto fail;
   }
   if (st == COHORT_ERR_TIMEOUT) {
-    st = cohort__error(st, "node %d: cannot reach the rendezvous store of node 0 at %s within %g s (COHORT_TIMEOUT): "
-                           "is node 0's cohortrun running, and are --master-addr/--master-port right?",
+    st = cohort__error(st,
+                       "node %d: cannot reach the rendezvous store of node 0 at %s within %g s (COHORT_TIMEOUT): "
+                       "is node 0's cohortrun running, and are --master-addr/--master-port right?",
                        node_rank, c->where, timeout_s);
     goto fail;
   }
@@ -103,8 +105,9 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     snprintf(key, sizeof key, "cohortrun/node/%d", n);
     st = cohort__store_get(c->store, key, left > 0 ? left : 0, &got, &len);
     if (st == COHORT_ERR_TIMEOUT) {
-      st = cohort__error(st, "node %d of %d did not join within %g s (COHORT_TIMEOUT): was its cohortrun started, "
-                             "with the same --master-addr, --master-port and --nnodes?",
+      st = cohort__error(st,
+                         "node %d of %d did not join within %g s (COHORT_TIMEOUT): was its cohortrun started, "
+                         "with the same --master-addr, --master-port and --nnodes?",
                          n, nnodes, timeout_s);
       goto fail;
     }
@@ -115,14 +118,16 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     free(got);
     got = NULL;
     if (their_nnodes != nnodes) {
-      st = cohort__error(COHORT_ERR_MISMATCH, "mismatched --nnodes: this node (node %d) has --nnodes %d, node %d (host "
-                                              "%s) has --nnodes %d; give every node the same value",
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nnodes: this node (node %d) has --nnodes %d, node %d (host "
+                         "%s) has --nnodes %d; give every node the same value",
                          node_rank, nnodes, n, c->peers[n].host, their_nnodes);
       goto fail;
     }
     if (their_nproc != nproc) {
-      st = cohort__error(COHORT_ERR_MISMATCH, "mismatched --nproc-per-node: this node (node %d) has %d, node %d (host "
-                                              "%s) has %d; give every node the same value",
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nproc-per-node: this node (node %d) has %d, node %d (host "
+                         "%s) has %d; give every node the same value",
                          node_rank, nproc, n, c->peers[n].host, their_nproc);
       goto fail;
     }

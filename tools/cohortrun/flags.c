@@ -129,7 +129,8 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(parse_long("--nproc-per-node", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
       opts->np = (int)v;
       np_given = 1;
-    } else if (match_valued(argc, argv, &i, "-H", &value, &st) || match_valued(argc, argv, &i, "--hosts", &value, &st)) {
+    } else if (match_valued(argc, argv, &i, "-H", &value, &st) ||
+               match_valued(argc, argv, &i, "--hosts", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(cohort__launch_parse_hosts(value, opts));
     } else if (match_valued(argc, argv, &i, "--hostfile", &value, &st)) {
@@ -159,9 +160,12 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       opts->master_addr_given = 1;
     } else if (match_valued(argc, argv, &i, "--bind", &value, &st)) {
       COHORT_CHECK(st);
-      if (strcmp(value, "core") == 0) opts->bind_cores = 1;
-      else if (strcmp(value, "none") == 0) opts->bind_cores = 0;
-      else return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core' or 'none', not '%s'", value);
+      if (strcmp(value, "core") == 0)
+        opts->bind_cores = 1;
+      else if (strcmp(value, "none") == 0)
+        opts->bind_cores = 0;
+      else
+        return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core' or 'none', not '%s'", value);
     } else if (match_valued(argc, argv, &i, "--log-dir", &value, &st)) {
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--log-dir needs a non-empty directory");

@@ -28,8 +28,9 @@ static cohort_status add_host(cohort__launch_opts *o, const char *name, size_t n
   if (o->nhosts >= COHORT_LAUNCH_HOSTS_MAX)
     return cohort__error(COHORT_ERR_INVALID, "%s: more than %d hosts", where, COHORT_LAUNCH_HOSTS_MAX);
   if (o->nhosts > 0 && slots != o->np)
-    return cohort__error(COHORT_ERR_INVALID, "%s: host '%.*s' has %ld slots, the first host %d: every host must run "
-                                             "the same number of workers",
+    return cohort__error(COHORT_ERR_INVALID,
+                         "%s: host '%.*s' has %ld slots, the first host %d: every host must run "
+                         "the same number of workers",
                          where, (int)name_len, name, slots, o->np);
   memcpy(o->hosts[o->nhosts], name, name_len);
   o->hosts[o->nhosts][name_len] = '\0';
@@ -86,12 +87,13 @@ cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts
     if (len == 0) continue;
     /* mpirun's "host slots=N" as well as "host:N". */
     const char *slots = strstr(s + len, "slots=");
-    if (slots) st = add_host(o, s, len, strtol(slots + 6, NULL, 10), where);
-    else st = parse_entry(o, s, len, where);
+    if (slots)
+      st = add_host(o, s, len, strtol(slots + 6, NULL, 10), where);
+    else
+      st = parse_entry(o, s, len, where);
   }
   fclose(f);
-  if (st == COHORT_OK && o->nhosts == 0)
-    st = cohort__error(COHORT_ERR_INVALID, "--hostfile '%s' lists no host", path);
+  if (st == COHORT_OK && o->nhosts == 0) st = cohort__error(COHORT_ERR_INVALID, "--hostfile '%s' lists no host", path);
   return st;
 }
 

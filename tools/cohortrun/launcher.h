@@ -35,7 +35,7 @@ typedef struct cohort__launch_opts {
   int master_port; /* 0: any free port */
   int master_port_given;
   const char *master_addr;
-  double grace_s; /* between SIGTERM (or a forwarded signal) and SIGKILL */
+  double grace_s;      /* between SIGTERM (or a forwarded signal) and SIGKILL */
   const char *log_dir; /* --log-dir: DIR/rank-N.log per rank; NULL for none */
   int max_restarts;    /* --max-restarts K: generations after the first that a failure may start */
   int nnodes;          /* --nnodes: cohortruns in the job, one per node (1: this host only) */
@@ -43,7 +43,7 @@ typedef struct cohort__launch_opts {
   int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
   char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
   int master_addr_given;
-  int bind_cores;  /* --bind core: each worker gets its own share of this process's CPUs */
+  int bind_cores; /* --bind core: each worker gets its own share of this process's CPUs */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
 } cohort__launch_opts;

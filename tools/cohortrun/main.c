@@ -56,9 +56,9 @@ typedef struct job {
   int stopped_count; /* ranks still running when the stop began */
   int sigkill_count; /* ranks that needed SIGKILL */
   int64_t drain_until_ns;
-  char host[256]; /* this host's name, for the report */
-  int rank0;      /* the global rank of this node's first worker */
-  int world;      /* ranks in the whole job */
+  char host[256];           /* this host's name, for the report */
+  int rank0;                /* the global rank of this node's first worker */
+  int world;                /* ranks in the whole job */
   cohort__cluster *cluster; /* NULL on one node */
   int64_t next_poll_ns;     /* when the cluster is polled next */
   char *remote_report;      /* why another node (or the loss of one) stopped this node; malloc'd */
@@ -303,7 +303,8 @@ static void publish_failure(job *j) {
             signal_name(WTERMSIG(w->wait_status), name, sizeof name));
   fclose(mem);
   int s = w->wait_status;
-  j->root_is_job_root = cohort__cluster_publish_failure(j->cluster, text, WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
+  j->root_is_job_root =
+      cohort__cluster_publish_failure(j->cluster, text, WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
   free(text);
 }
 
@@ -402,10 +403,10 @@ static void print_root_cause(const job *j, FILE *out) {
   char where[4400] = "";
   if (j->opts.log_dir) snprintf(where, sizeof where, " (all of its output: %s/rank-%d.log)", j->opts.log_dir, w->rank);
   const char *end = tail + len;
-  while (end > tail && (end[-1] == '\n' || end[-1] == '\r')) end--;
+  while (end > tail && (end[-1] == '\n' || end[-1] == '\r'))
+    end--;
   if (end == tail) {
-    fprintf(out, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host,
-            where);
+    fprintf(out, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host, where);
     return;
   }
   /* Back from the end over ROOT_CAUSE_LINES lines; a first line cut by the window is left out. */
@@ -428,8 +429,8 @@ static void print_root_cause(const job *j, FILE *out) {
   int count = 1;
   for (const char *p = start; p < end; p++)
     count += *p == '\n';
-  fprintf(out, "cohortrun: root cause: rank %d on host %s; the last %d line%s of its stderr%s:\n", w->rank,
-          j->host, count, count == 1 ? "" : "s", where);
+  fprintf(out, "cohortrun: root cause: rank %d on host %s; the last %d line%s of its stderr%s:\n", w->rank, j->host,
+          count, count == 1 ? "" : "s", where);
   while (start < end) {
     const char *nl = memchr(start, '\n', (size_t)(end - start));
     const char *stop = nl ? nl : end;
@@ -461,8 +462,8 @@ static void print_summary(const job *j) {
   if (j->root >= 0) {
     const worker *w = &j->workers[j->root];
     if (WIFEXITED(w->wait_status))
-      fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) exited with code %d; %s%s\n", w->rank, (int)w->pid,
-              j->host, WEXITSTATUS(w->wait_status), others, killed);
+      fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) exited with code %d; %s%s\n", w->rank, (int)w->pid, j->host,
+              WEXITSTATUS(w->wait_status), others, killed);
     else
       fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) was killed by signal %d (%s)%s; %s%s\n", w->rank,
               (int)w->pid, j->host, WTERMSIG(w->wait_status), signal_name(WTERMSIG(w->wait_status), name, sizeof name),
@@ -543,8 +544,9 @@ int main(int argc, char **argv) {
   } else if (j.opts.nnodes > 1) {
     /* Every node must hold the same secret, and only the user can put it there. */
     if (!given || !given[0] || strlen(given) >= sizeof secret) {
-      fprintf(stderr, "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
-                      "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
+      fprintf(stderr,
+              "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
+              "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
               j.opts.nnodes);
       rc = 2;
       goto done;
@@ -554,7 +556,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     goto done;
   }
-  if (j.opts.node_rank == 0 && cohort__store_server_start(j.opts.master_addr, j.opts.master_port, secret, &server) != COHORT_OK) {
+  if (j.opts.node_rank == 0 &&
+      cohort__store_server_start(j.opts.master_addr, j.opts.master_port, secret, &server) != COHORT_OK) {
     if (j.opts.master_port != 0 && bind_errno(j.opts.master_addr, j.opts.master_port) == EADDRINUSE)
       fprintf(stderr,
               "cohortrun: --master-port %d is already in use on %s; stop whatever holds it, pick another port, or "
@@ -628,13 +631,13 @@ int main(int argc, char **argv) {
     if (j.root < 0 || j.interrupted || gen >= j.opts.max_restarts) break;
     /* A failure with restarts left: everything of this generation is stopped and reaped (run_loop returned), so
      * the next one starts clean, under a new COHORT_RESTART_COUNT, which scopes every rendezvous key anew. */
-    fprintf(stderr, "cohortrun: restart %d of %d: starting all %d ranks again with COHORT_RESTART_COUNT=%d\n",
-            gen + 1, j.opts.max_restarts, j.opts.np, gen + 1);
+    fprintf(stderr, "cohortrun: restart %d of %d: starting all %d ranks again with COHORT_RESTART_COUNT=%d\n", gen + 1,
+            j.opts.max_restarts, j.opts.np, gen + 1);
     for (int r = 0; r < j.opts.np; r++)
       if (log_fds[r] >= 0) {
         char mark[96];
-        int n = snprintf(mark, sizeof mark, "---- cohortrun: restart %d, COHORT_RESTART_COUNT=%d ----\n", gen + 1,
-                         gen + 1);
+        int n =
+            snprintf(mark, sizeof mark, "---- cohortrun: restart %d, COHORT_RESTART_COUNT=%d ----\n", gen + 1, gen + 1);
         if (write(log_fds[r], mark, (size_t)n) != n) { /* the relay reports a failing log when it next writes */
         }
       }

@@ -108,8 +108,8 @@ static void keep_raw(cohort__relay *r, const char *data, size_t n) {
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         r->log_broken = 1;
-        COHORT_LOG_WARN("cohortrun: writing the log of rank %d failed (%s); its output is no longer logged",
-                        r->rank, w < 0 ? strerror(errno) : "short write");
+        COHORT_LOG_WARN("cohortrun: writing the log of rank %d failed (%s); its output is no longer logged", r->rank,
+                        w < 0 ? strerror(errno) : "short write");
         break;
       }
       done += (size_t)w;

@@ -119,7 +119,8 @@ int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set) {
   if (np > n) return 0;
   int per = n / np; /* a worker gets whole CPUs; any remainder stays unused, as with mpirun --bind-to core */
   CPU_ZERO(set);
-  for (int k = 0; k < per; k++) CPU_SET(cpus[rank * per + k], set);
+  for (int k = 0; k < per; k++)
+    CPU_SET(cpus[rank * per + k], set);
   return 1;
 }
 
