@@ -100,7 +100,10 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
     run_alone(a);
     return COHORT_OK;
   }
-  cohort__algo algo = choose(ctx, a);
+  /* A transport that shares memory between all ranks reduces in place (shm_coll.c); COHORT_ALGO=ring or rd forces
+   * the frame-based algorithms over it, for comparison. */
+  int node = a->coll == COHORT__COLL_ALLREDUCE && ctx->forced_algo == COHORT__ALGO_AUTO && ctx->t->ops->node_allreduce;
+  cohort__algo algo = node ? COHORT__ALGO_AUTO : choose(ctx, a);
   cohort__call call = {.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype, .op = (uint8_t)a->op,
                        .algo = (uint8_t)algo, .root = a->root, .count = a->count};
   if (a->coll == COHORT__COLL_BARRIER) call.dtype = call.op = 0, call.count = 0, call.root = 0;
@@ -109,6 +112,7 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
+    if (node) return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op);
     return algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
   case COHORT__COLL_BROADCAST:
     return algo == COHORT__ALGO_TREE ? cohort__tree_broadcast(ctx, a) : cohort__chain_broadcast(ctx, a);

@@ -14,6 +14,7 @@
   X("COHORT_OP_TIMEOUT", "600", "seconds a collective waits on a silent peer before failing with a timeout")      \
   X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp, or shm when every rank is on one host")         \
   X("COHORT_SHM_RING_BYTES", "4194304", "with shm, bytes of the ring from each peer to each rank")                \
+  X("COHORT_SHM_CHUNK_BYTES", "262144", "with shm, bytes of each of the two staging buffers of the node allreduce") \
   X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring or rd (recursive doubling)")                        \
   X("COHORT_SMALL_BYTES", "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree")           \
   X("COHORT_SEGMENT_BYTES", "262144", "pipeline segment of the ring algorithms, in bytes")                        \

@@ -58,9 +58,9 @@
 #include "core/log.h"
 #include "transport/frame.h"
 #include "transport/shm.h"
+#include "transport/shm_impl.h"
 
 #define SEG_MAGIC 0x314d485354524843ull /* "CHRTSHM1" */
-#define CACHE_LINE 64
 #define PAGE 4096
 #define CHUNK_BYTES (64u << 10)
 #define SLEEP_NS 5000000LL    /* futex sleeps; liveness and abort slots are checked between them */
@@ -70,81 +70,6 @@
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "ring indices are shared between processes: their atomics must be lock-free");
-
-/* ---- the segment (shared; laid out by its owner, read by everyone) ---- */
-
-typedef struct ring_ctl {
-  _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
-  _Alignas(CACHE_LINE) _Atomic uint64_t tail; /* bytes consumed so far (the consumer, the owner) */
-} ring_ctl;
-
-typedef struct seg_hdr {
-  uint64_t magic;
-  int32_t rank, size;
-  uint64_t ring_bytes;  /* capacity of each inbound ring */
-  uint64_t ctl_offset;  /* ring_ctl[size], indexed by producer rank (the owner's own entry is unused) */
-  uint64_t data_offset; /* size - 1 rings of ring_bytes, in producer order without the owner */
-  uint64_t total_bytes;
-  _Alignas(CACHE_LINE) _Atomic uint32_t futex; /* bumped by whoever may have unblocked the owner */
-  _Atomic uint32_t sleeping;                   /* the owner is (about to be) asleep on futex */
-  _Alignas(CACHE_LINE) _Atomic uint32_t aborted; /* 1 once abort_status and abort_text are written */
-  int32_t abort_status;
-  char abort_text[COHORT__ABORT_TEXT_MAX];
-} seg_hdr;
-
-/* ---- private state ---- */
-
-enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED };
-enum { ALIVE, DEAD_SEEN, DEAD };
-
-typedef struct unexpected {
-  struct unexpected *next;
-  cohort__frame hdr;
-  char *data;
-} unexpected;
-
-typedef struct peer {
-  seg_hdr *seg; /* the peer's segment (our outbound ring lives there) */
-  size_t seg_len;
-  int pid, pidfd;
-  int life; /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
-  /* outbound: the ring in the peer's segment that we produce into */
-  ring_ctl *out_ctl;
-  char *out_data;
-  uint64_t out_cap, out_head, out_tail;
-  cohort__req *send_head, *send_tail;
-  cohort__frame send_hdr;
-  size_t send_hdr_done;
-  int send_started;
-  /* inbound: the ring in our segment that the peer produces into */
-  ring_ctl *in_ctl;
-  char *in_data;
-  uint64_t in_cap, in_head, in_tail;
-  cohort__req *recv_head, *recv_tail;
-  cohort__frame recv_hdr;
-  size_t recv_hdr_done;
-  int rx_state;
-  unexpected *unexp_head, *unexp_tail;
-  char *rx_buf; /* payload target of RX_UNEXPECTED */
-  size_t rx_done;
-} peer;
-
-typedef struct shm_transport {
-  cohort__transport base;
-  seg_hdr *me; /* our own segment */
-  size_t me_len;
-  peer *peers; /* [size]; our own entry is unused */
-  cohort__call call;
-  int64_t spin_ns, timeout_ns;
-  double op_timeout_s;
-  size_t pending; /* posted requests not yet complete */
-  cohort_status status;
-  char message[COHORT__ABORT_TEXT_MAX];
-  atomic_int abort_requested; /* set once the requested_* fields are written */
-  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
-  cohort_status requested_status;
-  char requested_message[COHORT__ABORT_TEXT_MAX];
-} shm_transport;
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
   return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
@@ -166,11 +91,9 @@ static void wake(seg_hdr *s) {
 
 /* ---- failure ---- */
 
-static cohort_status fail(shm_transport *t, cohort_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Fails the transport once (later failures keep the first message, the root cause) and tells every peer through
  * the abort slot of our segment. */
-static cohort_status fail(shm_transport *t, cohort_status status, const char *fmt, ...) {
+cohort_status cohort__shm_fail(shm_transport *t, cohort_status status, const char *fmt, ...) {
   if (t->status == COHORT_OK) {
     va_list ap;
     va_start(ap, fmt);
@@ -199,7 +122,7 @@ static cohort_status take_peer_abort(shm_transport *t, int p) {
   memcpy(text, s->abort_text, sizeof text);
   text[sizeof text - 1] = '\0';
   /* Keep the originator's message as is: it already names the ranks involved. */
-  return fail(t, (cohort_status)st, "%s (reported by rank %d)", text, p);
+  return cohort__shm_fail(t, (cohort_status)st, "%s (reported by rank %d)", text, p);
 }
 
 static cohort_status check_peer_aborts(shm_transport *t) {
@@ -291,7 +214,7 @@ static cohort_status check_frame(shm_transport *t, int p, const cohort__frame *h
   char msg[COHORT__ABORT_TEXT_MAX];
   cohort_status st =
       cohort__frame_match(&t->call, t->base.rank, p, hdr, r->bytes, "COHORT_SEGMENT_BYTES", msg, sizeof msg);
-  return st == COHORT_OK ? COHORT_OK : fail(t, st, "%s", msg);
+  return st == COHORT_OK ? COHORT_OK : cohort__shm_fail(t, st, "%s", msg);
 }
 
 static void complete_recv(shm_transport *t, peer *pe) {
@@ -325,20 +248,20 @@ static cohort_status on_header(shm_transport *t, int p) {
   peer *pe = &t->peers[p];
   const cohort__frame *h = &pe->recv_hdr;
   if (h->magic != COHORT__FRAME_MAGIC)
-    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", p, h->magic);
+    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", p, h->magic);
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
-    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
+    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
                 (unsigned long long)h->bytes);
   char msg[COHORT__ABORT_TEXT_MAX];
   cohort_status size_st = cohort__frame_check_size(h, p, msg, sizeof msg);
-  if (size_st != COHORT_OK) return fail(t, size_st, "%s", msg);
+  if (size_st != COHORT_OK) return cohort__shm_fail(t, size_st, "%s", msg);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
-    return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);
+    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);
   if (ahead > 0) { /* the peer is already in a later call: keep its frame aside so that the ring keeps draining */
     pe->rx_buf = malloc(h->bytes ? (size_t)h->bytes : 1);
     if (!pe->rx_buf)
-      return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame from rank %d",
+      return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame from rank %d",
                   (unsigned long long)h->bytes, p);
     pe->rx_done = 0;
     pe->rx_state = RX_UNEXPECTED;
@@ -405,7 +328,7 @@ static cohort_status do_recv(shm_transport *t, int p, int *progressed) {
         if (pe->rx_done < pe->recv_hdr.bytes) break;
       }
       unexpected *u = malloc(sizeof *u);
-      if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
+      if (!u) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
       *u = (unexpected){.hdr = pe->recv_hdr, .data = pe->rx_buf};
       if (pe->unexp_tail) pe->unexp_tail->next = u;
       else pe->unexp_head = u;
@@ -476,10 +399,134 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
     COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
     char call[256];
     cohort__call_describe(&t->call, call, sizeof call);
-    return fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s", p,
+    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s", p,
                 t->base.rank, pe->recv_head ? "receiving from" : "sending to", call);
   }
   return COHORT_OK;
+}
+
+/* ---- node collectives: flags and waiting (the algorithms are in shm_coll.c) ---- */
+
+static cohort_status disagree(shm_transport *t, int p, const cohort__call *theirs) {
+  char a[256], b[256];
+  cohort__call_describe(&t->call, a, sizeof a);
+  cohort__call_describe(theirs, b, sizeof b);
+  return cohort__shm_fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s",
+                          t->base.rank, a, p, b);
+}
+
+/* While we run the node collective of call seq, a frame of seq in a ring means that its sender runs another
+ * algorithm (another collective, or COHORT_ALGO differs): the same verdict as TCP's frame check. */
+static cohort_status check_frames_of_node_call(shm_transport *t) {
+  int progressed = 0;
+  COHORT_CHECK(progress_once(t, &progressed));
+  for (int p = 0; p < t->base.size; p++) {
+    peer *pe = &t->peers[p];
+    if (p == t->base.rank) continue;
+    const cohort__frame *h = pe->unexp_head ? &pe->unexp_head->hdr : pe->rx_state == RX_HELD ? &pe->recv_hdr : NULL;
+    if (h && h->seq == t->call.seq) {
+      cohort__call theirs;
+      cohort__frame_to_call(h, &theirs);
+      return disagree(t, p, &theirs);
+    }
+  }
+  return COHORT_OK;
+}
+
+/* The reverse, while we wait on rings: a peer that runs a node collective of our call number. */
+static cohort_status check_peer_node_calls(shm_transport *t) {
+  for (int p = 0; p < t->base.size; p++) {
+    if (p == t->base.rank) continue;
+    node_flags *f = &t->peers[p].seg->node;
+    for (int b = 0; b < 2; b++) {
+      if (atomic_load_explicit(&f->call_seq[b], memory_order_acquire) != t->call.seq + 1) continue;
+      cohort__call theirs = f->call[b];
+      if (!cohort__call_equal(&theirs, &t->call)) return disagree(t, p, &theirs);
+    }
+  }
+  return COHORT_OK;
+}
+
+void cohort__shm_publish(shm_transport *t, _Atomic uint64_t *flag, uint64_t v) {
+  atomic_store_explicit(flag, v, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst); /* pairs with the sleeper's fence: see the header comment */
+  for (int p = 0; p < t->base.size; p++) {
+    seg_hdr *s = t->peers[p].seg;
+    if (p != t->base.rank && atomic_load_explicit(&s->sleeping, memory_order_relaxed)) {
+      atomic_fetch_add(&s->futex, 1);
+      futex(&s->futex, FUTEX_WAKE, INT_MAX, NULL);
+    }
+  }
+}
+
+/* Whether peer p's process has exited (pidfd, or /proc without one). */
+static int peer_gone(shm_transport *t, int p) {
+  peer *pe = &t->peers[p];
+  if (pe->life == ALIVE) {
+    if (pe->pidfd >= 0) {
+      struct pollfd f = {.fd = pe->pidfd, .events = POLLIN};
+      if (poll(&f, 1, 0) > 0) pe->life = DEAD;
+    } else if (proc_dead(pe->pid)) {
+      pe->life = DEAD;
+    }
+  }
+  return pe->life != ALIVE;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Spinning with pause for this long answers in well under a microsecond; after it a waiter yields its core (the
+ * rank it waits for may need it), and after spin_ns it sleeps. */
+#define PAUSE_NS 50000LL
+
+cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag, uint64_t want) {
+  if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
+  int64_t start = cohort__now_ns(), next_check = start + LIVENESS_NS;
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
+      cpu_relax();
+    }
+    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+    if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+    COHORT_CHECK(check_peer_aborts(t));
+    int64_t now = cohort__now_ns();
+    if (now >= next_check) {
+      next_check = now + LIVENESS_NS;
+      COHORT_CHECK(check_frames_of_node_call(t));
+      if (peer_gone(t, p)) {
+        if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
+        COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
+        char call[256];
+        cohort__call_describe(&t->call, call, sizeof call);
+        return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d waited for it in %s",
+                                p, t->base.rank, call);
+      }
+    }
+    if (now - start > t->timeout_ns) {
+      char call[256];
+      cohort__call_describe(&t->call, call, sizeof call);
+      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %d (COHORT_OP_TIMEOUT)",
+                              call, t->op_timeout_s, p);
+    }
+    if (now - start < t->spin_ns) {
+      if (now - start > PAUSE_NS) sched_yield();
+      continue;
+    }
+    /* Sleep: raise the flag, then look once more (the header comment says why no wake-up is lost). */
+    atomic_store_explicit(&t->me->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t seen = atomic_load(&t->me->futex);
+    if (atomic_load_explicit(flag, memory_order_acquire) < want && !atomic_load(&t->abort_requested)) {
+      struct timespec ts = {.tv_sec = 0, .tv_nsec = SLEEP_NS};
+      futex(&t->me->futex, FUTEX_WAIT, seen, &ts);
+    }
+    atomic_store_explicit(&t->me->sleeping, 0, memory_order_relaxed);
+  }
 }
 
 static void describe_waiting(shm_transport *t, char *buf, size_t len) {
@@ -497,7 +544,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
     /* What completed did complete; a failure read after it belongs to a later call (as in tcp.c). */
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
+    if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
     int progressed = 0;
     COHORT_CHECK(progress_once(t, &progressed));
     if (progressed) {
@@ -507,6 +554,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
     COHORT_CHECK(check_peer_aborts(t));
     int64_t now = cohort__now_ns();
     if (now >= next_liveness) {
+      COHORT_CHECK(check_peer_node_calls(t));
       int again = 0;
       COHORT_CHECK(check_liveness(t, &again));
       next_liveness = now + LIVENESS_NS;
@@ -516,7 +564,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
       char who[256], call[256];
       describe_waiting(t, who, sizeof who);
       cohort__call_describe(&t->call, call, sizeof call);
-      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
                   t->op_timeout_s, who);
     }
     if (now - last_progress < t->spin_ns) {
@@ -578,7 +626,7 @@ static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t
 }
 
 static void shm_abort(cohort__transport *base, cohort_status status, const char *message) {
-  fail((shm_transport *)base, status, "%s", message);
+  cohort__shm_fail((shm_transport *)base, status, "%s", message);
 }
 
 static void shm_interrupt(cohort__transport *base, cohort_status status, const char *message) {
@@ -594,7 +642,7 @@ static void shm_destroy(cohort__transport *base) {
   shm_transport *t = (shm_transport *)base;
   if (!t) return;
   if (atomic_load(&t->abort_requested) && t->status == COHORT_OK)
-    fail(t, t->requested_status, "%s", t->requested_message);
+    cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
   for (int p = 0; t->peers && p < t->base.size; p++) {
     peer *pe = &t->peers[p];
     if (pe->seg) munmap(pe->seg, pe->seg_len);
@@ -620,17 +668,19 @@ static const cohort__transport_ops shm_ops = {
     .abort = shm_abort,
     .interrupt = shm_interrupt,
     .destroy = shm_destroy,
+    .node_allreduce = cohort__shm_node_allreduce,
 };
 
 /* ---- setup ---- */
 
 static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-static void seg_layout(int size, uint64_t ring_bytes, uint64_t *ctl_offset, uint64_t *data_offset,
-                       uint64_t *total) {
+static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t *ctl_offset,
+                       uint64_t *data_offset, uint64_t *stage_offset, uint64_t *total) {
   *ctl_offset = round_up(sizeof(seg_hdr), CACHE_LINE);
   *data_offset = round_up(*ctl_offset + (uint64_t)size * sizeof(ring_ctl), PAGE);
-  *total = *data_offset + (uint64_t)(size - 1) * ring_bytes;
+  *stage_offset = round_up(*data_offset + (uint64_t)(size - 1) * ring_bytes, PAGE);
+  *total = *stage_offset + 2 * stage_bytes;
 }
 
 /* The ring that producer writes into, in the segment of its owner. */
@@ -709,15 +759,20 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   pe->seg = m;
   pe->seg_len = (size_t)sb.st_size;
   seg_hdr *s = m;
-  uint64_t ctl = 0, data = 0, total = 0;
-  if (s->magic == SEG_MAGIC && s->ring_bytes >= 1 && s->ring_bytes <= (1ull << 40))
-    seg_layout(t->base.size, s->ring_bytes, &ctl, &data, &total);
-  if (s->magic != SEG_MAGIC || s->rank != p || s->size != t->base.size || s->ring_bytes < 1 ||
-      s->ring_bytes > (1ull << 40) || s->ctl_offset != ctl || s->data_offset != data || s->total_bytes != total ||
-      total != (uint64_t)sb.st_size)
+  uint64_t ctl = 0, data = 0, stage = 0, total = 0;
+  int sane = s->magic == SEG_MAGIC && s->ring_bytes >= 1 && s->ring_bytes <= (1ull << 40) &&
+             s->stage_bytes <= (1ull << 40);
+  if (sane) seg_layout(t->base.size, s->ring_bytes, s->stage_bytes, &ctl, &data, &stage, &total);
+  if (!sane || s->rank != p || s->size != t->base.size || s->ctl_offset != ctl || s->data_offset != data ||
+      s->stage_offset != stage || s->total_bytes != total || total != (uint64_t)sb.st_size)
     return cohort__error(COHORT_ERR_PROTOCOL,
                          "rank %d's segment /dev/shm%s is not a cohort segment of rank %d in a job of %d ranks", p,
                          name, p, t->base.size);
+  /* The node collectives cut the vector into chunks of this size on every rank alike. */
+  if (s->stage_bytes != t->me->stage_bytes)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "ranks disagree on COHORT_SHM_CHUNK_BYTES: rank %d uses %llu, rank %d uses %llu", p,
+                         (unsigned long long)s->stage_bytes, t->base.rank, (unsigned long long)t->me->stage_bytes);
   pe->pid = pid;
   pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pe->pidfd < 0) {
@@ -735,14 +790,15 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   return COHORT_OK;
 }
 
-static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, char *name, size_t name_len) {
+static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t stage_bytes, char *name,
+                                size_t name_len) {
   uint64_t r[2] = {0, 0};
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
     return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "getrandom for the segment name");
   snprintf(name, name_len, "/cohort-shm-%d-%016llx%016llx", (int)getpid(), (unsigned long long)r[0],
            (unsigned long long)r[1]);
-  uint64_t ctl, data, total;
-  seg_layout(t->base.size, ring_bytes, &ctl, &data, &total);
+  uint64_t ctl, data, stage, total;
+  seg_layout(t->base.size, ring_bytes, stage_bytes, &ctl, &data, &stage, &total);
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "shm_open(%s)", name);
   cohort_status st = COHORT_OK;
@@ -753,9 +809,10 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, char *nam
   } else if ((err = posix_fallocate(fd, 0, (off_t)total)) != 0) {
     /* Reserve the pages now: a full /dev/shm must be an error here, not a SIGBUS in the middle of a collective. */
     st = cohort__error_errno(COHORT_ERR_SYSTEM, err,
-                             "reserving %llu bytes in /dev/shm for rank %d's rings (COHORT_SHM_RING_BYTES=%llu "
-                             "per peer)",
-                             (unsigned long long)total, t->base.rank, (unsigned long long)ring_bytes);
+                             "reserving %llu bytes in /dev/shm for rank %d's rings and staging buffers "
+                             "(COHORT_SHM_RING_BYTES=%llu per peer, COHORT_SHM_CHUNK_BYTES=%llu twice)",
+                             (unsigned long long)total, t->base.rank, (unsigned long long)ring_bytes,
+                             (unsigned long long)stage_bytes);
   } else {
     void *m = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
@@ -768,6 +825,8 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, char *nam
       t->me->ring_bytes = ring_bytes;
       t->me->ctl_offset = ctl;
       t->me->data_offset = data;
+      t->me->stage_offset = stage;
+      t->me->stage_bytes = stage_bytes;
       t->me->total_bytes = total;
       t->me->magic = SEG_MAGIC;
     }
@@ -779,8 +838,14 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, char *nam
 
 cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
                                      int64_t deadline_ns, long spin_us, cohort__transport **out) {
-  long ring_bytes = 0, op_timeout = 0;
+  long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0;
   COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
+  COHORT_CHECK(cohort__env_long("COHORT_SHM_CHUNK_BYTES", 4096, 1L << 30, &chunk_bytes));
+  if (chunk_bytes % CACHE_LINE)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
+                         CACHE_LINE);
+  /* The small-message path puts a whole vector of up to COHORT__SHM_SMALL_BYTES into one staging buffer. */
+  uint64_t stage_bytes = (uint64_t)chunk_bytes < COHORT__SHM_SMALL_BYTES ? COHORT__SHM_SMALL_BYTES : (uint64_t)chunk_bytes;
   COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout));
   cohort_status st = COHORT_OK;
   char name[96] = "", key[160], err_key[160], host[HOST_ID_MAX];
@@ -799,7 +864,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
   }
   for (int p = 0; p < size; p++) t->peers[p].pidfd = -1;
 
-  if ((st = create_own(t, (uint64_t)ring_bytes, name, sizeof name)) != COHORT_OK) goto fail;
+  if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, name, sizeof name)) != COHORT_OK) goto fail;
   created = 1;
   host_identity(host, sizeof host);
   char mine[HOST_ID_MAX + 160];

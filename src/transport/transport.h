@@ -75,6 +75,11 @@ typedef struct cohort__transport_ops {
   /* Any thread: makes the wait in progress (or the next one) fail with status and message, and abort. */
   void (*interrupt)(cohort__transport *t, cohort_status status, const char *message);
   void (*destroy)(cohort__transport *t);
+  /* Optional (NULL where a transport has none): the whole allreduce of the current call (set_call came first) done
+   * by the transport itself, for transports that share memory between all ranks (shm). Same contract as the
+   * algorithms in src/coll/: every rank gets bitwise the same result; recvbuf may equal sendbuf; AVG divides. */
+  cohort_status (*node_allreduce)(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
+                                  cohort_dtype dtype, cohort_op op);
 } cohort__transport_ops;
 
 /* The common head of every transport. */

@@ -1,0 +1,175 @@
+/*
+ * shm_coll.c: the node allreduce of the shared-memory transport. Every rank of the job maps every other rank's
+ * segment, so a rank reads its peers' data where it lies instead of receiving it through a ring.
+ *
+ * Each segment holds two staging buffers of COHORT_SHM_CHUNK_BYTES (double buffering) and its owner's flags
+ * (shm_impl.h: in, out, done, each a cache line of its own with a single writer). Chunks are numbered by a counter
+ * k that every rank advances alike, call after call; chunk k uses staging buffer k % 2.
+ *
+ * Large vectors (more than COHORT__SHM_SMALL_BYTES), chunk by chunk:
+ *   1. wait until every peer's done >= k - 2: nobody reads my buffer k % 2 any more;
+ *   2. copy my input chunk into it; publish in = k;
+ *   3. wait for every peer's in >= k; on a call's first chunk, compare every peer's call with mine (MISMATCH);
+ *   4. reduce my 1/n slice of the chunk, reading that slice of all n buffers, operands in rank order, into my own
+ *      buffer's slice (only I read that slice as input); AVG divides here, once; publish out = k;
+ *   5. copy every slice into recvbuf as soon as its owner's out >= k (mine first); publish done = k.
+ * A rank may be a chunk ahead of the slowest (step 1 waits for k - 2, not k - 1): while one copies chunk k out,
+ * another may already copy chunk k + 1 in. There is no barrier: each rank waits only on the flags it needs.
+ * Each element is computed by one rank and copied by the others, so every rank holds bitwise the same result.
+ *
+ * Memory traffic per rank, per byte of the vector (n ranks): copy in 1 read + 1 write, reduce n * (1/n) reads + 1/n
+ * write, copy out 1 read + 1 write: 5 + 1/n bytes. Of these only the read of sendbuf and the write of recvbuf need
+ * main memory when the staging buffers stay in cache; the rest moves between caches (docs/performance.md).
+ *
+ * Small vectors (up to COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole input in, publishes in,
+ * and, once every peer's in is there, reduces the whole vector itself from all n buffers in rank order (the same
+ * operations in the same order everywhere: bitwise the same result), then publishes done. Two flag waits instead of
+ * three, and no second round of copies.
+ *
+ * Waiting (cohort__shm_await in shm.c): pause-spin, then yield, then futex sleep; always watching abort slots,
+ * interrupts, the liveness of the awaited peer, frames of this call in the rings (a peer in another collective)
+ * and COHORT_OP_TIMEOUT.
+ *
+ * Thread-safety: as transport.h says (one driving thread).
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/error.h"
+#include "transport/shm_impl.h"
+
+enum { FLAG_IN, FLAG_OUT, FLAG_DONE };
+
+static _Atomic uint64_t *flag_of(seg_hdr *s, int which) {
+  return which == FLAG_IN ? &s->node.in : which == FLAG_OUT ? &s->node.out : &s->node.done;
+}
+
+static seg_hdr *seg_of(shm_transport *t, int q) { return q == t->base.rank ? t->me : t->peers[q].seg; }
+
+static cohort_status wait_all(shm_transport *t, int which, uint64_t want) {
+  for (int p = 0; p < t->base.size; p++)
+    if (p != t->base.rank) COHORT_CHECK(cohort__shm_await(t, p, flag_of(t->peers[p].seg, which), want));
+  return COHORT_OK;
+}
+
+/* Publishes our call for the chunk k that starts it, before its in. */
+static void post_call(shm_transport *t, uint64_t k) {
+  int b = (int)(k & 1);
+  t->me->node.call[b] = t->call;
+  atomic_store_explicit(&t->me->node.call_seq[b], t->call.seq + 1, memory_order_release);
+}
+
+/* Every peer has published in >= k, the first chunk of our call: its slot for buffer k % 2 holds the call it ran
+ * that chunk under, and stays until we publish done = k. */
+static cohort_status check_calls(shm_transport *t, uint64_t k) {
+  int b = (int)(k & 1);
+  for (int p = 0; p < t->base.size; p++) {
+    if (p == t->base.rank) continue;
+    node_flags *f = &t->peers[p].seg->node;
+    uint32_t seq1 = atomic_load_explicit(&f->call_seq[b], memory_order_acquire);
+    cohort__call theirs = f->call[b];
+    if (seq1 != t->call.seq + 1 || !cohort__call_equal(&theirs, &t->call)) {
+      char a[256], c[256];
+      cohort__call_describe(&t->call, a, sizeof a);
+      cohort__call_describe(&theirs, c, sizeof c);
+      return cohort__shm_fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s",
+                              t->base.rank, a, p, c);
+    }
+  }
+  return COHORT_OK;
+}
+
+/* Frees staging buffer k % 2 for chunk k (its previous user was chunk k - 2). */
+static cohort_status claim(shm_transport *t, uint64_t k) { return k > 2 ? wait_all(t, FLAG_DONE, k - 2) : COHORT_OK; }
+
+/* dst = x[0] op x[1] op ... op x[n-1] over len elements at byte offset off of staging buffer b, rank order.
+ * dst may be one of the inputs (our own buffer): when it is x[0] or x[1] the first step reads it before writing
+ * it; otherwise the result is built in a small buffer per piece and copied once all inputs were read. */
+static void reduce_ranks(shm_transport *t, void *dst, int dst_rank, int b, size_t off, size_t len, cohort_dtype dtype,
+                         cohort_op op) {
+  int n = t->base.size;
+  size_t es = cohort_dtype_size(dtype);
+  if (dst_rank <= 1) {
+    cohort__reduce(dst, cohort__shm_stage(seg_of(t, 0), b) + off, cohort__shm_stage(seg_of(t, 1), b) + off, len,
+                   dtype, op);
+    for (int q = 2; q < n; q++) cohort__reduce(dst, dst, cohort__shm_stage(seg_of(t, q), b) + off, len, dtype, op);
+    return;
+  }
+  _Alignas(64) char tmp[8192];
+  size_t piece = sizeof tmp / es;
+  for (size_t i = 0; i < len; i += piece) {
+    size_t m = len - i < piece ? len - i : piece, o = off + i * es;
+    cohort__reduce(tmp, cohort__shm_stage(seg_of(t, 0), b) + o, cohort__shm_stage(seg_of(t, 1), b) + o, m, dtype, op);
+    for (int q = 2; q < n; q++) cohort__reduce(tmp, tmp, cohort__shm_stage(seg_of(t, q), b) + o, m, dtype, op);
+    memcpy((char *)dst + i * es, tmp, m * es);
+  }
+}
+
+static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void *recvbuf, size_t count,
+                                     cohort_dtype dtype, cohort_op op) {
+  size_t bytes = count * cohort_dtype_size(dtype);
+  uint64_t k = ++t->node_k;
+  int b = (int)(k & 1);
+  COHORT_CHECK(claim(t, k));
+  post_call(t, k);
+  if (bytes) memcpy(cohort__shm_stage(t->me, b), sendbuf, bytes);
+  cohort__shm_publish(t, &t->me->node.in, k);
+  COHORT_CHECK(wait_all(t, FLAG_IN, k));
+  COHORT_CHECK(check_calls(t, k));
+  if (count) {
+    reduce_ranks(t, recvbuf, -1, b, 0, count, dtype, op);
+    if (op == COHORT_AVG) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
+  }
+  cohort__shm_publish(t, &t->me->node.done, k);
+  return COHORT_OK;
+}
+
+/* Slice q of a chunk of m elements: whole cache lines, so that the slices' results never share a line. */
+static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi) {
+  size_t per_line = CACHE_LINE / es, lines = (m + per_line - 1) / per_line;
+  *lo = lines * (size_t)q / (size_t)n * per_line;
+  *hi = lines * (size_t)(q + 1) / (size_t)n * per_line;
+  if (*lo > m) *lo = m;
+  if (*hi > m) *hi = m;
+}
+
+cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
+                                         cohort_dtype dtype, cohort_op op) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  int n = t->base.size, r = t->base.rank;
+  size_t es = cohort_dtype_size(dtype);
+  if (count * es <= COHORT__SHM_SMALL_BYTES) return small_allreduce(t, sendbuf, recvbuf, count, dtype, op);
+
+  size_t per_chunk = (size_t)t->me->stage_bytes / es;
+  for (size_t off = 0; off < count; off += per_chunk) {
+    size_t m = count - off < per_chunk ? count - off : per_chunk;
+    uint64_t k = ++t->node_k;
+    int b = (int)(k & 1);
+    char *mine = cohort__shm_stage(t->me, b);
+    COHORT_CHECK(claim(t, k));
+    if (off == 0) post_call(t, k);
+    memcpy(mine, (const char *)sendbuf + off * es, m * es);
+    cohort__shm_publish(t, &t->me->node.in, k);
+    COHORT_CHECK(wait_all(t, FLAG_IN, k));
+    if (off == 0) COHORT_CHECK(check_calls(t, k));
+
+    size_t lo, hi;
+    slice(m, es, r, n, &lo, &hi);
+    if (hi > lo) {
+      reduce_ranks(t, mine + lo * es, r, b, lo * es, hi - lo, dtype, op);
+      if (op == COHORT_AVG) cohort__reduce_avg(mine + lo * es, hi - lo, dtype, n);
+    }
+    cohort__shm_publish(t, &t->me->node.out, k);
+
+    for (int i = 0; i < n; i++) {
+      int q = (r + i) % n;
+      slice(m, es, q, n, &lo, &hi);
+      if (q != r) COHORT_CHECK(cohort__shm_await(t, q, &t->peers[q].seg->node.out, k));
+      if (hi > lo) memcpy((char *)recvbuf + (off + lo) * es, cohort__shm_stage(seg_of(t, q), b) + lo * es, (hi - lo) * es);
+    }
+    cohort__shm_publish(t, &t->me->node.done, k);
+  }
+  return COHORT_OK;
+}

@@ -1,0 +1,135 @@
+/*
+ * shm_impl.h: what shm.c (the rings, waiting, failure, setup) and shm_coll.c (the node collectives over the staging
+ * buffers) share: the segment layout and the transport's private state. Private to src/transport/shm*.c.
+ *
+ * Invariants: every field of a segment that another process writes is atomic or written before a release store
+ * that the reader acquires; a segment's layout (offsets, sizes) is written once by its owner before its name is
+ * published and checked against the reader's own computation when mapped.
+ *
+ * Thread-safety: as transport.h says (one driving thread; interrupt from any thread).
+ */
+#ifndef COHORT_TRANSPORT_SHM_IMPL_H
+#define COHORT_TRANSPORT_SHM_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/frame.h"
+#include "transport/transport.h"
+
+#define CACHE_LINE 64
+/* Allreduces up to this many bytes take the small-message path of the node allreduce (shm_coll.c). */
+#define COHORT__SHM_SMALL_BYTES ((uint64_t)64 << 10)
+
+/* ---- the segment (shared; laid out by its owner, read by everyone) ---- */
+
+/* The owner's flags of the node collectives (shm_coll.c). Each sits on a cache line of its own and only the owner
+ * writes it; the chunk numbers only grow, are stored with release and read with acquire. */
+typedef struct node_flags {
+  _Alignas(CACHE_LINE) _Atomic uint64_t in; /* chunk k of my input is in my staging buffer k % 2 */
+  _Alignas(CACHE_LINE) _Atomic uint64_t out; /* my slice of chunk k is reduced, in my staging buffer */
+  _Alignas(CACHE_LINE) _Atomic uint64_t done; /* I read nothing more of anyone's buffers for chunks <= k */
+  /* The node call whose first chunk uses staging buffer b: call_seq[b] (its seq + 1; 0: none) is stored after
+   * call[b]. Tied to the buffer, the slot cannot be rewritten before every peer has read it (see claim()). */
+  _Alignas(CACHE_LINE) _Atomic uint32_t call_seq[2];
+  cohort__call call[2];
+} node_flags;
+
+typedef struct ring_ctl {
+  _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
+  _Alignas(CACHE_LINE) _Atomic uint64_t tail; /* bytes consumed so far (the consumer, the owner) */
+} ring_ctl;
+
+typedef struct seg_hdr {
+  uint64_t magic;
+  int32_t rank, size;
+  uint64_t ring_bytes;  /* capacity of each inbound ring */
+  uint64_t ctl_offset;  /* ring_ctl[size], indexed by producer rank (the owner's own entry is unused) */
+  uint64_t data_offset; /* size - 1 rings of ring_bytes, in producer order without the owner */
+  uint64_t stage_offset; /* two staging buffers of stage_bytes for the node collectives */
+  uint64_t stage_bytes;
+  uint64_t total_bytes;
+  _Alignas(CACHE_LINE) _Atomic uint32_t futex; /* bumped by whoever may have unblocked the owner */
+  _Atomic uint32_t sleeping;                   /* the owner is (about to be) asleep on futex */
+  _Alignas(CACHE_LINE) _Atomic uint32_t aborted; /* 1 once abort_status and abort_text are written */
+  int32_t abort_status;
+  char abort_text[COHORT__ABORT_TEXT_MAX];
+  node_flags node;
+} seg_hdr;
+
+/* ---- private state ---- */
+
+enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED };
+enum { ALIVE, DEAD_SEEN, DEAD };
+
+typedef struct unexpected {
+  struct unexpected *next;
+  cohort__frame hdr;
+  char *data;
+} unexpected;
+
+typedef struct peer {
+  seg_hdr *seg; /* the peer's segment (our outbound ring lives there) */
+  size_t seg_len;
+  int pid, pidfd;
+  int life; /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
+  /* outbound: the ring in the peer's segment that we produce into */
+  ring_ctl *out_ctl;
+  char *out_data;
+  uint64_t out_cap, out_head, out_tail;
+  cohort__req *send_head, *send_tail;
+  cohort__frame send_hdr;
+  size_t send_hdr_done;
+  int send_started;
+  /* inbound: the ring in our segment that the peer produces into */
+  ring_ctl *in_ctl;
+  char *in_data;
+  uint64_t in_cap, in_head, in_tail;
+  cohort__req *recv_head, *recv_tail;
+  cohort__frame recv_hdr;
+  size_t recv_hdr_done;
+  int rx_state;
+  unexpected *unexp_head, *unexp_tail;
+  char *rx_buf; /* payload target of RX_UNEXPECTED */
+  size_t rx_done;
+} peer;
+
+typedef struct shm_transport {
+  cohort__transport base;
+  seg_hdr *me; /* our own segment */
+  size_t me_len;
+  peer *peers; /* [size]; our own entry is unused */
+  cohort__call call;
+  uint64_t node_k; /* the last chunk number of the node collectives (the same on every rank) */
+  int64_t spin_ns, timeout_ns;
+  double op_timeout_s;
+  size_t pending; /* posted requests not yet complete */
+  cohort_status status;
+  char message[COHORT__ABORT_TEXT_MAX];
+  atomic_int abort_requested; /* set once the requested_* fields are written */
+  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
+  cohort_status requested_status;
+  char requested_message[COHORT__ABORT_TEXT_MAX];
+} shm_transport;
+
+/* Owner s's staging buffer b (0 or 1). */
+static inline char *cohort__shm_stage(seg_hdr *s, int b) {
+  return (char *)s + s->stage_offset + (uint64_t)b * s->stage_bytes;
+}
+
+/* Fails the transport (the first failure wins) and tells every peer through our abort slot. */
+cohort_status cohort__shm_fail(shm_transport *t, cohort_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Stores v into one of our node flags (release) and wakes the peers that sleep. */
+void cohort__shm_publish(shm_transport *t, _Atomic uint64_t *flag, uint64_t v);
+/* Waits until peer p's flag (in p's segment) reaches want: spins, then sleeps on our futex; fails on an abort of
+ * anyone, an interrupt, p's death, a frame of this very call in a ring (a peer in another collective), or
+ * COHORT_OP_TIMEOUT. */
+cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag, uint64_t want);
+
+/* The node allreduce (shm_coll.c); the call has been set. */
+cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
+                                         cohort_dtype dtype, cohort_op op);
+
+#endif
