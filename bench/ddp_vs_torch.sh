@@ -5,8 +5,10 @@
 #   bench/ddp_vs_torch.sh [STEPS [BATCH [THREADS [REPEAT]]]]     (defaults: 300 64 1 1)
 #
 # cohort:  build/bin/cohortrun -np N build/bin/fmnist-train --steps STEPS --batch BATCH --threads THREADS
-#          (the DDP engine, buckets overlapped with backward), and the same with --sync fused (one allreduce after
-#          backward: the non-overlapped baseline)
+#          (the DDP engine: buckets overlapped with backward when every rank has a spare CPU, COHORT_DDP_OVERLAP=auto;
+#          on a 2-core machine running 2 ranks that is off and the engine averages all buckets in one allreduce
+#          after backward), and the same with --sync fused (one allreduce of a plain gradient buffer after backward:
+#          the non-overlapped baseline)
 # torch:   /usr/bin/python3 torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
 # Both report images per second of the training loop (all ranks together), evaluation excluded. With REPEAT > 1
 # every configuration runs REPEAT times, interleaved, and the median is shown. Environment: BUILD (default
