@@ -12,7 +12,8 @@
   X("COHORT_SECRET", "", "job secret; when set, every store and peer link proves it knows it (HMAC-SHA256)")      \
   X("COHORT_TIMEOUT", "300", "seconds cohort_init() waits for every rank to arrive at the rendezvous")           \
   X("COHORT_OP_TIMEOUT", "600", "seconds a collective waits on a silent peer before failing with a timeout")      \
-  X("COHORT_TRANSPORT", "tcp", "transport between processes: tcp, or shm when every rank is on one host")         \
+  X("COHORT_TRANSPORT", "auto", "transport between processes: auto (shm when every rank is on one host, else tcp), tcp or shm") \
+  X("COHORT_NODE_ID", "", "overrides which ranks share a host: ranks with different node ids count as different hosts") \
   X("COHORT_SHM_RING_BYTES", "4194304", "with shm, bytes of the ring from each peer to each rank")                \
   X("COHORT_SHM_CHUNK_BYTES", "262144", "with shm, bytes of each of the two staging buffers of the node allreduce") \
   X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring or rd (recursive doubling)")                        \

@@ -49,8 +49,8 @@ cohort_status cohort_init(cohort_comm **out) {
   cohort__log_set_rank(rank);
   cohort__env_warn_unknown();
   const char *transport_name = cohort__env_str("COHORT_TRANSPORT");
-  if (strcmp(transport_name, "tcp") != 0 && strcmp(transport_name, "shm") != 0)
-    return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT='%s' is not available (expected tcp or shm)",
+  if (strcmp(transport_name, "tcp") != 0 && strcmp(transport_name, "shm") != 0 && strcmp(transport_name, "auto") != 0)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT='%s' is not available (expected auto, tcp or shm)",
                          transport_name);
 
   cohort__transport *t = NULL;

@@ -83,14 +83,14 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
   return COHORT_OK;
 }
 
-/* After a timeout: which ranks never published their address? */
-static cohort_status name_missing(rdv *r, cohort__store *store, int size) {
+/* After a timeout: which ranks never published their address (key "peer") or host (key "host")? */
+static cohort_status name_missing(rdv *r, cohort__store *store, int size, const char *what) {
   char missing[512] = "";
   size_t off = 0;
   int count = 0;
   for (int p = 0; p < size; p++) {
     char key[COHORT_STORE_KEY_MAX];
-    snprintf(key, sizeof key, "%speer/%d", r->prefix, p);
+    snprintf(key, sizeof key, "%s%s/%d", r->prefix, what, p);
     int exists = 1;
     if (cohort__store_check(store, key, &exists) == COHORT_OK && !exists) {
       if (off < sizeof missing - 16) off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count ? ", " : "", p);
@@ -120,6 +120,29 @@ static void run_id_of(const char *secret, char *out, size_t len) {
   HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
   size_t n = 0;
   for (unsigned i = 0; i < 8 && n + 3 <= len; i++) n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+}
+
+/* COHORT_TRANSPORT=auto: shared memory when every rank runs on this host (the same host identity, COHORT_NODE_ID
+ * included, published by each), else TCP. Every rank reads the same set of identities, so all choose alike. */
+static cohort_status all_on_one_host(rdv *r, cohort__store *store, int rank, int size, int64_t deadline, int *out) {
+  char mine[COHORT__SHM_HOST_ID_MAX], key[COHORT_STORE_KEY_MAX];
+  cohort__shm_host_identity(mine, sizeof mine);
+  snprintf(key, sizeof key, "%shost/%d", r->prefix, rank);
+  COHORT_CHECK(cohort__store_set(store, key, mine, strlen(mine)));
+  *out = 1;
+  for (int p = 0; p < size; p++) {
+    if (p == rank) continue;
+    char *theirs = NULL;
+    size_t len = 0;
+    double left = (double)(deadline - cohort__now_ns()) * 1e-9;
+    snprintf(key, sizeof key, "%shost/%d", r->prefix, p);
+    cohort_status st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&theirs, &len);
+    if (st == COHORT_ERR_TIMEOUT) st = name_missing(r, store, size, "host");
+    COHORT_CHECK(st);
+    if (len != strlen(mine) || memcmp(theirs, mine, len) != 0) *out = 0;
+    free(theirs);
+  }
+  return COHORT_OK;
 }
 
 /* COHORT_SPIN_US: a number, or auto. Spinning pays only while every rank of this host has a CPU of its own. */
@@ -153,7 +176,13 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
 
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
 
-  if (strcmp(cohort__env_str("COHORT_TRANSPORT"), "shm") == 0) { /* one host: rings in shared memory (shm.h) */
+  const char *transport = cohort__env_str("COHORT_TRANSPORT");
+  int use_shm = strcmp(transport, "shm") == 0;
+  if (strcmp(transport, "auto") == 0) {
+    if ((st = all_on_one_host(&r, store, rank, size, deadline, &use_shm)) != COHORT_OK) goto fail;
+    COHORT_LOG_DEBUG("COHORT_TRANSPORT=auto: %s", use_shm ? "every rank is on this host: shm" : "several hosts: tcp");
+  }
+  if (use_shm) { /* one host: rings and staging buffers in shared memory (shm.h) */
     long spin = 0;
     if ((st = spin_us(local_size, &spin)) != COHORT_OK ||
         (st = cohort__shm_rendezvous(rank, size, store, r.prefix, deadline, spin, out)) != COHORT_OK)
@@ -187,7 +216,7 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
     double left = (double)(deadline - cohort__now_ns()) * 1e-9;
     size_t len = 0;
     st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&addrs[p], &len);
-    if (st == COHORT_ERR_TIMEOUT) st = name_missing(&r, store, size);
+    if (st == COHORT_ERR_TIMEOUT) st = name_missing(&r, store, size, "peer");
     if (st != COHORT_OK) goto fail;
   }
 

@@ -66,7 +66,7 @@
 #define SLEEP_NS 5000000LL    /* futex sleeps; liveness and abort slots are checked between them */
 #define LIVENESS_NS 5000000LL /* how often an idle waiter polls its peers' pidfds */
 #define MAX_FRAME_BYTES (1ull << 40)
-#define HOST_ID_MAX 256
+#define HOST_ID_MAX COHORT__SHM_HOST_ID_MAX
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "ring indices are shared between processes: their atomics must be lock-free");
@@ -693,9 +693,7 @@ static ring_ctl *ring_ctl_of(seg_hdr *s, int producer) {
   return (ring_ctl *)((char *)s + s->ctl_offset) + producer;
 }
 
-/* What must be equal on every rank for their pids and segments to mean the same thing: the host (name and boot)
- * and the pid namespace. */
-static void host_identity(char *out, size_t len) {
+void cohort__shm_host_identity(char *out, size_t len) {
   char host[128] = "?", boot[64] = "?", ns[64] = "?";
   gethostname(host, sizeof host - 1);
   int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -707,7 +705,9 @@ static void host_identity(char *out, size_t len) {
   }
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   ns[n > 0 ? n : 0] = '\0';
-  snprintf(out, len, "%s/%s/%s", host, boot, ns);
+  const char *node = cohort__env_str("COHORT_NODE_ID");
+  if (node[0]) snprintf(out, len, "%s/%s/%s node %.64s", host, boot, ns, node);
+  else snprintf(out, len, "%s/%s/%s", host, boot, ns);
 }
 
 /* A setup failure another rank reported under err_key ("<status> rank <r>: <message>"), as our own. */
@@ -866,7 +866,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
 
   if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, name, sizeof name)) != COHORT_OK) goto fail;
   created = 1;
-  host_identity(host, sizeof host);
+  cohort__shm_host_identity(host, sizeof host);
   char mine[HOST_ID_MAX + 160];
   snprintf(mine, sizeof mine, "%d %s %s", (int)getpid(), name, host);
   snprintf(key, sizeof key, "%sshm/%d", prefix, rank);

@@ -20,6 +20,11 @@
 /* Builds the shm transport of rank of size over store (keys under prefix). deadline_ns bounds the whole setup
  * (COHORT_TIMEOUT); spin_us is how long a waiting rank polls before it sleeps on its futex. Reads
  * COHORT_SHM_RING_BYTES and COHORT_OP_TIMEOUT. Fails with COHORT_ERR_INVALID when the ranks are not on one host. */
+#define COHORT__SHM_HOST_ID_MAX 256
+/* What must be equal on every rank for shared memory to work between them: the host (name and boot id), the pid
+ * namespace, and COHORT_NODE_ID when set (so that tests can simulate several hosts on one). */
+void cohort__shm_host_identity(char *out, size_t len);
+
 cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
                                      int64_t deadline_ns, long spin_us, cohort__transport **out);
 

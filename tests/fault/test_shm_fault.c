@@ -8,8 +8,17 @@
  * every job the parent checks that /dev/shm holds no entry of any of the job's processes.
  *
  *   killed_peer     rank 1 SIGKILLs itself during allreduce: every survivor gets COHORT_ERR_REMOTE naming rank 1
- *                   within 2 s of the kill.
- *   mismatch_count  rank 2 allreduces half the count: every rank gets COHORT_ERR_MISMATCH naming both counts.
+ *                   within 2 s of the kill; once during the node allreduce of 1 MiB (chunked; survivors wait on a
+ *                   flag of rank 1's), once during its small-message path (killed_small, 4 KB).
+ *   mismatch_count  rank 2 allreduces half the count: every rank gets COHORT_ERR_MISMATCH naming both counts (large
+ *                   and small node allreduce).
+ *   mismatch_coll   rank 2 broadcasts while the others run the node allreduce: MISMATCH on every rank, whichever
+ *                   side (flags or rings) each waits on.
+ *   exact           the node allreduce over every dtype and op, sizes around the small-path limit and the chunk
+ *                   size, in place and not: every rank's result must be bitwise the reference (the inputs of all
+ *                   ranks regenerated locally and combined in rank order), hence bitwise the same on all ranks.
+ *   auto            COHORT_TRANSPORT=auto picks shm for ranks on one host and tcp for ranks with different
+ *                   COHORT_NODE_ID.
  *   abort           rank 2 calls cohort_comm_abort(): the others get COHORT_ERR_REMOTE with its reason.
  *   silent_peer     rank 1 stops (SIGSTOP) during broadcasts from it: both survivors time out after COHORT_OP_TIMEOUT
  *                   naming it.
@@ -25,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "coll/coll.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "store/store.h"
@@ -55,6 +65,71 @@ static void result(int rank, cohort_status st, const char *transport, int leftov
   fflush(stdout);
 }
 
+/* Rank r's element i of a test vector: small values, so that sums and products stay exact in integers and vary in
+ * the low bits of floats. */
+static double input(int r, size_t i, cohort_op op) {
+  uint64_t h = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 31;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 29;
+  if (op == COHORT_PROD) return (double)(h % 3) + 1; /* no overflow to infinities */
+  return (double)(int)(h % 2001) / 37.0 - 27.0;
+}
+
+static void fill(void *buf, size_t n, cohort_dtype d, int r, cohort_op op) {
+  for (size_t i = 0; i < n; i++) {
+    double v = input(r, i, op);
+    switch (d) {
+    case COHORT_F32: ((float *)buf)[i] = (float)v; break;
+    case COHORT_F64: ((double *)buf)[i] = v; break;
+    case COHORT_F16: ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v); break;
+    case COHORT_BF16: ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v); break;
+    case COHORT_I32: ((int32_t *)buf)[i] = (int32_t)(v * 37); break;
+    case COHORT_I64: ((int64_t *)buf)[i] = (int64_t)(v * 37); break;
+    default: ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 37) & 0xff); break;
+    }
+  }
+}
+
+/* Every dtype and op, sizes around the small-path limit (64 KiB) and the chunk (COHORT_SHM_CHUNK_BYTES), against a
+ * reference made here from every rank's input combined in rank order. Bitwise. */
+static cohort_status exact(cohort_comm *c) {
+  int size = cohort_size(c), rank = cohort_rank(c);
+  static const size_t counts[] = {0, 1, 31, 16383, 16384, 16385, 65536 + 7, 300001};
+  size_t max = 300001 * 8;
+  char *in = malloc(max), *out = malloc(max), *want = malloc(max), *other = malloc(max);
+  cohort_status st = COHORT_OK;
+  for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
+    for (int op = 0; op < COHORT_OP_COUNT && st == COHORT_OK; op++)
+      for (size_t k = 0; k < sizeof counts / sizeof counts[0] && st == COHORT_OK; k++) {
+        size_t n = counts[k], es = cohort_dtype_size((cohort_dtype)d);
+        if (d != COHORT_F32 && n > 70000 && op != COHORT_SUM) continue; /* keep it fast: the big ones once */
+        int in_place = (int)(k % 2);
+        fill(want, n, (cohort_dtype)d, 0, (cohort_op)op);
+        for (int r = 1; r < size; r++) {
+          fill(other, n, (cohort_dtype)d, r, (cohort_op)op);
+          cohort__reduce(want, want, other, n, (cohort_dtype)d, (cohort_op)op);
+        }
+        if (op == COHORT_AVG) cohort__reduce_avg(want, n, (cohort_dtype)d, size);
+        fill(in, n, (cohort_dtype)d, rank, (cohort_op)op);
+        memset(out, 0xa5, n * es);
+        st = cohort_allreduce(c, in, in_place ? in : out, n, (cohort_dtype)d, (cohort_op)op);
+        const char *got = in_place ? in : out;
+        if (st == COHORT_OK && n && memcmp(got, want, n * es) != 0) {
+          size_t i = 0;
+          while (memcmp(got + i * es, want + i * es, es) == 0) i++;
+          st = cohort__error(COHORT_ERR_INTERNAL, "allreduce(count=%zu, %s, %s%s): element %zu differs from the "
+                             "reference", n, cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
+                             in_place ? ", in place" : "", i);
+        }
+      }
+  free(in);
+  free(out);
+  free(want);
+  free(other);
+  return st;
+}
+
 static int child(const char *mode) {
   int rank = atoi(getenv("RANK"));
   cohort_comm *c = NULL;
@@ -67,8 +142,9 @@ static int child(const char *mode) {
   size_t n = 1 << 18;
   float *buf = malloc(n * sizeof *buf);
   for (size_t i = 0; i < n; i++) buf[i] = (float)(rank + 1);
-  if (!strcmp(mode, "killed_peer") || !strcmp(mode, "silent_peer")) {
-    int killed = !strcmp(mode, "killed_peer");
+  if (!strcmp(mode, "killed_peer") || !strcmp(mode, "killed_small") || !strcmp(mode, "silent_peer")) {
+    int killed = strcmp(mode, "silent_peer") != 0;
+    if (!strcmp(mode, "killed_small")) n = 1000;
     for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
       if (rank == 1 && it == 20) {
         printf("KILLED t=%.6f\n", cohort__now_s());
@@ -82,6 +158,12 @@ static int child(const char *mode) {
     }
   } else if (!strcmp(mode, "mismatch_count")) {
     st = cohort_allreduce(c, buf, buf, rank == 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_small")) {
+    st = cohort_allreduce(c, buf, buf, rank == 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_coll")) {
+    st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0) : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "exact")) {
+    st = exact(c);
   } else if (!strcmp(mode, "abort")) {
     st = cohort_barrier(c);
     if (rank == 2) {
@@ -218,8 +300,8 @@ static int ran_over_shm(const job *j, int r) {
   return j->have[r] && strcmp(j->transport[r], "shm") == 0 && j->leftover[r] == 0;
 }
 
-TEST(killed_peer_is_reported_by_every_survivor_within_two_seconds) {
-  job *j = run_job("killed_peer", 4, NULL);
+static void check_killed(const char *mode, const char *call) {
+  job *j = run_job(mode, 4, NULL);
   ASSERT_TRUE(j != NULL);
   ASSERT_TRUE(j->killed_at > 0);
   for (int r = 0; r < 4; r++) {
@@ -227,21 +309,80 @@ TEST(killed_peer_is_reported_by_every_survivor_within_two_seconds) {
     ASSERT_TRUE(ran_over_shm(j, r));
     ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
     ASSERT_CONTAINS(j->msg[r], "rank 1 died");
+    ASSERT_CONTAINS(j->msg[r], call);
+    fprintf(stderr, "  rank %d reported it %.3f s after the kill\n", r, j->t[r] - j->killed_at);
     ASSERT_TRUE(j->t[r] - j->killed_at < 2.0);
   }
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
-TEST(mismatched_counts_fail_on_every_rank) {
-  job *j = run_job("mismatch_count", 3, NULL);
+TEST(killed_peer_is_reported_by_every_survivor_within_two_seconds) {
+  check_killed("killed_peer", "allreduce(count=262144, f32, max, auto)");
+}
+
+TEST(killed_peer_in_the_small_path_is_reported_within_two_seconds) {
+  check_killed("killed_small", "allreduce(count=1000, f32, max, auto)");
+}
+
+static void check_mismatch(const char *mode, const char *a, const char *b) {
+  job *j = run_job(mode, 3, NULL);
   ASSERT_TRUE(j != NULL);
   for (int r = 0; r < 3; r++) {
     ASSERT_TRUE(ran_over_shm(j, r));
     ASSERT_EQ(j->status[r], COHORT_ERR_MISMATCH);
-    ASSERT_CONTAINS(j->msg[r], "count=262144");
-    ASSERT_CONTAINS(j->msg[r], "count=131072");
+    ASSERT_CONTAINS(j->msg[r], a);
+    ASSERT_CONTAINS(j->msg[r], b);
   }
   ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+TEST(mismatched_counts_fail_on_every_rank) { check_mismatch("mismatch_count", "count=262144", "count=131072"); }
+
+TEST(mismatched_small_counts_fail_on_every_rank) { check_mismatch("mismatch_small", "count=1000", "count=500"); }
+
+TEST(a_broadcast_against_the_node_allreduce_fails_on_every_rank) {
+  check_mismatch("mismatch_coll", "allreduce(count=262144, f32, sum, auto) [call #0]", "broadcast(count=262144");
+}
+
+TEST(node_allreduce_is_bitwise_the_reference_on_every_rank) {
+  for (int size = 2; size <= 3; size++) {
+    job *j = run_job("exact", size, "COHORT_SHM_CHUNK_BYTES=65536");
+    ASSERT_TRUE(j != NULL);
+    for (int r = 0; r < size; r++) {
+      ASSERT_TRUE(ran_over_shm(j, r));
+      ASSERT_EQ(j->status[r], COHORT_OK);
+    }
+    ASSERT_EQ(j->left_in_dev_shm, 0);
+  }
+}
+
+/* auto: shared memory between ranks of one host; TCP as soon as one rank's COHORT_NODE_ID differs. */
+TEST(auto_transport_follows_the_host_identity) {
+  static const char *const node_ids[2][2] = {{"COHORT_TRANSPORT=auto", "COHORT_TRANSPORT=auto"},
+                                             {"COHORT_TRANSPORT=auto;COHORT_NODE_ID=a", "COHORT_TRANSPORT=auto;COHORT_NODE_ID=b"}};
+  for (int kind = 0; kind < 2; kind++) {
+    static job j;
+    memset(&j, 0, sizeof j);
+    j.size = 2;
+    ASSERT_TRUE(cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) == COHORT_OK);
+    j.port = cohort__store_server_port(j.server);
+    for (int r = 0; r < 2; r++) start_rank(&j, "small_rings", r, node_ids[kind][r]);
+    collect(&j);
+    for (int r = 0; r < 2; r++) {
+      kill(j.pid[r], SIGKILL);
+      waitpid(j.pid[r], NULL, 0);
+      fclose(j.out[r]);
+    }
+    cohort__store_server_stop(j.server);
+    for (int r = 0; r < 2; r++) {
+      fprintf(stderr, "  %s rank %d: transport=%s status=%s msg=%s\n", node_ids[kind][r], r, j.transport[r],
+              cohort_strerror((cohort_status)j.status[r]), j.msg[r]);
+      ASSERT_TRUE(j.have[r]);
+      ASSERT_EQ(j.status[r], COHORT_OK);
+      ASSERT_STREQ(j.transport[r], kind == 0 ? "shm" : "tcp");
+      ASSERT_EQ(shm_entries_of(j.pid[r]), 0);
+    }
+  }
 }
 
 TEST(abort_reaches_every_rank_with_its_reason) {
@@ -328,7 +469,12 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   static const cohort_test_case cases[] = {
       TEST_CASE(killed_peer_is_reported_by_every_survivor_within_two_seconds),
+      TEST_CASE(killed_peer_in_the_small_path_is_reported_within_two_seconds),
       TEST_CASE(mismatched_counts_fail_on_every_rank),
+      TEST_CASE(mismatched_small_counts_fail_on_every_rank),
+      TEST_CASE(a_broadcast_against_the_node_allreduce_fails_on_every_rank),
+      TEST_CASE(node_allreduce_is_bitwise_the_reference_on_every_rank),
+      TEST_CASE(auto_transport_follows_the_host_identity),
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),

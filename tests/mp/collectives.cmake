@@ -3,23 +3,23 @@ cohort_add_test_binary(test_collectives SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_c
 set(COHORTRUN $<TARGET_FILE:cohortrun>)
 foreach(np 1 2 3 4 5)
   add_test(NAME mp.collectives.np${np} COMMAND ${COHORTRUN} -np ${np} $<TARGET_FILE:test_collectives>)
-  set_tests_properties(mp.collectives.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900)
+  set_tests_properties(mp.collectives.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 ENVIRONMENT "COHORT_TRANSPORT=tcp")
 endforeach()
 # The other code paths: each algorithm forced, tiny segments, and several sockets per peer (striping).
 add_test(NAME mp.collectives.ring_tiny_segments COMMAND ${COHORTRUN} -np 3 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.collectives.ring_tiny_segments PROPERTIES LABELS "mp;sanitize"
-                     ENVIRONMENT "COHORT_ALGO=ring;COHORT_SEGMENT_BYTES=1000")
+                     ENVIRONMENT "COHORT_TRANSPORT=tcp;COHORT_ALGO=ring;COHORT_SEGMENT_BYTES=1000")
 add_test(NAME mp.collectives.rd COMMAND ${COHORTRUN} -np 5 $<TARGET_FILE:test_collectives> --quick)
-set_tests_properties(mp.collectives.rd PROPERTIES LABELS "mp;sanitize" ENVIRONMENT "COHORT_ALGO=rd")
+set_tests_properties(mp.collectives.rd PROPERTIES LABELS "mp;sanitize" ENVIRONMENT "COHORT_TRANSPORT=tcp;COHORT_ALGO=rd")
 add_test(NAME mp.collectives.striped COMMAND ${COHORTRUN} -np 3 $<TARGET_FILE:test_collectives>)
 set_tests_properties(mp.collectives.striped PROPERTIES LABELS "mp" TIMEOUT 900
-                     ENVIRONMENT "COHORT_SOCKETS_PER_PEER=3;COHORT_SEGMENT_BYTES=65536")
+                     ENVIRONMENT "COHORT_TRANSPORT=tcp;COHORT_SOCKETS_PER_PEER=3;COHORT_SEGMENT_BYTES=65536")
 # No launcher: rank 0 serves the store (MASTER_ADDR/MASTER_PORT set by hand, as under torchrun-style scripts).
 add_test(NAME mp.collectives.rank0_store COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_rank0_store.sh $<TARGET_FILE:test_collectives> 3)
-set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" TIMEOUT 300)
+set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=tcp")
 # Under Open MPI's mpirun, no cohortrun: the layout comes from OMPI_COMM_WORLD_*.
 add_test(NAME mp.collectives.mpirun COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun.sh $<TARGET_FILE:test_collectives> 3)
-set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300)
+set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=tcp")
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)

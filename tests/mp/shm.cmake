@@ -1,10 +1,17 @@
-# The collective matrix over the shared-memory transport (COHORT_TRANSPORT=shm), between real processes started by
-# cohortrun. A run that silently fell back to TCP would print "(tcp)", which fails it.
+# The collective matrix over shared memory between real processes started by cohortrun: on the default transport
+# (auto picks shm on one host; a run that fell back to TCP would print "(tcp)", which fails it), where allreduce is
+# the node allreduce (src/transport/shm_coll.c); with small chunks, so that vectors span many double-buffered chunks;
+# and with COHORT_ALGO=ring, the frame-based algorithms through the rings.
 foreach(np 2 3 5)
   add_test(NAME mp.shm.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} $<TARGET_FILE:test_collectives>)
-  set_tests_properties(mp.shm.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 ENVIRONMENT "COHORT_TRANSPORT=shm"
-                       FAIL_REGULAR_EXPRESSION "\\(tcp\\)")
+  set_tests_properties(mp.shm.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\(tcp\\)")
 endforeach()
+add_test(NAME mp.shm.small_chunks COMMAND $<TARGET_FILE:cohortrun> -np 3 $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.shm.small_chunks PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\(tcp\\)"
+                     ENVIRONMENT "COHORT_TRANSPORT=shm;COHORT_SHM_CHUNK_BYTES=4096")
+add_test(NAME mp.shm.ring COMMAND $<TARGET_FILE:cohortrun> -np 3 $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.shm.ring PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\(tcp\\)"
+                     ENVIRONMENT "COHORT_TRANSPORT=shm;COHORT_ALGO=ring")
 # Tiny pipeline segments through tiny rings: frames, and the headers in front of them, wrap around all the time.
 add_test(NAME mp.shm.tiny_rings COMMAND $<TARGET_FILE:cohortrun> -np 3 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.shm.tiny_rings PROPERTIES LABELS "mp;sanitize" FAIL_REGULAR_EXPRESSION "\\(tcp\\)"
