@@ -9,8 +9,12 @@
 #                cohortrun names the killed rank as the root cause
 #   kill-node    kill -9 of node 1's cohortrun mid-training: node 0's workers stop within 5 s and its cohortrun
 #                says node 1 went silent (or names the rank that lost its peers); nothing is left running
+#   restart      fmnist-train --steps 40 --checkpoint-every 10 on 2 nodes x 1 rank with --max-restarts 1; rank 1
+#                (node 1) SIGKILLs itself after step 25 in generation 0: both nodes report it, start generation 1
+#                together, resume from the step-20 checkpoint (one file both "hosts" see; rank 0 writes it) and
+#                end with the param_sha256 of an uninterrupted run
 set -u
-CASE=${1:?usage: test_cluster_netns.sh collectives|train|kill-worker|kill-node}
+CASE=${1:?usage: test_cluster_netns.sh collectives|train|kill-worker|kill-node|restart}
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 COLL=${COHORT_TEST_COLLECTIVES:-}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:-}
@@ -58,13 +62,16 @@ fail() {
 }
 export COHORT_SECRET=netns-test-secret-$$
 export COHORT_TIMEOUT=20
+# Between namespaces the ranks are on different hosts: TCP whatever the default, said here for clarity.
+export COHORT_TRANSPORT=tcp
 PORT=29731
+NPROC=2
 
 # node NS RANK ARGS...: starts cohortrun for node RANK in namespace NS, in the background; its pid is in $NODE_PID.
 node() {
   local ns=$1 rank=$2
   shift 2
-  ip netns exec "$ns" "$RUN" --nnodes 2 --node-rank "$rank" --nproc-per-node 2 --master-addr 10.77.0.1 \
+  ip netns exec "$ns" "$RUN" --nnodes 2 --node-rank "$rank" --nproc-per-node "$NPROC" --master-addr 10.77.0.1 \
     --master-port "$PORT" "$@" >"$TMP/out$rank" 2>"$TMP/err$rank" &
   NODE_PID=$!
   PIDS+=("$NODE_PID")
@@ -178,6 +185,37 @@ kill-worker | kill-node)
       "$TMP/err0" || fail "node 0 does not report the loss of node 1"
     echo "kill -9 of node 1's cohortrun: node 0 stopped in $took s: $(grep -m1 '^cohortrun: root cause' "$TMP/err0")"
   fi
+  ;;
+restart)
+  [ -n "$TRAIN" ] || fail "set COHORT_TEST_FMNIST_TRAIN"
+  NPROC=1
+  args=(--steps 40 --batch 32 --log-every 100)
+  COHORT_TRANSPORT=tcp "$RUN" -np 2 "$TRAIN" "${args[@]}" >"$TMP/straight" 2>&1 || fail "uninterrupted run failed"
+  want=$(final_of "$TMP/straight")
+  [ -n "$want" ] || fail "no final line from the uninterrupted run"
+  ck=$TMP/job.ck
+  export COHORT_TEST_KILL_AT_STEP=25 COHORT_TEST_KILL_RANK=1
+  node "$B" 1 --max-restarts 1 "$TRAIN" "${args[@]}" --checkpoint-every 10 --checkpoint "$ck" --resume auto
+  P1=$NODE_PID
+  node "$A" 0 --max-restarts 1 "$TRAIN" "${args[@]}" --checkpoint-every 10 --checkpoint "$ck" --resume auto
+  P0=$NODE_PID
+  unset COHORT_TEST_KILL_AT_STEP COHORT_TEST_KILL_RANK
+  wait_exit "$P0" 100 >/dev/null || fail "node 0 still running after 100 s"
+  wait "$P0" || fail "node 0 exited $?"
+  wait_exit "$P1" 10 >/dev/null || fail "node 1 still running 10 s after node 0 ended"
+  wait "$P1" || fail "node 1 exited $?"
+  # Both nodes name the cause (rank 1's SIGKILL) and their own restart.
+  for n in 0 1; do
+    grep -q "^cohortrun: rank 1 (pid [0-9]*, host .*) was killed by signal 9 (SIGKILL)" "$TMP/err$n" ||
+      fail "node $n does not name rank 1's SIGKILL"
+    grep -q "^cohortrun: restart 1 of 1: node $n starts its 1 rank ($n..$n of 2) again with COHORT_RESTART_COUNT=1, with all 2 nodes$" \
+      "$TMP/err$n" || fail "node $n has no restart line"
+  done
+  grep -q 'resumed from .* at step 20 ' "$TMP/out0" || fail "generation 1 did not resume at step 20: $(cat "$TMP/out0")"
+  [ "$(grep -c '^\[0\] final: ' "$TMP/out0")" -eq 1 ] || fail "expected one final line: $(cat "$TMP/out0")"
+  got=$(final_of "$TMP/out0")
+  [ "$got" = "$want" ] || fail "killed at step 25, restarted on 2 nodes: param_sha256 '$got', uninterrupted '$want'"
+  echo "2 nodes: rank 1 killed at step 25, both nodes restarted, resumed at step 20, same param_sha256 $got"
   ;;
 *)
   fail "unknown case '$CASE'"

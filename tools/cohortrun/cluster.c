@@ -1,9 +1,12 @@
 /* cluster.c: the cohortruns of a multi-node job meeting and watching each other through node 0's store.
  *
- * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K host=H" (this node joined), claim/I (a counter: a second
- * node with the same --node-rank is refused), hb/I (a counter each node bumps on every poll, ~5 times a second),
- * failed (a counter: the node that takes it to 1 owns the root cause), failure ("CODE\nREPORT", that root cause),
- * done/I (the node's workers are all finished, with its exit code).
+ * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K restarts=R host=H" (this node joined), claim/I (a counter:
+ * a second node with the same --node-rank is refused), hb/I (a counter each node bumps on every poll, ~5 times a
+ * second, also while it stops and restarts), gG/failed (a counter: the node that takes it to 1 owns generation G's
+ * root cause), gG/failure ("CODE\nREPORT", that root cause), gG/ready (a counter: nodes whose generation G is
+ * stopped and reaped, waiting to start G+1 together), done/I (the node's workers are all finished, with its exit
+ * code). The failure keys are per generation, so that a restarted job starts with no root cause; node 0's store
+ * (and with it the connection of every node) lives across generations.
  *
  * A node that stops bumping its heartbeat for CLUSTER_SILENT_S without having said done is dead (its cohortrun was
  * killed, its host is gone); a lost connection to the store means node 0's cohortrun is gone. Either way, every
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -32,6 +36,7 @@ struct cohort__cluster {
   cohort__store *store;
   char where[300]; /* "A:P", for messages */
   int nnodes, node_rank;
+  int gen; /* the generation the failure keys are scoped to (COHORT_RESTART_COUNT) */
   peer *peers;
   int stopped; /* a stop was already reported by poll */
 };
@@ -43,16 +48,18 @@ static char *dup_printf(const char *fmt, const char *a, int b, const char *c) {
   return s;
 }
 
-static cohort_status parse_node(const char *value, int *nnodes, int *nproc, char *host, size_t host_len) {
+static cohort_status parse_node(const char *value, int *nnodes, int *nproc, int *restarts, char *host,
+                                size_t host_len) {
   const char *h = strstr(value, " host=");
-  if (sscanf(value, "nnodes=%d nproc=%d", nnodes, nproc) != 2 || !h)
+  if (sscanf(value, "nnodes=%d nproc=%d restarts=%d", nnodes, nproc, restarts) != 3 || !h)
     return cohort__error(COHORT_ERR_PROTOCOL, "malformed node announcement '%s' in the store", value);
   snprintf(host, host_len, "%s", h + 6);
   return COHORT_OK;
 }
 
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
-                                   int node_rank, int nproc, const char *host, cohort__cluster **out) {
+                                   int node_rank, int nproc, int max_restarts, const char *host,
+                                   cohort__cluster **out) {
   *out = NULL;
   cohort_status st = COHORT_OK;
   char key[64], value[400];
@@ -96,7 +103,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     goto fail;
   }
   snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
-  snprintf(value, sizeof value, "nnodes=%d nproc=%d host=%s", nnodes, nproc, host);
+  snprintf(value, sizeof value, "nnodes=%d nproc=%d restarts=%d host=%s", nnodes, nproc, max_restarts, host);
   if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
   /* Node 0 first: its word on --nnodes is the reference, so a node that expects more nodes than exist finds out
    * at once instead of waiting for a node that will never come. */
@@ -112,8 +119,9 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
       goto fail;
     }
     if (st != COHORT_OK) goto fail;
-    int their_nnodes = 0, their_nproc = 0;
-    if ((st = parse_node(got, &their_nnodes, &their_nproc, c->peers[n].host, sizeof c->peers[n].host)) != COHORT_OK)
+    int their_nnodes = 0, their_nproc = 0, their_restarts = 0;
+    if ((st = parse_node(got, &their_nnodes, &their_nproc, &their_restarts, c->peers[n].host,
+                         sizeof c->peers[n].host)) != COHORT_OK)
       goto fail;
     free(got);
     got = NULL;
@@ -131,6 +139,14 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
                          node_rank, nproc, n, c->peers[n].host, their_nproc);
       goto fail;
     }
+    /* Every node must restart as often as the others, or a restart would wait for a node that has ended. */
+    if (their_restarts != max_restarts) {
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --max-restarts: this node (node %d) has %d, node %d (host %s) has %d; give "
+                         "every node the same value",
+                         node_rank, max_restarts, n, c->peers[n].host, their_restarts);
+      goto fail;
+    }
     c->peers[n].changed_ns = cohort__now_ns();
   }
   *out = c;
@@ -143,13 +159,16 @@ fail:
 
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code) {
   int64_t first = 0;
-  if (cohort__store_add(c->store, "cohortrun/failed", 1, &first) != COHORT_OK) return 1;
+  char key[64];
+  snprintf(key, sizeof key, "cohortrun/g%d/failed", c->gen);
+  if (cohort__store_add(c->store, key, 1, &first) != COHORT_OK) return 1;
   if (first != 1) return 0;
   size_t n = strlen(report) + 32;
   char *value = malloc(n);
   if (!value) return 1;
   int len = snprintf(value, n, "%d\n%s", code, report);
-  cohort__store_set(c->store, "cohortrun/failure", value, (size_t)len);
+  snprintf(key, sizeof key, "cohortrun/g%d/failure", c->gen);
+  cohort__store_set(c->store, key, value, (size_t)len);
   free(value);
   return 1;
 }
@@ -158,7 +177,9 @@ int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int 
 static char *fetch_failure(cohort__cluster *c, int *code) {
   void *got = NULL;
   size_t len = 0;
-  if (cohort__store_get(c->store, "cohortrun/failure", 2.0, &got, &len) != COHORT_OK)
+  char key[64];
+  snprintf(key, sizeof key, "cohortrun/g%d/failure", c->gen);
+  if (cohort__store_get(c->store, key, 2.0, &got, &len) != COHORT_OK)
     return dup_printf("cohortrun: another node reported a failure, but not what it was (%s%d%s)\n", "", 0, "");
   char *nl = strchr(got, '\n');
   *code = atoi(got);
@@ -173,9 +194,11 @@ int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
   char key[64];
   int64_t v = 0;
   int exists = 0;
+  char failed_key[64];
+  snprintf(failed_key, sizeof failed_key, "cohortrun/g%d/failed", c->gen);
   snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
   if (cohort__store_add(c->store, key, 1, &v) != COHORT_OK ||
-      cohort__store_check(c->store, "cohortrun/failed", &exists) != COHORT_OK) {
+      cohort__store_check(c->store, failed_key, &exists) != COHORT_OK) {
     if (c->stopped) return 0;
     *report = dup_printf("cohortrun: lost the connection to the rendezvous store of node 0 at %s (node %d: %s): "
                          "node 0's cohortrun or its host is gone\n",
@@ -222,6 +245,59 @@ int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
     }
   }
   return 0;
+}
+
+cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
+  char key[64];
+  int64_t ready = 0, v = 0;
+  snprintf(key, sizeof key, "cohortrun/g%d/ready", c->gen);
+  if (cohort__store_add(c->store, key, 1, &ready) != COHORT_OK)
+    return cohort__error_prefix(COHORT_ERR_REMOTE, "node %d: lost the rendezvous store of node 0 at %s, so no restart",
+                                c->node_rank, c->where);
+  int64_t start = cohort__now_ns();
+  int64_t deadline = start + (int64_t)(timeout_s * 1e9);
+  while (ready < c->nnodes) {
+    usleep(50000);
+    int64_t now = cohort__now_ns();
+    /* Keep beating: a node waiting here is alive, and the others may still be stopping their workers. */
+    snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
+    if (cohort__store_add(c->store, key, 1, &v) != COHORT_OK)
+      return cohort__error_prefix(COHORT_ERR_REMOTE, "node %d: lost the rendezvous store of node 0 at %s while "
+                                  "waiting to restart", c->node_rank, c->where);
+    for (int n = 0; n < c->nnodes; n++) {
+      peer *p = &c->peers[n];
+      if (n == c->node_rank) continue;
+      int done = p->done;
+      snprintf(key, sizeof key, "cohortrun/done/%d", n);
+      if (!done && cohort__store_check(c->store, key, &done) != COHORT_OK) done = 0;
+      if (done)
+        return cohort__error(COHORT_ERR_REMOTE, "node %d (host %s) ended instead of restarting, so the job cannot start "
+                             "generation %d with all %d nodes", n, p->host, c->gen + 1, c->nnodes);
+      snprintf(key, sizeof key, "cohortrun/hb/%d", n);
+      if (cohort__store_add(c->store, key, 0, &v) != COHORT_OK) continue;
+      if (v != p->hb) {
+        p->hb = v;
+        p->changed_ns = now;
+      } else if ((double)(now - p->changed_ns) / 1e9 > CLUSTER_SILENT_S) {
+        return cohort__error(COHORT_ERR_REMOTE, "node %d (host %s) went silent for %g s: its cohortrun or its host is "
+                             "gone, so the job cannot start generation %d with all %d nodes", n, p->host,
+                             CLUSTER_SILENT_S, c->gen + 1, c->nnodes);
+      }
+    }
+    if (now > deadline)
+      return cohort__error(COHORT_ERR_TIMEOUT, "node %d: not every node was ready to restart within %g s (%lld of %d)",
+                           c->node_rank, timeout_s, (long long)ready, c->nnodes);
+    snprintf(key, sizeof key, "cohortrun/g%d/ready", c->gen);
+    if (cohort__store_add(c->store, key, 0, &ready) != COHORT_OK)
+      return cohort__error_prefix(COHORT_ERR_REMOTE, "node %d: lost the rendezvous store of node 0 at %s while "
+                                  "waiting to restart", c->node_rank, c->where);
+  }
+  c->gen++;
+  c->stopped = 0;
+  int64_t now = cohort__now_ns();
+  for (int n = 0; n < c->nnodes; n++)
+    c->peers[n].changed_ns = now;
+  return COHORT_OK;
 }
 
 void cohort__cluster_done(cohort__cluster *c, int code) {

@@ -186,8 +186,6 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     if (np_given || opts->nnodes > 1 || node_rank_given)
       return cohort__error(COHORT_ERR_INVALID, "-H/--hostfile give the nodes and their workers: leave out -np, "
                                                "--nproc-per-node, --nnodes and --node-rank");
-    if (opts->max_restarts > 0)
-      return cohort__error(COHORT_ERR_INVALID, "--max-restarts is not supported with several nodes yet");
     opts->nnodes = opts->nhosts;
     if (!opts->master_addr_given) opts->master_addr = opts->hosts[0];
     if (i >= argc) return cohort__error(COHORT_ERR_INVALID, "no program given: cohortrun -H HOSTS PROGRAM [ARGS...]");
@@ -204,8 +202,6 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       return cohort__error(COHORT_ERR_INVALID,
                            "--nnodes %d needs a fixed --master-port P (the same on every node; 0 cannot be shared)",
                            opts->nnodes);
-    if (opts->max_restarts > 0)
-      return cohort__error(COHORT_ERR_INVALID, "--max-restarts is not supported with --nnodes > 1 yet");
     if (opts->nnodes * opts->np > 1 << 20)
       return cohort__error(COHORT_ERR_INVALID, "--nnodes x --nproc-per-node is too large");
   }

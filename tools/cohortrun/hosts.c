@@ -156,6 +156,12 @@ cohort_status cohort__launch_ssh_node(const cohort__launch_opts *o, int node, in
     bad |= append_quoted(cmd, cap, &len, "--log-dir");
     bad |= append_quoted(cmd, cap, &len, o->log_dir);
   }
+  if (o->max_restarts > 0) {
+    char restarts[16];
+    snprintf(restarts, sizeof restarts, "%d", o->max_restarts);
+    bad |= append_quoted(cmd, cap, &len, "--max-restarts");
+    bad |= append_quoted(cmd, cap, &len, restarts);
+  }
   if (o->bind_cores) bad |= append_quoted(cmd, cap, &len, "--bind=core");
   bad |= append_quoted(cmd, cap, &len, "--");
   for (char **a = o->argv; *a; a++)

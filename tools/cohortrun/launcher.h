@@ -113,12 +113,18 @@ typedef struct cohort__cluster cohort__cluster;
 /* Connects (within timeout_s), announces this node and waits for all nnodes. A wrong secret, an unreachable store,
  * a node that never comes, and mismatched --nnodes are each one clear error. */
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
-                                   int node_rank, int nproc, const char *host, cohort__cluster **out);
+                                   int node_rank, int nproc, int max_restarts, const char *host,
+                                   cohort__cluster **out);
 /* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);
 /* Bumps this node's heartbeat and looks for a reason to stop: another node's root cause, a node gone silent, the
  * store gone. Returns 1 once, with *report (malloc'd text of whole lines, for stderr) and *code (the exit code). */
 int cohort__cluster_poll(cohort__cluster *c, char **report, int *code);
+/* --max-restarts: called once this node's workers of the current generation are all reaped after a failure.
+ * Waits (beating) until every node is there too, then moves to the next generation, whose failure keys are fresh.
+ * A node that ended, went silent or did not come within timeout_s, or the loss of the store, is an error: the job
+ * cannot go on with fewer nodes. */
+cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s);
 /* Says this node's workers are finished (code: its exit code), so that its silence from now on is no failure. */
 void cohort__cluster_done(cohort__cluster *c, int code);
 /* 1 when every other node has said done. */

@@ -257,7 +257,7 @@ static void run_loop(job *j) {
     int64_t wake = -1;
     if (j->stopping && !j->killed && j->running > 0) wake = j->kill_at_ns;
     if (j->running == 0) wake = j->drain_until_ns;
-    if (j->cluster && !j->remote_report && (wake < 0 || j->next_poll_ns < wake)) wake = j->next_poll_ns;
+    if (j->cluster && (wake < 0 || j->next_poll_ns < wake)) wake = j->next_poll_ns;
     int timeout_ms = -1;
     if (wake >= 0) timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
     int ready = poll(fds, (nfds_t)n, timeout_ms);
@@ -308,14 +308,20 @@ static void publish_failure(job *j) {
   free(text);
 }
 
+/* Also after a stop began: the heartbeat goes on, so that the other nodes do not take a node that is still
+ * stopping (or about to restart) for a dead one. */
 static void poll_cluster(job *j) {
-  if (!j->cluster || j->remote_report) return;
+  if (!j->cluster) return;
   int64_t now = cohort__now_ns();
   if (now < j->next_poll_ns) return;
   j->next_poll_ns = now + CLUSTER_POLL_NS;
   char *report = NULL;
   int code = 1;
   if (!cohort__cluster_poll(j->cluster, &report, &code)) return;
+  if (j->remote_report) {
+    free(report);
+    return;
+  }
   j->remote_report = report ? report : strdup("cohortrun: another node failed\n");
   j->remote_code = code;
   if (!j->stopping) begin_stop(j, SIGTERM);
@@ -579,7 +585,7 @@ int main(int argc, char **argv) {
     double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
     if (!(timeout_s > 0)) timeout_s = 300;
     cohort_status st = cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, j.opts.nnodes,
-                                            j.opts.node_rank, j.opts.np, j.host, &j.cluster);
+                                            j.opts.node_rank, j.opts.np, j.opts.max_restarts, j.host, &j.cluster);
     if (st != COHORT_OK) {
       fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
       /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
@@ -623,16 +629,38 @@ int main(int argc, char **argv) {
       fprintf(stderr, "cohortrun: node %d: stopped its %d rank%s because of the failure above\n", j.opts.node_rank,
               j.stopped_count, j.stopped_count == 1 ? "" : "s");
       rc = j.remote_code ? j.remote_code : 1;
-      break;
+    } else {
+      print_root_cause(&j, stderr);
+      print_summary(&j);
+      rc = exit_code(&j);
     }
-    print_root_cause(&j, stderr);
-    print_summary(&j);
-    rc = exit_code(&j);
-    if (j.root < 0 || j.interrupted || gen >= j.opts.max_restarts) break;
-    /* A failure with restarts left: everything of this generation is stopped and reaped (run_loop returned), so
-     * the next one starts clean, under a new COHORT_RESTART_COUNT, which scopes every rendezvous key anew. */
-    fprintf(stderr, "cohortrun: restart %d of %d: starting all %d ranks again with COHORT_RESTART_COUNT=%d\n", gen + 1,
-            j.opts.max_restarts, j.opts.np, gen + 1);
+    int job_failed = j.root >= 0 || j.remote_report;
+    if (!job_failed || j.interrupted || gen >= j.opts.max_restarts) break;
+    if (j.cluster) {
+      /* Every node starts the next generation together, once all of them have stopped this one: a node whose
+       * workers came up early would only wait for the others at the workers' rendezvous, and a node that cannot
+       * come back (its cohortrun or host gone) ends the job instead. */
+      double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
+      if (!(timeout_s > 0)) timeout_s = 300;
+      if (cohort__cluster_restart(j.cluster, timeout_s) != COHORT_OK) {
+        fprintf(stderr, "cohortrun: node %d: no restart: %s\n", j.opts.node_rank, cohort_last_error());
+        break;
+      }
+      free(j.remote_report);
+      j.remote_report = NULL;
+      j.remote_code = 0;
+      j.root_is_job_root = 0;
+      fprintf(stderr,
+              "cohortrun: restart %d of %d: node %d starts its %d rank%s (%d..%d of %d) again with "
+              "COHORT_RESTART_COUNT=%d, with all %d nodes\n",
+              gen + 1, j.opts.max_restarts, j.opts.node_rank, j.opts.np, j.opts.np == 1 ? "" : "s", j.rank0,
+              j.rank0 + j.opts.np - 1, j.world, gen + 1, j.opts.nnodes);
+    } else {
+      /* A failure with restarts left: everything of this generation is stopped and reaped (run_loop returned), so
+       * the next one starts clean, under a new COHORT_RESTART_COUNT, which scopes every rendezvous key anew. */
+      fprintf(stderr, "cohortrun: restart %d of %d: starting all %d ranks again with COHORT_RESTART_COUNT=%d\n",
+              gen + 1, j.opts.max_restarts, j.opts.np, gen + 1);
+    }
     for (int r = 0; r < j.opts.np; r++)
       if (log_fds[r] >= 0) {
         char mark[96];
