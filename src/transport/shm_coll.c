@@ -8,18 +8,20 @@
  *
  * Large vectors (more than COHORT__SHM_SMALL_BYTES), chunk by chunk:
  *   1. wait until every peer's done >= k - 2: nobody reads my buffer k % 2 any more;
- *   2. copy my input chunk into it; publish in = k;
+ *   2. copy my input chunk into it, except my own 1/n slice (nobody else reads it); publish in = k;
  *   3. wait for every peer's in >= k; on a call's first chunk, compare every peer's call with mine (MISMATCH);
- *   4. reduce my 1/n slice of the chunk, reading that slice of all n buffers, operands in rank order, into my own
- *      buffer's slice (only I read that slice as input); AVG divides here, once; publish out = k;
- *   5. copy every slice into recvbuf as soon as its owner's out >= k (mine first); publish done = k.
+ *   4. reduce my slice of the chunk in one pass over all n inputs (operands in rank order: the peers' from their
+ *      buffers, mine from sendbuf) into my buffer's slice, which step 2 left free; AVG divides here, once; publish
+ *      out = k; copy my slice's result into recvbuf;
+ *   5. copy every other slice into recvbuf as soon as its owner's out >= k; publish done = k.
  * A rank may be a chunk ahead of the slowest (step 1 waits for k - 2, not k - 1): while one copies chunk k out,
  * another may already copy chunk k + 1 in. There is no barrier: each rank waits only on the flags it needs.
  * Each element is computed by one rank and copied by the others, so every rank holds bitwise the same result.
  *
- * Memory traffic per rank, per byte of the vector (n ranks): copy in 1 read + 1 write, reduce n * (1/n) reads + 1/n
- * write, copy out 1 read + 1 write: 5 + 1/n bytes. Of these only the read of sendbuf and the write of recvbuf need
- * main memory when the staging buffers stay in cache; the rest moves between caches (docs/performance.md).
+ * Memory traffic per rank, per byte of the vector (n ranks, s = 1/n): copy in (1-s) read + (1-s) write, reduce 1
+ * read + s write, my slice out s read + s write, the others' out (1-s) read + (1-s) write: 5 - s bytes (4.5 for two
+ * ranks). Of these, the sendbuf reads (1) and the recvbuf writes (1) go to main memory for large vectors; the
+ * staging buffers stay in cache (docs/performance.md derives the limit from this).
  *
  * Small vectors (up to COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole input in, publishes in,
  * and, once every peer's in is there, reduces the whole vector itself from all n buffers in rank order (the same
@@ -83,26 +85,16 @@ static cohort_status check_calls(shm_transport *t, uint64_t k) {
 /* Frees staging buffer k % 2 for chunk k (its previous user was chunk k - 2). */
 static cohort_status claim(shm_transport *t, uint64_t k) { return k > 2 ? wait_all(t, FLAG_DONE, k - 2) : COHORT_OK; }
 
-/* dst = x[0] op x[1] op ... op x[n-1] over len elements at byte offset off of staging buffer b, rank order.
- * dst may be one of the inputs (our own buffer): when it is x[0] or x[1] the first step reads it before writing
- * it; otherwise the result is built in a small buffer per piece and copied once all inputs were read. */
-static void reduce_ranks(shm_transport *t, void *dst, int dst_rank, int b, size_t off, size_t len, cohort_dtype dtype,
-                         cohort_op op) {
-  int n = t->base.size;
-  size_t es = cohort_dtype_size(dtype);
-  if (dst_rank <= 1) {
-    cohort__reduce(dst, cohort__shm_stage(seg_of(t, 0), b) + off, cohort__shm_stage(seg_of(t, 1), b) + off, len,
-                   dtype, op);
-    for (int q = 2; q < n; q++) cohort__reduce(dst, dst, cohort__shm_stage(seg_of(t, q), b) + off, len, dtype, op);
-    return;
-  }
-  _Alignas(64) char tmp[8192];
-  size_t piece = sizeof tmp / es;
-  for (size_t i = 0; i < len; i += piece) {
-    size_t m = len - i < piece ? len - i : piece, o = off + i * es;
-    cohort__reduce(tmp, cohort__shm_stage(seg_of(t, 0), b) + o, cohort__shm_stage(seg_of(t, 1), b) + o, m, dtype, op);
-    for (int q = 2; q < n; q++) cohort__reduce(tmp, tmp, cohort__shm_stage(seg_of(t, q), b) + o, m, dtype, op);
-    memcpy((char *)dst + i * es, tmp, m * es);
+/* dst = x[0] op x[1] op ... op x[n-1] over len elements, in rank order; x[q] is at byte offset off of rank q's
+ * staging buffer b, except our own operand when mine is not NULL. dst is none of the inputs. */
+static void reduce_ranks(shm_transport *t, void *dst, const void *mine, int b, size_t off, size_t len,
+                         cohort_dtype dtype, cohort_op op) {
+  const void *x[2];
+  for (int q = 0; q < 2; q++) x[q] = q == t->base.rank && mine ? mine : cohort__shm_stage(seg_of(t, q), b) + off;
+  cohort__reduce(dst, x[0], x[1], len, dtype, op);
+  for (int q = 2; q < t->base.size; q++) {
+    const void *xq = q == t->base.rank && mine ? mine : cohort__shm_stage(seg_of(t, q), b) + off;
+    cohort__reduce(dst, dst, xq, len, dtype, op);
   }
 }
 
@@ -118,7 +110,7 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   COHORT_CHECK(wait_all(t, FLAG_IN, k));
   COHORT_CHECK(check_calls(t, k));
   if (count) {
-    reduce_ranks(t, recvbuf, -1, b, 0, count, dtype, op);
+    reduce_ranks(t, recvbuf, NULL, b, 0, count, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
   }
   cohort__shm_publish(t, &t->me->node.done, k);
@@ -148,26 +140,32 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     uint64_t k = ++t->node_k;
     int b = (int)(k & 1);
     char *mine = cohort__shm_stage(t->me, b);
+    const char *in = (const char *)sendbuf + off * es;
+    char *out = (char *)recvbuf + off * es;
+    size_t lo, hi, my_lo, my_hi;
+    slice(m, es, r, n, &my_lo, &my_hi);
     COHORT_CHECK(claim(t, k));
     if (off == 0) post_call(t, k);
-    memcpy(mine, (const char *)sendbuf + off * es, m * es);
+    /* The peers need every slice of my input but mine: I read that one where it is. */
+    memcpy(mine, in, my_lo * es);
+    memcpy(mine + my_hi * es, in + my_hi * es, (m - my_hi) * es);
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
     if (off == 0) COHORT_CHECK(check_calls(t, k));
 
-    size_t lo, hi;
-    slice(m, es, r, n, &lo, &hi);
-    if (hi > lo) {
-      reduce_ranks(t, mine + lo * es, r, b, lo * es, hi - lo, dtype, op);
-      if (op == COHORT_AVG) cohort__reduce_avg(mine + lo * es, hi - lo, dtype, n);
+    /* My slice's result goes where my input slice would have been staged; the peers copy it from there. */
+    if (my_hi > my_lo) {
+      reduce_ranks(t, mine + my_lo * es, in + my_lo * es, b, my_lo * es, my_hi - my_lo, dtype, op);
+      if (op == COHORT_AVG) cohort__reduce_avg(mine + my_lo * es, my_hi - my_lo, dtype, n);
     }
     cohort__shm_publish(t, &t->me->node.out, k);
-
-    for (int i = 0; i < n; i++) {
+    /* Only now may recvbuf change: in place, my input slice was an operand until the reduction above. */
+    memcpy(out + my_lo * es, mine + my_lo * es, (my_hi - my_lo) * es);
+    for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
       slice(m, es, q, n, &lo, &hi);
-      if (q != r) COHORT_CHECK(cohort__shm_await(t, q, &t->peers[q].seg->node.out, k));
-      if (hi > lo) memcpy((char *)recvbuf + (off + lo) * es, cohort__shm_stage(seg_of(t, q), b) + lo * es, (hi - lo) * es);
+      COHORT_CHECK(cohort__shm_await(t, q, &t->peers[q].seg->node.out, k));
+      memcpy(out + lo * es, cohort__shm_stage(t->peers[q].seg, b) + lo * es, (hi - lo) * es);
     }
     cohort__shm_publish(t, &t->me->node.done, k);
   }

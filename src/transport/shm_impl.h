@@ -28,13 +28,15 @@
  * writes it; the chunk numbers only grow, are stored with release and read with acquire. */
 typedef struct node_flags {
   _Alignas(CACHE_LINE) _Atomic uint64_t in; /* chunk k of my input is in my staging buffer k % 2 */
+  /* The node call whose first chunk uses staging buffer b: call_seq[b] (its seq + 1; 0: none) is stored after
+   * call[b]. Tied to the buffer, the slot cannot be rewritten before every peer has read it (see claim()). On the
+   * line of `in`, so that a peer reading `in` gets the call with it. */
+  _Atomic uint32_t call_seq[2];
+  cohort__call call[2];
   _Alignas(CACHE_LINE) _Atomic uint64_t out; /* my slice of chunk k is reduced, in my staging buffer */
   _Alignas(CACHE_LINE) _Atomic uint64_t done; /* I read nothing more of anyone's buffers for chunks <= k */
-  /* The node call whose first chunk uses staging buffer b: call_seq[b] (its seq + 1; 0: none) is stored after
-   * call[b]. Tied to the buffer, the slot cannot be rewritten before every peer has read it (see claim()). */
-  _Alignas(CACHE_LINE) _Atomic uint32_t call_seq[2];
-  cohort__call call[2];
 } node_flags;
+_Static_assert(sizeof(node_flags) == 3 * CACHE_LINE, "in and the calls share one cache line");
 
 typedef struct ring_ctl {
   _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
