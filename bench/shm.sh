@@ -171,9 +171,10 @@ for b in sorted(cohort):
         f = c / limit
         lim, frac = f"{limit:.2f}", f"{f:.2f} {'PASS' if f >= 0.70 else 'MISS'}"
         misses += f < 0.70
+    mb = f"{bw[b]:.1f}" if b in bw else ""
     size = f"{b // MIB} MiB" if b >= MIB else f"{b // 1024} KiB"
     print(f"| {size} | {cohort[b]:.1f} | {c:.2f} | {mpi[b]:.1f} | {m:.2f} | {ratio:.2f}x | "
-          f"{'' if t is None else f'>= {t}x'} | {verdict} | {f"{bw[b]:.1f}" if b in bw else ""} | {lim} | {frac} |")
+          f"{'' if t is None else f'>= {t}x'} | {verdict} | {mb} | {lim} | {frac} |")
 print(f"\n{misses} target(s) missed")
 EOF
 echo "# load after: $(uptime | sed 's/.*load average: //')"
