@@ -32,6 +32,8 @@
   X("COHORT_DDP_OVERLAP", "auto", "DDP: on, off, or auto (on when every rank of the host has 2 CPUs)")         \
   X("COHORT_TIMELINE", "", "path of a Chrome trace JSON the DDP engine writes at its end; empty: none")           \
   X("COHORT_STALL_S", "60", "seconds a rank waits for a bucket before the stall inspector names the ranks missing; 0: off") \
+  X("COHORT_HEARTBEAT_S", "0", "cohortrun reports (and stops) a worker whose collectives make no progress for this many seconds; 0: off") \
+  X("COHORT_HEARTBEAT_FD", "", "set by cohortrun: a memfd page in which a worker counts its collectives")       \
   X("COHORT_LOG_LEVEL", "warn", "error, warn, info or debug")
 
 #endif

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/comm.h"
+#include "engine/heartbeat.h"
 
 /* Runs one collective; the caller owns the transport (busy is set). */
 static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {
@@ -21,7 +22,9 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     return failed;
   }
   pthread_mutex_unlock(&c->mu);
+  cohort__heartbeat_enter(c->rank, seq, (int)a->coll); /* the launcher's hang detection (COHORT_HEARTBEAT_S) */
   cohort_status st = cohort__coll_run(&c->coll, a, seq);
+  cohort__heartbeat_leave();
   if (st != COHORT_OK) {
     /* Make sure the peers hear about it too (a no-op when the transport has failed already), and keep the first
      * message for every later call. */

@@ -7,6 +7,8 @@
  *   fail DIR VICTIM CODE [stubborn]   every rank writes DIR/pid.RANK; once all have, VICTIM exits with CODE and
  *                         the others sleep (ignoring SIGTERM with "stubborn"); CODE "kill" means SIGKILL itself
  *   sleep DIR             writes DIR/pid.RANK and sleeps
+ *   hang VICTIM K         every rank joins the job (cohort_init) and does K allreduces; then VICTIM hangs in its own
+ *                         code (sleeps) and the others enter allreduce K+1, which waits for it
  */
 #include <errno.h>
 #include <signal.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cohort/cohort.h"
 #include "core/error.h"
 #include "store/store.h"
 
@@ -172,6 +175,29 @@ static int mode_fail(const char *dir, int rank, int world, int victim, const cha
   return atoi(code);
 }
 
+static int mode_hang(int rank, int victim, int count) {
+  cohort_comm *comm = NULL;
+  if (cohort_init(&comm) != COHORT_OK) {
+    fprintf(stderr, "rank %d: cohort_init: %s\n", rank, cohort_last_error());
+    return 80;
+  }
+  for (int k = 0; k <= count; k++) {
+    if (k == count && rank == victim) {
+      fprintf(stderr, "rank %d hangs after %d allreduces\n", rank, count);
+      sleep_long();
+    }
+    int v = rank + k, sum = 0;
+    if (cohort_allreduce(comm, &v, &sum, 1, COHORT_I32, COHORT_SUM) != COHORT_OK) {
+      fprintf(stderr, "rank %d: allreduce %d: %s\n", rank, k, cohort_last_error());
+      cohort_comm_destroy(comm);
+      return 81;
+    }
+    usleep(20000);
+  }
+  cohort_comm_destroy(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
   if (argc < 2) return 64;
@@ -182,6 +208,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "store") == 0) return mode_store(rank, world);
   if (strcmp(mode, "fail") == 0 && (argc == 5 || argc == 6))
     return mode_fail(argv[2], rank, world, atoi(argv[3]), argv[4], argc == 6 && strcmp(argv[5], "stubborn") == 0);
+  if (strcmp(mode, "hang") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]));
   if (strcmp(mode, "sleep") == 0 && argc == 3) {
     write_pid(argv[2], rank);
     sleep_long();

@@ -223,6 +223,13 @@ static int alive_after(const char *dir, int n, double timeout_s) {
   }
 }
 
+static int count_substr(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
 static int count_lines(const char *text) {
   int n = 0;
   for (const char *p = text; (p = strchr(p, '\n')) != NULL; p++)
@@ -721,6 +728,50 @@ TEST(max_restarts_starts_a_new_generation) {
                  "--max-restarts needs a number of restarts (0 to 1000), got '-1'");
 }
 
+/* COHORT_HEARTBEAT_S: rank 1 stops making collectives after 10 allreduces (it sleeps in its own code) while ranks
+ * 0 and 2 wait for it inside allreduce 11. cohortrun names rank 1, not its victims, within a few seconds, and stops
+ * the job with exit 1; under --max-restarts the hang restarts the job like any failure. A worker that never makes a
+ * collective is never reported, and a malformed value is refused. */
+TEST(heartbeat_names_the_rank_that_hangs) {
+  setenv("COHORT_HEARTBEAT_S", "1", 1);
+  setenv("COHORT_TRANSPORT", "tcp", 1);
+  const char *argv[] = {launcher(), "-np", "3", worker(), "hang", "1", "10", NULL};
+  result r;
+  run(argv, &r);
+  if (r.code != 1) fprintf(stderr, "  stderr: %s", r.err);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_CONTAINS(r.err, "[1] rank 1 hangs after 10 allreduces\n");
+  ASSERT_CONTAINS(r.err, "cohortrun: rank 1 (pid ");
+  ASSERT_CONTAINS(r.err, " (COHORT_HEARTBEAT_S=1): it is outside every collective, in its own code; its last "
+                         "completed collective was #9 (allreduce); stopping the job\n");
+  ASSERT_CONTAINS(r.err, "allreduce); stopped it and the other ranks\n");
+  ASSERT_TRUE(strstr(r.err, "cohortrun: rank 0 (pid") == NULL && strstr(r.err, "cohortrun: rank 2 (pid") == NULL);
+  ASSERT_TRUE(r.seconds < 6.0);
+  result_free(&r);
+
+  const char *argv2[] = {launcher(), "-np", "2", "--max-restarts", "1", worker(), "hang", "0", "3", NULL};
+  run(argv2, &r);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_CONTAINS(r.err, "cohortrun: restart 1 of 1: starting all 2 ranks again with COHORT_RESTART_COUNT=1\n");
+  ASSERT_EQ(count_substr(r.err, "completed collective was #2 (allreduce); stopping the job\n"), 2);
+  result_free(&r);
+
+  /* Setting up, loading data: no collective yet, so no silence counts (2 s > COHORT_HEARTBEAT_S=0.5). */
+  setenv("COHORT_HEARTBEAT_S", "0.5", 1);
+  const char *argv3[] = {launcher(), "-np", "2", "/bin/sh", "-c", "sleep 2; echo done $RANK", NULL};
+  run(argv3, &r);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_CONTAINS(r.out, "[1] done 1\n");
+  ASSERT_TRUE(strstr(r.err, "no progress") == NULL);
+  result_free(&r);
+
+  setenv("COHORT_HEARTBEAT_S", "-1", 1);
+  expect_refused((const char *[]){"-np", "2", worker(), "lines", "1", NULL},
+                 "COHORT_HEARTBEAT_S must be a number of seconds (0 for off), got '-1'");
+  unsetenv("COHORT_HEARTBEAT_S");
+  unsetenv("COHORT_TRANSPORT");
+}
+
 /* Two "nodes" on this host (loopback): cohortrun --nnodes 2, each with its own env. */
 static void start_node(proc *p, const char *const *env, const char *const *argv) {
   child_env = env;
@@ -951,6 +1002,7 @@ COHORT_TEST_MAIN(
     TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
-    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(nodes_meet_and_number_their_ranks),
+    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
+    TEST_CASE(nodes_meet_and_number_their_ranks),
     TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
     TEST_CASE(hosts_start_the_other_nodes_over_ssh))

@@ -63,6 +63,7 @@ typedef struct cohort__launch_worker_env {
   int master_port;
   const char *secret;
   int restart_count; /* COHORT_RESTART_COUNT: the generation, 0 for the first */
+  int heartbeat_fd;  /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
 } cohort__launch_worker_env;
 
 /* The parent's environment with the job variables (RANK, ..., COHORT_SECRET) replacing any inherited ones.
@@ -71,10 +72,11 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
 void cohort__launch_env_free(char **envp);
 
 /* Starts one worker: stdout and stderr to fresh pipes (read ends returned non-blocking), stdin from /dev/null, its
- * own process group, SIGKILL when cohortrun dies, and child_mask as its signal mask. Returns once the program has
+ * own process group, SIGKILL when cohortrun dies, and child_mask as its signal mask. keep_fd >= 0 (a close-on-exec
+ * descriptor of cohortrun's) is inherited by the program. Returns once the program has
  * been exec'd; a failed exec is COHORT_ERR_INVALID naming the program (the child is reaped). */
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
-                                   const cpu_set_t *affinity, pid_t *pid_out, int *out_fd, int *err_fd);
+                                   const cpu_set_t *affinity, int keep_fd, pid_t *pid_out, int *out_fd, int *err_fd);
 /* --bind core: worker `rank` of `np` gets the rank-th of np equal, disjoint shares of the CPUs cohortrun may use.
  * Returns 0 and leaves *set alone when there are fewer CPUs than workers (nothing sensible to bind). */
 int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "engine/heartbeat.h"
 #include "launcher.h"
 #include "store/store.h"
 
@@ -40,6 +42,10 @@ typedef struct worker {
   int got_sigkill; /* still running at the end of the grace */
   int group_gone;  /* its process group has no member left (kill said ESRCH) */
   cohort__relay *out, *err;
+  cohort__heartbeat_page *hb; /* COHORT_HEARTBEAT_S: the page the worker counts its collectives in; NULL if off */
+  uint64_t hb_started, hb_completed; /* the counters when last seen */
+  int64_t hb_change_ns;              /* when they last moved */
+  int hb_armed;                      /* it has completed a collective: from now on, silence counts */
 } worker;
 
 typedef struct job {
@@ -64,7 +70,12 @@ typedef struct job {
   char *remote_report;      /* why another node (or the loss of one) stopped this node; malloc'd */
   int remote_code;
   int root_is_job_root; /* this node's failure is the whole job's root cause (always so on one node) */
+  double heartbeat_s;   /* COHORT_HEARTBEAT_S; 0: off */
+  char hang[600];       /* the root is a worker that made no progress: what it was doing ("" otherwise) */
 } job;
+
+/* How often the heartbeat pages are looked at, at most. */
+#define HEARTBEAT_CHECK_NS 100000000LL
 
 /* How often a node's cohortrun bumps its heartbeat and looks at the others: 5 per second keeps a full stop of
  * every node well within 5 s of a failure anywhere. */
@@ -223,6 +234,58 @@ static void pump(cohort__relay *r) {
   if (cohort__relay_pump(r, &open) != COHORT_OK) fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
 }
 
+/* COHORT_HEARTBEAT_S: a worker whose collective counters have not moved for that long is hung. One that is outside
+ * every collective is the culprit (its own code hangs); one that waits inside a collective is more likely waiting
+ * for the culprit (on this node or another), so it is given a little longer, for the culprit to be named first. */
+static void check_heartbeats(job *j) {
+  if (!(j->heartbeat_s > 0) || j->stopping) return;
+  int64_t now = cohort__now_ns();
+  int culprit = -1;
+  double culprit_silent = 0;
+  for (int i = 0; i < j->started; i++) {
+    worker *w = &j->workers[i];
+    if (!w->running || !w->hb) continue;
+    uint64_t started = atomic_load_explicit(&w->hb->started, memory_order_acquire);
+    uint64_t completed = atomic_load_explicit(&w->hb->completed, memory_order_acquire);
+    if (started != w->hb_started || completed != w->hb_completed || !w->hb_change_ns) {
+      w->hb_started = started;
+      w->hb_completed = completed;
+      w->hb_change_ns = now;
+      w->hb_armed = completed > 0;
+      continue;
+    }
+    if (!w->hb_armed) continue; /* no collective yet: still setting up, which COHORT_TIMEOUT bounds */
+    double silent = (double)(now - w->hb_change_ns) / 1e9;
+    int inside = started > completed;
+    double limit = j->heartbeat_s + (inside ? (j->heartbeat_s / 2 > 1 ? j->heartbeat_s / 2 : 1) : 0);
+    if (silent <= limit) continue;
+    int culprit_inside = culprit >= 0 && j->workers[culprit].hb_started > j->workers[culprit].hb_completed;
+    if (culprit < 0 || (culprit_inside && !inside) || (culprit_inside == inside && silent > culprit_silent)) {
+      culprit = i;
+      culprit_silent = silent;
+    }
+  }
+  if (culprit < 0) return;
+  worker *w = &j->workers[culprit];
+  uint64_t seq = atomic_load_explicit(&w->hb->last_seq, memory_order_relaxed);
+  const char *kind = cohort__heartbeat_kind_name(atomic_load_explicit(&w->hb->last_kind, memory_order_relaxed));
+  if (w->hb_started > w->hb_completed)
+    snprintf(j->hang, sizeof j->hang,
+             "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g): it has been waiting "
+             "inside collective #%llu (%s) all that time, for a peer that does not come",
+             w->rank, (int)w->pid, j->host, culprit_silent, j->heartbeat_s, (unsigned long long)seq, kind);
+  else
+    snprintf(j->hang, sizeof j->hang,
+             "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g): it is outside every "
+             "collective, in its own code; its last completed collective was #%llu (%s)",
+             w->rank, (int)w->pid, j->host, culprit_silent, j->heartbeat_s, (unsigned long long)seq, kind);
+  fprintf(stderr, "cohortrun: %s; stopping the job\n", j->hang);
+  j->root = culprit;
+  begin_stop(j, SIGTERM);
+  j->stopped_count--; /* the others: the culprit itself is counted apart */
+  publish_failure(j);
+}
+
 /* Runs until every worker is reaped and their pipes are closed (or the drain time is over). */
 static void run_loop(job *j) {
   int cap = 1 + 2 * j->started;
@@ -238,6 +301,7 @@ static void run_loop(job *j) {
     if (j->stopping && !j->killed && j->running > 0 && now >= j->kill_at_ns) kill_all(j);
     if (j->running == 0 && (open_relays(j) == 0 || now >= j->drain_until_ns)) break;
     poll_cluster(j);
+    check_heartbeats(j);
     if (!fds || !owners) {
       if (!j->stopping) begin_stop(j, SIGTERM);
       usleep(10000);
@@ -258,6 +322,8 @@ static void run_loop(job *j) {
     if (j->stopping && !j->killed && j->running > 0) wake = j->kill_at_ns;
     if (j->running == 0) wake = j->drain_until_ns;
     if (j->cluster && (wake < 0 || j->next_poll_ns < wake)) wake = j->next_poll_ns;
+    if (j->heartbeat_s > 0 && !j->stopping && (wake < 0 || now + HEARTBEAT_CHECK_NS < wake))
+      wake = now + HEARTBEAT_CHECK_NS;
     int timeout_ms = -1;
     if (wake >= 0) timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
     int ready = poll(fds, (nfds_t)n, timeout_ms);
@@ -294,7 +360,9 @@ static void publish_failure(job *j) {
   print_root_cause(j, mem);
   const worker *w = &j->workers[j->root];
   char name[32];
-  if (WIFEXITED(w->wait_status))
+  if (j->hang[0])
+    fprintf(mem, "cohortrun: node %d: %s\n", j->opts.node_rank, j->hang);
+  else if (WIFEXITED(w->wait_status))
     fprintf(mem, "cohortrun: rank %d (pid %d, host %s, node %d) exited with code %d\n", w->rank, (int)w->pid, j->host,
             j->opts.node_rank, WEXITSTATUS(w->wait_status));
   else
@@ -303,8 +371,8 @@ static void publish_failure(job *j) {
             signal_name(WTERMSIG(w->wait_status), name, sizeof name));
   fclose(mem);
   int s = w->wait_status;
-  j->root_is_job_root =
-      cohort__cluster_publish_failure(j->cluster, text, WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s));
+  int code = j->hang[0] ? 1 : WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
+  j->root_is_job_root = cohort__cluster_publish_failure(j->cluster, text, code);
   free(text);
 }
 
@@ -332,6 +400,8 @@ static void free_relays(job *j) {
     cohort__relay_destroy(j->workers[i].out);
     cohort__relay_destroy(j->workers[i].err);
     j->workers[i].out = j->workers[i].err = NULL;
+    if (j->workers[i].hb) munmap(j->workers[i].hb, COHORT_HEARTBEAT_PAGE_BYTES);
+    j->workers[i].hb = NULL;
   }
 }
 
@@ -351,6 +421,31 @@ static cohort_status open_logs(const char *dir, int rank0, int np, int *fds) {
   return COHORT_OK;
 }
 
+/* One worker's heartbeat page: a memfd (no name in /dev/shm, so a kill leaves nothing behind), close-on-exec
+ * except in that worker (spawn.c), mapped here for reading. */
+static cohort_status open_heartbeat(int *fd_out, cohort__heartbeat_page **page_out) {
+  *fd_out = -1;
+  *page_out = NULL;
+  int fd = memfd_create("cohortrun-heartbeat", MFD_CLOEXEC);
+  if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "memfd_create for the heartbeat page");
+  if (ftruncate(fd, COHORT_HEARTBEAT_PAGE_BYTES) != 0) {
+    int e = errno;
+    close(fd);
+    return cohort__error_errno(COHORT_ERR_SYSTEM, e, "ftruncate of the heartbeat page");
+  }
+  void *p = mmap(NULL, COHORT_HEARTBEAT_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return cohort__error_errno(COHORT_ERR_SYSTEM, e, "mmap of the heartbeat page");
+  }
+  cohort__heartbeat_page *page = p;
+  atomic_store_explicit(&page->magic, COHORT_HEARTBEAT_MAGIC, memory_order_release);
+  *fd_out = fd;
+  *page_out = page;
+  return COHORT_OK;
+}
+
 /* Starts generation gen of all np workers. On failure, the ranks already started are being stopped and
  * spawn_error says why. */
 static cohort_status start_workers(job *j, const char *program, const char *secret, int port, int gen,
@@ -362,9 +457,16 @@ static cohort_status start_workers(job *j, const char *program, const char *secr
   j->root = -1;
   j->stopped_count = j->sigkill_count = 0;
   j->drain_until_ns = 0;
+  j->hang[0] = '\0';
   for (int r = 0; r < j->opts.np; r++) {
     worker *w = &j->workers[r];
     w->rank = j->rank0 + r;
+    int hb_fd = -1;
+    if (j->heartbeat_s > 0 && open_heartbeat(&hb_fd, &w->hb) != COHORT_OK) {
+      snprintf(spawn_error, error_len, "cannot start rank %d: %s", j->rank0 + r, cohort_last_error());
+      if (!j->stopping) begin_stop(j, SIGTERM);
+      return COHORT_ERR_SYSTEM;
+    }
     cohort__launch_worker_env wenv = {.rank = j->rank0 + r,
                                       .world_size = j->world,
                                       .local_rank = r,
@@ -372,17 +474,19 @@ static cohort_status start_workers(job *j, const char *program, const char *secr
                                       .master_addr = j->opts.master_addr,
                                       .master_port = port,
                                       .secret = secret,
-                                      .restart_count = gen};
+                                      .restart_count = gen,
+                                      .heartbeat_fd = hb_fd};
     char **envp = NULL;
     int out_fd = -1, err_fd = -1;
     cohort_status st = cohort__launch_env_build(&wenv, &envp);
     if (st == COHORT_OK) {
       cpu_set_t share;
       int bound = j->opts.bind_cores && cohort__launch_cpu_share(r, j->opts.np, &share);
-      st = cohort__launch_spawn(program, j->opts.argv, envp, &j->child_mask, bound ? &share : NULL, &w->pid, &out_fd,
-                                &err_fd);
+      st = cohort__launch_spawn(program, j->opts.argv, envp, &j->child_mask, bound ? &share : NULL, hb_fd, &w->pid,
+                                &out_fd, &err_fd);
       cohort__launch_env_free(envp);
     }
+    if (hb_fd >= 0) close(hb_fd); /* the worker has its own; cohortrun keeps the mapping */
     if (st != COHORT_OK) {
       snprintf(spawn_error, error_len, "cannot start rank %d: %s", j->rank0 + r, cohort_last_error());
       if (!j->stopping) begin_stop(j, SIGTERM);
@@ -467,7 +571,10 @@ static void print_summary(const job *j) {
              j->opts.grace_s);
   if (j->root >= 0) {
     const worker *w = &j->workers[j->root];
-    if (WIFEXITED(w->wait_status))
+    if (j->hang[0])
+      fprintf(stderr, "cohortrun: %s; stopped it%s%s%s\n", j->hang, n > 0 ? " and " : "",
+              n > 0 ? (n == 1 ? "the other rank" : "the other ranks") : "", killed);
+    else if (WIFEXITED(w->wait_status))
       fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) exited with code %d; %s%s\n", w->rank, (int)w->pid, j->host,
               WEXITSTATUS(w->wait_status), others, killed);
     else
@@ -484,6 +591,7 @@ static void print_summary(const job *j) {
 }
 
 static int exit_code(const job *j) {
+  if (j->root >= 0 && j->hang[0]) return 1; /* whatever the hung worker did with its SIGTERM */
   if (j->root >= 0) {
     int s = j->workers[j->root].wait_status;
     return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
@@ -512,6 +620,14 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  const char *hb = cohort__env_str("COHORT_HEARTBEAT_S");
+  char *hb_end = NULL;
+  j.heartbeat_s = strtod(hb, &hb_end);
+  if (hb_end == hb || *hb_end != '\0' || !(j.heartbeat_s >= 0) || j.heartbeat_s > 1e6) {
+    fprintf(stderr, "cohortrun: COHORT_HEARTBEAT_S must be a number of seconds (0 for off), got '%s'\n", hb);
+    free(program);
+    return 2;
+  }
   int rc = 1;
   int *log_fds = NULL;
   pid_t ssh_pids[COHORT_LAUNCH_HOSTS_MAX] = {0};

@@ -21,7 +21,8 @@ static const char *const job_vars[] = {"RANK",
                                        "MASTER_PORT",
                                        "COHORT_SECRET",
                                        "COHORT_LAUNCHER_STORE",
-                                       "COHORT_RESTART_COUNT"};
+                                       "COHORT_RESTART_COUNT",
+                                       "COHORT_HEARTBEAT_FD"};
 #define JOB_VAR_COUNT (sizeof job_vars / sizeof job_vars[0])
 
 static int is_job_var(const char *entry) {
@@ -54,7 +55,8 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
     inherited++;
   char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
   if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
-  char num[6][24];
+  char num[7][24] = {{0}};
+  if (wenv->heartbeat_fd >= 0) snprintf(num[6], sizeof num[6], "%d", wenv->heartbeat_fd);
   snprintf(num[3], sizeof num[3], "%d", wenv->restart_count);
   snprintf(num[4], sizeof num[4], "%d", wenv->local_rank);
   snprintf(num[5], sizeof num[5], "%d", wenv->local_world_size);
@@ -63,7 +65,7 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
   snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
   /* Same order as job_vars. */
   const char *values[JOB_VAR_COUNT] = {num[0], num[1],       num[4], num[5], wenv->master_addr,
-                                       num[2], wenv->secret, "1",    num[3]};
+                                       num[2], wenv->secret, "1",    num[3], num[6]};
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
     envp[i] = format_var(job_vars[i], values[i]);
     if (!envp[i]) {
@@ -82,7 +84,8 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
 /* The child between fork and exec. cohortrun has a store thread, so only async-signal-safe calls are allowed
  * here: everything the child needs was prepared before fork. */
 static void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
-                       const sigset_t *child_mask, const cpu_set_t *affinity, int out_w, int err_w, int exec_w) {
+                       const sigset_t *child_mask, const cpu_set_t *affinity, int keep_fd, int out_w, int err_w,
+                       int exec_w) {
   /* Before exec, so that every thread the program starts inherits it (a plain system call: safe here). */
   if (affinity) sched_setaffinity(0, sizeof *affinity, affinity);
   /* Its own process group, so that a signal to the group reaches whatever the worker starts, and a Ctrl-C at
@@ -101,6 +104,8 @@ static void child_exec(pid_t parent, const char *path, char *const argv[], char 
     if (write(exec_w, &e, sizeof e) < 0) _exit(127);
     _exit(127);
   }
+  /* The one descriptor the program inherits on purpose (the heartbeat page); all others are close-on-exec. */
+  if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0);
   /* cohortrun ignores SIGPIPE and blocks the signals it reads through signalfd; the program gets neither. */
   signal(SIGPIPE, SIG_DFL);
   sigprocmask(SIG_SETMASK, child_mask, NULL);
@@ -125,7 +130,7 @@ int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set) {
 }
 
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
-                                   const cpu_set_t *affinity, pid_t *pid_out, int *out_fd, int *err_fd) {
+                                   const cpu_set_t *affinity, int keep_fd, pid_t *pid_out, int *out_fd, int *err_fd) {
   int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, exec_p[2] = {-1, -1};
   cohort_status st = COHORT_OK;
   if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0 || pipe2(exec_p, O_CLOEXEC) != 0) {
@@ -138,7 +143,7 @@ cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *c
     st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "fork for '%s'", argv[0]);
     goto fail;
   }
-  if (pid == 0) child_exec(parent, path, argv, envp, child_mask, affinity, out_p[1], err_p[1], exec_p[1]);
+  if (pid == 0) child_exec(parent, path, argv, envp, child_mask, affinity, keep_fd, out_p[1], err_p[1], exec_p[1]);
   /* Also from this side: a signal sent to the group right after fork must not miss the worker (or hit us). */
   setpgid(pid, pid);
   close(out_p[1]);

@@ -1,0 +1,52 @@
+/*
+ * heartbeat.h: a worker's progress, shown to its launcher (cohortrun) through a shared page.
+ *
+ * When COHORT_HEARTBEAT_S asks for hang detection, cohortrun hands each worker an inherited memfd
+ * (COHORT_HEARTBEAT_FD) of one page. The library maps it at the first collective and, around every collective,
+ * updates a few lock-free counters in it: collectives started and completed, and the last one's number and kind.
+ * That costs a few relaxed atomic stores per collective and no system call, so it is on whenever the launcher asks,
+ * and nothing is ever dropped. cohortrun reads the page: a worker whose counters have not moved for
+ * COHORT_HEARTBEAT_S is silent, and whether it is inside a collective (waiting on a peer) or outside (hung in its
+ * own code) tells the culprit from its victims.
+ *
+ * Thread-safe: several communicators of one process (in-process replicas, the progress thread) share the page;
+ * the counters are atomics. The page is a mapping, not a name in /dev/shm: nothing is left behind by a kill.
+ */
+#ifndef COHORT_ENGINE_HEARTBEAT_H
+#define COHORT_ENGINE_HEARTBEAT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+#define COHORT_HEARTBEAT_MAGIC 0x4348423150414745ull /* "CHB1PAGE" */
+#define COHORT_HEARTBEAT_PAGE_BYTES 4096
+
+typedef struct cohort__heartbeat_page {
+  _Atomic uint64_t magic;     /* set by cohortrun, checked by the worker before it trusts the mapping */
+  _Atomic uint64_t started;   /* collectives started by this process (all its communicators) */
+  _Atomic uint64_t completed; /* ... and completed (with success or not) */
+  _Atomic uint64_t last_seq;  /* the number of the last collective started (its communicator's seq) */
+  _Atomic uint32_t last_kind; /* its kind (COHORT__COLL_* of transport/transport.h) */
+  _Atomic int32_t last_rank;  /* the rank of its communicator */
+} cohort__heartbeat_page;
+
+/* Collective number seq of kind starts (enter) on the communicator of rank. */
+void cohort__heartbeat_enter(int rank, uint32_t seq, int kind);
+/* The collective entered last on this thread has completed. */
+void cohort__heartbeat_leave(void);
+/* "allreduce", "broadcast", ... for a kind of the page. Inline: cohortrun reads pages without linking the engine. */
+static inline const char *cohort__heartbeat_kind_name(uint32_t kind) {
+  switch (kind) {
+  case COHORT__COLL_ALLREDUCE: return "allreduce";
+  case COHORT__COLL_BROADCAST: return "broadcast";
+  case COHORT__COLL_ALLGATHER: return "allgather";
+  case COHORT__COLL_REDUCE_SCATTER: return "reduce_scatter";
+  case COHORT__COLL_BARRIER: return "barrier";
+  case COHORT__COLL_INTERNAL: return "internal";
+  }
+  return "collective";
+}
+
+#endif
