@@ -108,6 +108,17 @@ int cohort_local_rank(const cohort_comm *c) { return c ? c->local_rank : -1; }
 int cohort_local_size(const cohort_comm *c) { return c ? c->local_size : -1; }
 const char *cohort_transport_name(const cohort_comm *c) { return c ? c->transport->ops->name : "none"; }
 
+void *cohort_alloc(cohort_comm *c, size_t bytes) {
+  void *p = c && c->transport->ops->alloc ? c->transport->ops->alloc(c->transport, bytes) : NULL;
+  return p ? p : malloc(bytes ? bytes : 1);
+}
+
+void cohort_free(cohort_comm *c, void *ptr) {
+  if (!ptr) return;
+  if (c && c->transport->ops->release && c->transport->ops->release(c->transport, ptr)) return;
+  free(ptr);
+}
+
 /* ---- in-process groups ---- */
 
 struct cohort_inproc_group {

@@ -71,6 +71,8 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "ring indices are shared between processes: their atomics must be lock-free");
 
+static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
   return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
 }
@@ -655,8 +657,67 @@ static void shm_destroy(cohort__transport *base) {
     }
   }
   if (t->me) munmap(t->me, t->me_len);
+  if (t->me_fd >= 0) close(t->me_fd);
+  pthread_mutex_destroy(&t->arena_mu);
+  free(t->blocks);
+  free(t->operands);
   free(t->peers);
   free(t);
+}
+
+/* ---- the zero-copy arena (cohort_alloc) ---- */
+
+/* First fit over the sorted blocks; whole pages, so that a block's pages are its own to reserve and give back. */
+static void *shm_alloc(cohort__transport *base, size_t bytes) {
+  shm_transport *t = (shm_transport *)base;
+  uint64_t len = round_up(bytes ? bytes : 1, PAGE), cap = t->me ? t->me->arena_bytes : 0, at = 0;
+  void *ptr = NULL;
+  if (len > cap) return NULL;
+  pthread_mutex_lock(&t->arena_mu);
+  size_t i = 0;
+  for (; i < t->nblocks && t->blocks[i].off - at < len; i++) at = t->blocks[i].off + t->blocks[i].len;
+  if (t->nblocks == t->blocks_cap) {
+    size_t want = t->blocks_cap * 2 + 8;
+    arena_block *grown = realloc(t->blocks, want * sizeof *grown);
+    if (grown) t->blocks = grown, t->blocks_cap = want;
+  }
+  /* Reserve the pages now: a full /dev/shm must make cohort_alloc fall back to malloc, not raise SIGBUS later. */
+  if (cap - at >= len && t->nblocks < t->blocks_cap &&
+      posix_fallocate(t->me_fd, (off_t)(t->me->arena_offset + at), (off_t)len) == 0) {
+    memmove(&t->blocks[i + 1], &t->blocks[i], (t->nblocks - i) * sizeof *t->blocks);
+    t->blocks[i] = (arena_block){.off = at, .len = len};
+    t->nblocks++;
+    ptr = cohort__shm_arena(t->me) + at;
+  }
+  pthread_mutex_unlock(&t->arena_mu);
+  return ptr;
+}
+
+static int shm_release(cohort__transport *base, void *ptr) {
+  shm_transport *t = (shm_transport *)base;
+  if (!t->me || !t->me->arena_bytes) return 0;
+  char *arena = cohort__shm_arena(t->me);
+  if ((char *)ptr < arena || (char *)ptr >= arena + t->me->arena_bytes) return 0;
+  uint64_t off = (uint64_t)((char *)ptr - arena);
+  pthread_mutex_lock(&t->arena_mu);
+  for (size_t i = 0; i < t->nblocks; i++) {
+    if (t->blocks[i].off != off) continue;
+    /* Give the pages back to /dev/shm. */
+    fallocate(t->me_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(t->me->arena_offset + off),
+              (off_t)t->blocks[i].len);
+    memmove(&t->blocks[i], &t->blocks[i + 1], (t->nblocks - i - 1) * sizeof *t->blocks);
+    t->nblocks--;
+    break;
+  }
+  pthread_mutex_unlock(&t->arena_mu);
+  return 1;
+}
+
+int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes) {
+  if (!t->me->arena_bytes) return -1;
+  const char *arena = cohort__shm_arena(t->me), *p = ptr;
+  if (p < arena || p > arena + t->me->arena_bytes || bytes > (size_t)(arena + t->me->arena_bytes - p)) return -1;
+  return (int64_t)(p - arena);
 }
 
 static const cohort__transport_ops shm_ops = {
@@ -669,18 +730,21 @@ static const cohort__transport_ops shm_ops = {
     .interrupt = shm_interrupt,
     .destroy = shm_destroy,
     .node_allreduce = cohort__shm_node_allreduce,
+    .alloc = shm_alloc,
+    .release = shm_release,
 };
 
 /* ---- setup ---- */
 
-static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t *ctl_offset,
-                       uint64_t *data_offset, uint64_t *stage_offset, uint64_t *total) {
+static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t arena_bytes,
+                       uint64_t *ctl_offset, uint64_t *data_offset, uint64_t *stage_offset, uint64_t *arena_offset,
+                       uint64_t *total) {
   *ctl_offset = round_up(sizeof(seg_hdr), CACHE_LINE);
   *data_offset = round_up(*ctl_offset + (uint64_t)size * sizeof(ring_ctl), PAGE);
   *stage_offset = round_up(*data_offset + (uint64_t)(size - 1) * ring_bytes, PAGE);
-  *total = *stage_offset + 2 * stage_bytes;
+  *arena_offset = round_up(*stage_offset + 2 * stage_bytes, PAGE);
+  *total = *arena_offset + arena_bytes;
 }
 
 /* The ring that producer writes into, in the segment of its owner. */
@@ -759,12 +823,13 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   pe->seg = m;
   pe->seg_len = (size_t)sb.st_size;
   seg_hdr *s = m;
-  uint64_t ctl = 0, data = 0, stage = 0, total = 0;
+  uint64_t ctl = 0, data = 0, stage = 0, arena = 0, total = 0;
   int sane = s->magic == SEG_MAGIC && s->ring_bytes >= 1 && s->ring_bytes <= (1ull << 40) &&
-             s->stage_bytes <= (1ull << 40);
-  if (sane) seg_layout(t->base.size, s->ring_bytes, s->stage_bytes, &ctl, &data, &stage, &total);
+             s->stage_bytes <= (1ull << 40) && s->arena_bytes <= (1ull << 44);
+  if (sane) seg_layout(t->base.size, s->ring_bytes, s->stage_bytes, s->arena_bytes, &ctl, &data, &stage, &arena, &total);
   if (!sane || s->rank != p || s->size != t->base.size || s->ctl_offset != ctl || s->data_offset != data ||
-      s->stage_offset != stage || s->total_bytes != total || total != (uint64_t)sb.st_size)
+      s->stage_offset != stage || s->arena_offset != arena || s->total_bytes != total ||
+      total != (uint64_t)sb.st_size)
     return cohort__error(COHORT_ERR_PROTOCOL,
                          "rank %d's segment /dev/shm%s is not a cohort segment of rank %d in a job of %d ranks", p,
                          name, p, t->base.size);
@@ -790,15 +855,15 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   return COHORT_OK;
 }
 
-static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t stage_bytes, char *name,
-                                size_t name_len) {
+static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t arena_bytes,
+                                char *name, size_t name_len) {
   uint64_t r[2] = {0, 0};
   if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
     return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "getrandom for the segment name");
   snprintf(name, name_len, "/cohort-shm-%d-%016llx%016llx", (int)getpid(), (unsigned long long)r[0],
            (unsigned long long)r[1]);
-  uint64_t ctl, data, stage, total;
-  seg_layout(t->base.size, ring_bytes, stage_bytes, &ctl, &data, &stage, &total);
+  uint64_t ctl, data, stage, arena, total;
+  seg_layout(t->base.size, ring_bytes, stage_bytes, arena_bytes, &ctl, &data, &stage, &arena, &total);
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "shm_open(%s)", name);
   cohort_status st = COHORT_OK;
@@ -806,8 +871,9 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
   if (ftruncate(fd, (off_t)total) != 0) {
     st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "sizing /dev/shm%s to %llu bytes", name,
                              (unsigned long long)total);
-  } else if ((err = posix_fallocate(fd, 0, (off_t)total)) != 0) {
-    /* Reserve the pages now: a full /dev/shm must be an error here, not a SIGBUS in the middle of a collective. */
+  } else if ((err = posix_fallocate(fd, 0, (off_t)arena)) != 0) {
+    /* Reserve the pages now: a full /dev/shm must be an error here, not a SIGBUS in the middle of a collective.
+     * (The arena's pages are reserved when cohort_alloc hands them out.) */
     st = cohort__error_errno(COHORT_ERR_SYSTEM, err,
                              "reserving %llu bytes in /dev/shm for rank %d's rings and staging buffers "
                              "(COHORT_SHM_RING_BYTES=%llu per peer, COHORT_SHM_CHUNK_BYTES=%llu twice)",
@@ -827,18 +893,23 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
       t->me->data_offset = data;
       t->me->stage_offset = stage;
       t->me->stage_bytes = stage_bytes;
+      t->me->arena_offset = arena;
+      t->me->arena_bytes = arena_bytes;
       t->me->total_bytes = total;
+      for (int b = 0; b < 2; b++) t->me->node.zc_in[b] = t->me->node.zc_out[b] = -1;
       t->me->magic = SEG_MAGIC;
     }
   }
-  close(fd);
+  if (st == COHORT_OK) t->me_fd = fd;
+  else close(fd);
   if (st != COHORT_OK) shm_unlink(name);
   return st;
 }
 
 cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
                                      int64_t deadline_ns, long spin_us, cohort__transport **out) {
-  long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0;
+  long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0, arena_bytes = 0;
+  COHORT_CHECK(cohort__env_long("COHORT_SHM_ARENA_BYTES", 0, 1L << 44, &arena_bytes));
   COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
   COHORT_CHECK(cohort__env_long("COHORT_SHM_CHUNK_BYTES", 4096, 1L << 30, &chunk_bytes));
   if (chunk_bytes % CACHE_LINE)
@@ -854,6 +925,8 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &shm_ops, .rank = rank, .size = size};
+  t->me_fd = -1;
+  pthread_mutex_init(&t->arena_mu, NULL);
   t->spin_ns = spin_us * 1000;
   t->op_timeout_s = (double)op_timeout;
   t->timeout_ns = (int64_t)op_timeout * 1000000000;
@@ -864,7 +937,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
   }
   for (int p = 0; p < size; p++) t->peers[p].pidfd = -1;
 
-  if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, name, sizeof name)) != COHORT_OK) goto fail;
+  if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, round_up((uint64_t)arena_bytes, PAGE), name, sizeof name)) != COHORT_OK) goto fail;
   created = 1;
   cohort__shm_host_identity(host, sizeof host);
   char mine[HOST_ID_MAX + 160];

@@ -35,6 +35,7 @@
  * Thread-safety: as transport.h says (one driving thread).
  */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -55,16 +56,19 @@ static cohort_status wait_all(shm_transport *t, int which, uint64_t want) {
   return COHORT_OK;
 }
 
-/* Publishes our call for the chunk k that starts it, before its in. */
-static void post_call(shm_transport *t, uint64_t k) {
+/* Publishes our call for the chunk k that starts it (and where our buffers are, zero copy), before its in. */
+static void post_call(shm_transport *t, uint64_t k, int64_t zc_in, int64_t zc_out) {
   int b = (int)(k & 1);
+  t->me->node.zc_in[b] = zc_in;
+  t->me->node.zc_out[b] = zc_out;
   t->me->node.call[b] = t->call;
   atomic_store_explicit(&t->me->node.call_seq[b], t->call.seq + 1, memory_order_release);
 }
 
 /* Every peer has published in >= k, the first chunk of our call: its slot for buffer k % 2 holds the call it ran
- * that chunk under, and stays until we publish done = k. */
-static cohort_status check_calls(shm_transport *t, uint64_t k) {
+ * that chunk under, and stays until we publish done = k. Also takes the peers' zero-copy offsets, checked against
+ * their arenas (bytes: the vector's size). */
+static cohort_status check_calls(shm_transport *t, uint64_t k, size_t bytes) {
   int b = (int)(k & 1);
   for (int p = 0; p < t->base.size; p++) {
     if (p == t->base.rank) continue;
@@ -78,6 +82,17 @@ static cohort_status check_calls(shm_transport *t, uint64_t k) {
       return cohort__shm_fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s",
                               t->base.rank, a, p, c);
     }
+    peer *pe = &t->peers[p];
+    pe->zc_in = f->zc_in[b];
+    pe->zc_out = f->zc_out[b];
+    uint64_t arena = pe->seg->arena_bytes;
+    for (int i = 0; i < 2; i++) {
+      int64_t o = i ? pe->zc_out : pe->zc_in;
+      if (o < -1 || (o >= 0 && (bytes > arena || (uint64_t)o > arena - bytes)))
+        return cohort__shm_fail(t, COHORT_ERR_PROTOCOL,
+                                "rank %d published a zero-copy buffer at offset %lld of its %llu-byte arena for %zu bytes",
+                                p, (long long)o, (unsigned long long)arena, bytes);
+    }
   }
   return COHORT_OK;
 }
@@ -85,17 +100,31 @@ static cohort_status check_calls(shm_transport *t, uint64_t k) {
 /* Frees staging buffer k % 2 for chunk k (its previous user was chunk k - 2). */
 static cohort_status claim(shm_transport *t, uint64_t k) { return k > 2 ? wait_all(t, FLAG_DONE, k - 2) : COHORT_OK; }
 
-/* dst = x[0] op x[1] op ... op x[n-1] over len elements, in rank order; x[q] is at byte offset off of rank q's
- * staging buffer b, except our own operand when mine is not NULL. dst is none of the inputs. */
-static void reduce_ranks(shm_transport *t, void *dst, const void *mine, int b, size_t off, size_t len,
-                         cohort_dtype dtype, cohort_op op) {
-  const void *x[2];
-  for (int q = 0; q < 2; q++) x[q] = q == t->base.rank && mine ? mine : cohort__shm_stage(seg_of(t, q), b) + off;
-  cohort__reduce(dst, x[0], x[1], len, dtype, op);
-  for (int q = 2; q < t->base.size; q++) {
-    const void *xq = q == t->base.rank && mine ? mine : cohort__shm_stage(seg_of(t, q), b) + off;
-    cohort__reduce(dst, dst, xq, len, dtype, op);
+/* dst = x[0] op x[1] op ... op x[n-1] over len elements, in rank order. dst may be x[0] or x[1] (the first step
+ * reads them before it writes); when it is a later operand the result is built piece by piece in a small buffer. */
+static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size_t len, cohort_dtype dtype,
+                         cohort_op op) {
+  int n = t->base.size, alias = 0;
+  for (int q = 2; q < n; q++) alias |= x[q] == dst;
+  if (!alias) {
+    cohort__reduce(dst, x[0], x[1], len, dtype, op);
+    for (int q = 2; q < n; q++) cohort__reduce(dst, dst, x[q], len, dtype, op);
+    return;
   }
+  _Alignas(64) char tmp[8192];
+  size_t es = cohort_dtype_size(dtype), piece = sizeof tmp / es;
+  for (size_t i = 0; i < len; i += piece) {
+    size_t m = len - i < piece ? len - i : piece, o = i * es;
+    cohort__reduce(tmp, (const char *)x[0] + o, (const char *)x[1] + o, m, dtype, op);
+    for (int q = 2; q < n; q++) cohort__reduce(tmp, tmp, (const char *)x[q] + o, m, dtype, op);
+    memcpy((char *)dst + o, tmp, m * es);
+  }
+}
+
+/* The operands' table, one per rank (kept across calls). */
+static const void **operands(shm_transport *t) {
+  if (!t->operands) t->operands = malloc((size_t)t->base.size * sizeof *t->operands);
+  return t->operands;
 }
 
 static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void *recvbuf, size_t count,
@@ -103,14 +132,17 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   size_t bytes = count * cohort_dtype_size(dtype);
   uint64_t k = ++t->node_k;
   int b = (int)(k & 1);
+  const void **x = operands(t);
+  if (!x) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
   COHORT_CHECK(claim(t, k));
-  post_call(t, k);
+  post_call(t, k, -1, -1);
   if (bytes) memcpy(cohort__shm_stage(t->me, b), sendbuf, bytes);
   cohort__shm_publish(t, &t->me->node.in, k);
   COHORT_CHECK(wait_all(t, FLAG_IN, k));
-  COHORT_CHECK(check_calls(t, k));
+  COHORT_CHECK(check_calls(t, k, bytes));
   if (count) {
-    reduce_ranks(t, recvbuf, NULL, b, 0, count, dtype, op);
+    for (int q = 0; q < t->base.size; q++) x[q] = cohort__shm_stage(seg_of(t, q), b);
+    reduce_ranks(t, recvbuf, x, count, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
   }
   cohort__shm_publish(t, &t->me->node.done, k);
@@ -134,40 +166,61 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
   size_t es = cohort_dtype_size(dtype);
   if (count * es <= COHORT__SHM_SMALL_BYTES) return small_allreduce(t, sendbuf, recvbuf, count, dtype, op);
 
+  /* Zero copy: with both buffers in our arena, the peers read our input and our slice's result where they are. */
+  size_t bytes = count * es;
+  int64_t zc_in = cohort__shm_arena_offset(t, sendbuf, bytes), zc_out = cohort__shm_arena_offset(t, recvbuf, bytes);
+  int zc = zc_in >= 0 && zc_out >= 0;
+  if (!zc) zc_in = zc_out = -1;
+  const void **x = operands(t);
+  if (!x) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
   size_t per_chunk = (size_t)t->me->stage_bytes / es;
+  uint64_t k = 0;
   for (size_t off = 0; off < count; off += per_chunk) {
     size_t m = count - off < per_chunk ? count - off : per_chunk;
-    uint64_t k = ++t->node_k;
+    k = ++t->node_k;
     int b = (int)(k & 1);
     char *mine = cohort__shm_stage(t->me, b);
     const char *in = (const char *)sendbuf + off * es;
     char *out = (char *)recvbuf + off * es;
     size_t lo, hi, my_lo, my_hi;
     slice(m, es, r, n, &my_lo, &my_hi);
-    COHORT_CHECK(claim(t, k));
-    if (off == 0) post_call(t, k);
-    /* The peers need every slice of my input but mine: I read that one where it is. */
-    memcpy(mine, in, my_lo * es);
-    memcpy(mine + my_hi * es, in + my_hi * es, (m - my_hi) * es);
+    if (!zc) COHORT_CHECK(claim(t, k));
+    if (off == 0) post_call(t, k, zc_in, zc_out);
+    if (!zc) { /* the peers need every slice of my input but mine: I read that one where it is */
+      memcpy(mine, in, my_lo * es);
+      memcpy(mine + my_hi * es, in + my_hi * es, (m - my_hi) * es);
+    }
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
-    if (off == 0) COHORT_CHECK(check_calls(t, k));
+    if (off == 0) COHORT_CHECK(check_calls(t, k, bytes));
 
-    /* My slice's result goes where my input slice would have been staged; the peers copy it from there. */
+    /* My slice: staged, its result goes where my input slice would have been staged; zero copy, into recvbuf. */
+    char *dst = zc ? out + my_lo * es : mine + my_lo * es;
     if (my_hi > my_lo) {
-      reduce_ranks(t, mine + my_lo * es, in + my_lo * es, b, my_lo * es, my_hi - my_lo, dtype, op);
-      if (op == COHORT_AVG) cohort__reduce_avg(mine + my_lo * es, my_hi - my_lo, dtype, n);
+      for (int q = 0; q < n; q++) {
+        peer *pe = &t->peers[q];
+        x[q] = q == r            ? in + my_lo * es
+               : pe->zc_in >= 0 ? cohort__shm_arena(pe->seg) + pe->zc_in + (off + my_lo) * es
+                                : cohort__shm_stage(pe->seg, b) + my_lo * es;
+      }
+      reduce_ranks(t, dst, x, my_hi - my_lo, dtype, op);
+      if (op == COHORT_AVG) cohort__reduce_avg(dst, my_hi - my_lo, dtype, n);
     }
     cohort__shm_publish(t, &t->me->node.out, k);
     /* Only now may recvbuf change: in place, my input slice was an operand until the reduction above. */
-    memcpy(out + my_lo * es, mine + my_lo * es, (my_hi - my_lo) * es);
+    if (!zc) memcpy(out + my_lo * es, dst, (my_hi - my_lo) * es);
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
+      peer *pe = &t->peers[q];
       slice(m, es, q, n, &lo, &hi);
-      COHORT_CHECK(cohort__shm_await(t, q, &t->peers[q].seg->node.out, k));
-      memcpy(out + lo * es, cohort__shm_stage(t->peers[q].seg, b) + lo * es, (hi - lo) * es);
+      COHORT_CHECK(cohort__shm_await(t, q, &pe->seg->node.out, k));
+      const char *src = pe->zc_out >= 0 ? cohort__shm_arena(pe->seg) + pe->zc_out + (off + lo) * es
+                                        : cohort__shm_stage(pe->seg, b) + lo * es;
+      memcpy(out + lo * es, src, (hi - lo) * es);
     }
     cohort__shm_publish(t, &t->me->node.done, k);
   }
+  /* Zero copy: the peers read our buffers until their done; the caller may rewrite them once we return. */
+  if (zc) COHORT_CHECK(wait_all(t, FLAG_DONE, k));
   return COHORT_OK;
 }

@@ -11,6 +11,7 @@
 #ifndef COHORT_TRANSPORT_SHM_IMPL_H
 #define COHORT_TRANSPORT_SHM_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,8 +36,12 @@ typedef struct node_flags {
   cohort__call call[2];
   _Alignas(CACHE_LINE) _Atomic uint64_t out; /* my slice of chunk k is reduced, in my staging buffer */
   _Alignas(CACHE_LINE) _Atomic uint64_t done; /* I read nothing more of anyone's buffers for chunks <= k */
+  /* Zero copy, for the call of call[b]: the arena offsets of my sendbuf and recvbuf, where the peers read my input
+   * and my slice's result instead of my staging buffer; -1: staged. Written before call_seq[b]. */
+  _Alignas(CACHE_LINE) int64_t zc_in[2];
+  int64_t zc_out[2];
 } node_flags;
-_Static_assert(sizeof(node_flags) == 3 * CACHE_LINE, "in and the calls share one cache line");
+_Static_assert(sizeof(node_flags) == 4 * CACHE_LINE, "in and the calls share one cache line");
 
 typedef struct ring_ctl {
   _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
@@ -51,6 +56,8 @@ typedef struct seg_hdr {
   uint64_t data_offset; /* size - 1 rings of ring_bytes, in producer order without the owner */
   uint64_t stage_offset; /* two staging buffers of stage_bytes for the node collectives */
   uint64_t stage_bytes;
+  uint64_t arena_offset; /* the zero-copy arena (cohort_alloc): arena_bytes, reserved page by page as allocated */
+  uint64_t arena_bytes;
   uint64_t total_bytes;
   _Alignas(CACHE_LINE) _Atomic uint32_t futex; /* bumped by whoever may have unblocked the owner */
   _Atomic uint32_t sleeping;                   /* the owner is (about to be) asleep on futex */
@@ -65,6 +72,10 @@ typedef struct seg_hdr {
 enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED };
 enum { ALIVE, DEAD_SEEN, DEAD };
 
+typedef struct arena_block {
+  uint64_t off, len;
+} arena_block;
+
 typedef struct unexpected {
   struct unexpected *next;
   cohort__frame hdr;
@@ -76,6 +87,7 @@ typedef struct peer {
   size_t seg_len;
   int pid, pidfd;
   int life; /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
+  int64_t zc_in, zc_out; /* the peer's zero-copy offsets for the current node call (-1: staged) */
   /* outbound: the ring in the peer's segment that we produce into */
   ring_ctl *out_ctl;
   char *out_data;
@@ -104,6 +116,11 @@ typedef struct shm_transport {
   peer *peers; /* [size]; our own entry is unused */
   cohort__call call;
   uint64_t node_k; /* the last chunk number of the node collectives (the same on every rank) */
+  int me_fd;       /* our segment, kept open to reserve arena pages as they are allocated */
+  pthread_mutex_t arena_mu; /* cohort_alloc may run on any thread */
+  arena_block *blocks;      /* allocated arena blocks, sorted by offset */
+  size_t nblocks, blocks_cap;
+  const void **operands; /* [size]: the inputs of one reduction (shm_coll.c) */
   int64_t spin_ns, timeout_ns;
   double op_timeout_s;
   size_t pending; /* posted requests not yet complete */
@@ -114,6 +131,9 @@ typedef struct shm_transport {
   cohort_status requested_status;
   char requested_message[COHORT__ABORT_TEXT_MAX];
 } shm_transport;
+
+/* Owner s's arena. */
+static inline char *cohort__shm_arena(seg_hdr *s) { return (char *)s + s->arena_offset; }
 
 /* Owner s's staging buffer b (0 or 1). */
 static inline char *cohort__shm_stage(seg_hdr *s, int b) {
@@ -129,6 +149,9 @@ void cohort__shm_publish(shm_transport *t, _Atomic uint64_t *flag, uint64_t v);
  * anyone, an interrupt, p's death, a frame of this very call in a ring (a peer in another collective), or
  * COHORT_OP_TIMEOUT. */
 cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag, uint64_t want);
+
+/* ptr's offset in our arena when all its bytes lie in it, else -1. */
+int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes);
 
 /* The node allreduce (shm_coll.c); the call has been set. */
 cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,

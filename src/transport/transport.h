@@ -80,6 +80,11 @@ typedef struct cohort__transport_ops {
    * algorithms in src/coll/: every rank gets bitwise the same result; recvbuf may equal sendbuf; AVG divides. */
   cohort_status (*node_allreduce)(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
                                   cohort_dtype dtype, cohort_op op);
+  /* Optional, any thread: bytes of memory that the peers can read in place (cohort_alloc), or NULL when there is
+   * none (the caller falls back to malloc); release() frees such a block and returns 1, or returns 0 for memory that
+   * is not its own. */
+  void *(*alloc)(cohort__transport *t, size_t bytes);
+  int (*release)(cohort__transport *t, void *ptr);
 } cohort__transport_ops;
 
 /* The common head of every transport. */

@@ -14,9 +14,11 @@
  *                   and small node allreduce).
  *   mismatch_coll   rank 2 broadcasts while the others run the node allreduce: MISMATCH on every rank, whichever
  *                   side (flags or rings) each waits on.
- *   exact           the node allreduce over every dtype and op, sizes around the small-path limit and the chunk
+ *   exact(_zc)      the node allreduce over every dtype and op, sizes around the small-path limit and the chunk
  *                   size, in place and not: every rank's result must be bitwise the reference (the inputs of all
- *                   ranks regenerated locally and combined in rank order), hence bitwise the same on all ranks.
+ *                   ranks regenerated locally and combined in rank order), hence bitwise the same on all ranks;
+ *                   also with buffers from cohort_alloc (zero copy; on all ranks, on some, and with an arena
+ *                   too small, where it falls back to malloc).
  *   auto            COHORT_TRANSPORT=auto picks shm for ranks on one host and tcp for ranks with different
  *                   COHORT_NODE_ID.
  *   abort           rank 2 calls cohort_comm_abort(): the others get COHORT_ERR_REMOTE with its reason.
@@ -93,11 +95,12 @@ static void fill(void *buf, size_t n, cohort_dtype d, int r, cohort_op op) {
 
 /* Every dtype and op, sizes around the small-path limit (64 KiB) and the chunk (COHORT_SHM_CHUNK_BYTES), against a
  * reference made here from every rank's input combined in rank order. Bitwise. */
-static cohort_status exact(cohort_comm *c) {
+static cohort_status exact(cohort_comm *c, int zero_copy) {
   int size = cohort_size(c), rank = cohort_rank(c);
   static const size_t counts[] = {0, 1, 31, 16383, 16384, 16385, 65536 + 7, 300001};
   size_t max = 300001 * 8;
-  char *in = malloc(max), *out = malloc(max), *want = malloc(max), *other = malloc(max);
+  char *in = zero_copy ? cohort_alloc(c, max) : malloc(max), *out = zero_copy ? cohort_alloc(c, max) : malloc(max);
+  char *want = malloc(max), *other = malloc(max);
   cohort_status st = COHORT_OK;
   for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
     for (int op = 0; op < COHORT_OP_COUNT && st == COHORT_OK; op++)
@@ -123,8 +126,13 @@ static cohort_status exact(cohort_comm *c) {
                              in_place ? ", in place" : "", i);
         }
       }
-  free(in);
-  free(out);
+  if (zero_copy) {
+    cohort_free(c, in);
+    cohort_free(c, out);
+  } else {
+    free(in);
+    free(out);
+  }
   free(want);
   free(other);
   return st;
@@ -163,7 +171,11 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "mismatch_coll")) {
     st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0) : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "exact")) {
-    st = exact(c);
+    st = exact(c, 0);
+  } else if (!strcmp(mode, "exact_zc")) {
+    st = exact(c, 1);
+  } else if (!strcmp(mode, "exact_zc_mixed")) { /* ranks reading each other in place and through staging at once */
+    st = exact(c, rank % 2 == 0);
   } else if (!strcmp(mode, "abort")) {
     st = cohort_barrier(c);
     if (rank == 2) {
@@ -174,6 +186,8 @@ static int child(const char *mode) {
     }
   } else if (!strcmp(mode, "small_rings")) {
     int size = cohort_size(c);
+    free(buf);
+    buf = cohort_alloc(c, n * sizeof *buf); /* the arena over shm, malloc over tcp */
     for (int it = 0; it < 3 && st == COHORT_OK; it++) {
       for (size_t i = 0; i < n; i++) buf[i] = (float)((rank + 1) * (int)(i % 7 + 1));
       st = cohort_allreduce(c, buf, buf, n - (size_t)it * 1001, COHORT_F32, COHORT_SUM);
@@ -186,8 +200,9 @@ static int child(const char *mode) {
     }
   }
   result(rank, st, cohort_transport_name(c), leftover, st == COHORT_OK ? "" : cohort_last_error());
+  if (!strcmp(mode, "small_rings")) cohort_free(c, buf);
+  else free(buf);
   cohort_comm_destroy(c); /* a survivor must be able to tear down its dead communicator without hanging */
-  free(buf);
   return 0;
 }
 
@@ -344,6 +359,27 @@ TEST(a_broadcast_against_the_node_allreduce_fails_on_every_rank) {
   check_mismatch("mismatch_coll", "allreduce(count=262144, f32, sum, auto) [call #0]", "broadcast(count=262144");
 }
 
+static void check_exact(const char *mode, int size, const char *env) {
+  job *j = run_job(mode, size, env);
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < size; r++) {
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_OK);
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
+/* Buffers from cohort_alloc: the peers read them in place; on 3 ranks, rank 2's own slice is an operand after
+ * ranks 0 and 1 (in place, the result must not overwrite it first). */
+TEST(zero_copy_allreduce_is_bitwise_the_reference) {
+  check_exact("exact_zc", 2, "COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("exact_zc", 3, "COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("exact_zc_mixed", 3, "COHORT_SHM_CHUNK_BYTES=65536");
+  /* An arena too small for the buffers: cohort_alloc falls back to malloc, the staged path runs. */
+  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=65536");
+  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=0");
+}
+
 TEST(node_allreduce_is_bitwise_the_reference_on_every_rank) {
   for (int size = 2; size <= 3; size++) {
     job *j = run_job("exact", size, "COHORT_SHM_CHUNK_BYTES=65536");
@@ -474,6 +510,7 @@ int main(int argc, char **argv) {
       TEST_CASE(mismatched_small_counts_fail_on_every_rank),
       TEST_CASE(a_broadcast_against_the_node_allreduce_fails_on_every_rank),
       TEST_CASE(node_allreduce_is_bitwise_the_reference_on_every_rank),
+      TEST_CASE(zero_copy_allreduce_is_bitwise_the_reference),
       TEST_CASE(auto_transport_follows_the_host_identity),
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(silent_peer_times_out_naming_it),

@@ -9,6 +9,7 @@
  * time_us is the mean over iters, the slowest rank's. busbw = algbw * 2(n-1)/n for allreduce, (n-1)/n for
  * allgather and reduce_scatter, 1 for broadcast (as in nccl-tests), so it compares with link bandwidth.
  * --check fills the inputs with rank-dependent values and verifies every element of one more run.
+ * --zero-copy takes the buffers from cohort_alloc() (the shared arena of the shm transport) instead of calloc().
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ typedef struct options {
   int warmup;
   int check;
   int in_place; /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
+  int zero_copy; /* buffers from cohort_alloc */
 } options;
 
 static void usage(FILE *f) {
@@ -44,7 +46,8 @@ static void usage(FILE *f) {
              "  --iters N       timed iterations per size (default: about 0.2 s worth, 5 to 1000)\n"
              "  --warmup N      untimed iterations per size (default 3)\n"
              "  --in-place      allreduce/reduce in place (sendbuf == recvbuf), as the OpenMPI and torch anchors do\n"
-             "  --check         verify every result element\n");
+             "  --check         verify every result element\n"
+             "  --zero-copy     buffers from cohort_alloc() (the shared-memory arena), not calloc()\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -99,6 +102,10 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (!strcmp(a, "--in-place")) {
       o->in_place = 1;
+      continue;
+    }
+    if (!strcmp(a, "--zero-copy")) {
+      o->zero_copy = 1;
       continue;
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -274,9 +281,10 @@ int main(int argc, char **argv) {
                       : (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? (double)(n - 1) / n
                                                                                 : 1.0;
   if (r == 0) {
-    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s, %s\n", o.kind_name, n,
+    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s%s, %s\n", o.kind_name, n,
            n == 1 ? "" : "s", n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype),
            cohort_op_name(o.op), o.in_place && o.kind == B_ALLREDUCE ? "in place" : "out of place",
+           o.zero_copy ? ", zero copy (cohort_alloc)" : "",
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
     fflush(stdout);
@@ -294,8 +302,15 @@ int main(int argc, char **argv) {
     buffers b = {0};
     size_t total = bytes / es;
     b.count = (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? total / (size_t)n : total;
-    b.send = calloc(total ? total : 1, es);
-    b.recv = calloc(total ? total : 1, es);
+    if (o.zero_copy) {
+      b.send = cohort_alloc(c, total * es);
+      b.recv = cohort_alloc(c, total * es);
+      if (b.send) memset(b.send, 0, total * es);
+      if (b.recv) memset(b.recv, 0, total * es);
+    } else {
+      b.send = calloc(total ? total : 1, es);
+      b.recv = calloc(total ? total : 1, es);
+    }
     if (!b.send || !b.recv) {
       fprintf(stderr, "rank %d: cannot allocate %zu bytes\n", r, bytes);
       failed = 1;
@@ -330,8 +345,13 @@ int main(int argc, char **argv) {
              algbw * bus_factor);
       fflush(stdout);
     }
-    free(b.send);
-    free(b.recv);
+    if (o.zero_copy) {
+      cohort_free(c, b.send);
+      cohort_free(c, b.recv);
+    } else {
+      free(b.send);
+      free(b.recv);
+    }
     if (o.kind == B_BARRIER) break;
   }
   if (r == 0 && !failed && o.check) printf("# check: every result correct\n");
