@@ -12,13 +12,14 @@
 # Per round, in this order (2 ranks, float32 sum, in place as the anchor does):
 #   cohort:   DIR/bin/cohortrun -np 2 --bind core DIR/bin/cohort-bench allreduce --min 4K --max SIZE --factor 4
 #             --in-place          (no COHORT_TRANSPORT: the default, auto, must pick shm; the script checks it)
+#   cohort zero copy: the same with --zero-copy (buffers from cohort_alloc, in the shared arena)
 #   OpenMPI:  mpirun --allow-run-as-root --oversubscribe -np 2 mpi_allreduce MAXMB   (its shared-memory path; it binds
 #             each rank to a core)
 #   membw:    membw MAXMB          (single-thread memcpy bandwidth by size, counting bytes read + bytes written)
 # mpi_allreduce and membw are built from the anchor sources (ANCHORS, default /work/shared/bench-anchors).
 #
 # Targets (cohort busbw / OpenMPI busbw): >= 2x from 1 to 4 MiB, >= 1.5x from 16 to 256 MiB, >= 1x from 4 to
-# 512 KiB (the 4 KiB row is the latency).
+# 512 KiB (the 4 KiB row is the latency); with --zero-copy, >= 2x from 1 to 256 MiB.
 #
 # The memory limit (rows >= 64 MiB). The node allreduce (src/transport/shm_coll.c), per rank and per byte of the
 # vector, with s = 1/n of it being the rank's own slice, moves: staging its input but its own slice, (1-s) read +
@@ -26,10 +27,12 @@
 # read + s written; the peers' slices into recvbuf, (1-s) read + (1-s) written: 5 - s bytes, 4.5 for 2 ranks. The
 # staging buffers (2 x COHORT_SHM_CHUNK_BYTES per rank) stay in cache, so of those bytes only the read of sendbuf (1)
 # and the write of recvbuf (1) are main-memory traffic once the vector is far larger than the caches: 2 bytes per
-# byte. A rank therefore needs at least 2 x bytes / membw seconds, where membw is the single-thread copy bandwidth
+# byte. Zero copy moves 3 - s bytes (the reduction reads the n inputs in place, 1, and writes its slice into
+# recvbuf, s; the peers' results are copied, (1-s) + (1-s)), of which again the input read (1) and the recvbuf writes
+# (s + 1 - s) reach main memory: 2 bytes per byte as well. A rank therefore needs at least 2 x bytes / membw seconds, where membw is the single-thread copy bandwidth
 # at that size (which also counts read + written bytes), and
 #     limit busbw = membw / 2 * 2(n-1)/n        (= membw / 2 for 2 ranks)
-# The table shows cohort's busbw as a fraction of it (target >= 70%).
+# The table shows cohort's busbw (default and zero copy) as a fraction of it (target >= 70%).
 #
 # Output (stdout): the command, date and load (uptime), then a markdown table. Progress goes to stderr.
 # Environment: ANCHORS, MPICC, MPIRUN, CC (for membw), RUN_TIMEOUT (seconds allowed to one run, default 900).
@@ -88,13 +91,15 @@ command_of() {
   case "$1" in
     cohort) CMD=("$BUILD/bin/cohortrun" -np 2 --bind core "$BUILD/bin/cohort-bench" allreduce --min 4K
                  --max "$MAXBYTES" --factor 4 --in-place) ;;
+    cohort_zc) CMD=("$BUILD/bin/cohortrun" -np 2 --bind core "$BUILD/bin/cohort-bench" allreduce --min 4K
+                    --max "$MAXBYTES" --factor 4 --in-place --zero-copy) ;;
     mpi) CMD=("$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$TMP/mpi_allreduce" "$MAXMB") ;;
     membw) CMD=("$TMP/membw" "$MAXMB") ;;
   esac
 }
 
 for r in $(seq 1 "$REPEATS"); do
-  for sys in cohort mpi membw; do
+  for sys in cohort cohort_zc mpi membw; do
     command_of "$sys"
     out=$TMP/$sys.$r.out
     t0=$SECONDS
@@ -106,7 +111,7 @@ for r in $(seq 1 "$REPEATS"); do
       tail -n 5 "$out" "$TMP/$sys.$r.err" >&2
       exit 1
     fi
-    if [ "$sys" = cohort ] && ! grep -q "transport shm" "$out"; then
+    if [ "${sys%_zc}" = cohort ] && ! grep -q "transport shm" "$out"; then
       die "cohort did not run over shared memory: $(grep -m1 'transport' "$out")"
     fi
     echo "$ME: round $r/$REPEATS: $sys done in $((SECONDS - t0)) s" >&2
@@ -143,10 +148,13 @@ def median_of(name, reader):
     return {b: statistics.median(run[b] for run in runs if b in run) for b in runs[0]}
 
 cohort = median_of("cohort", lambda p: rows(p, True))
+zc = median_of("cohort_zc", lambda p: rows(p, True))
 mpi = median_of("mpi", lambda p: rows(p, False))
 bw = median_of("membw", membw)
 
-def target(b):
+def target(b, zero_copy):
+    if zero_copy:
+        return 2.0 if MIB <= b <= 256 * MIB else None
     if b <= 512 * 1024: return 1.0
     if MIB <= b <= 4 * MIB: return 2.0
     if 16 * MIB <= b <= 256 * MIB: return 1.5
@@ -155,26 +163,30 @@ def target(b):
 def busbw(b, us):  # 2 ranks: busbw = algbw * 2(n-1)/n = algbw
     return b / (us * 1e-6) / 1e9
 
-print("| bytes | cohort us | cohort busbw GB/s | OpenMPI us | OpenMPI busbw GB/s | ratio | target | | membw GB/s | memory limit GB/s | fraction (>= 0.70) |")
-print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
 misses = 0
+def verdict(value, goal):
+    global misses
+    if goal is None: return ""
+    misses += value < goal
+    return "PASS" if value >= goal else "MISS"
+
+print("| bytes | cohort us | cohort busbw | zero-copy busbw | OpenMPI us | OpenMPI busbw | ratio (target) | | "
+      "zero-copy ratio (target) | | membw | memory limit | fraction | zero-copy fraction |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |")
 for b in sorted(cohort):
-    if b not in mpi:
+    if b not in mpi or b not in zc:
         continue
-    c, m = busbw(b, cohort[b]), busbw(b, mpi[b])
-    ratio, t = c / m, target(b)
-    verdict = "" if t is None else ("PASS" if ratio >= t else "MISS")
-    misses += verdict == "MISS"
-    lim = frac = ""
+    c, z, m = busbw(b, cohort[b]), busbw(b, zc[b]), busbw(b, mpi[b])
+    t, tz = target(b, False), target(b, True)
+    row = [f"{b // MIB} MiB" if b >= MIB else f"{b // 1024} KiB", f"{cohort[b]:.1f}", f"{c:.2f}", f"{z:.2f}",
+           f"{mpi[b]:.1f}", f"{m:.2f}", f"{c / m:.2f}x" + (f" (>= {t}x)" if t else ""), verdict(c / m, t),
+           f"{z / m:.2f}x" + (f" (>= {tz}x)" if tz else ""), verdict(z / m, tz), f"{bw[b]:.1f}" if b in bw else ""]
     if b >= 64 * MIB and b in bw:
         limit = bw[b] / 2
-        f = c / limit
-        lim, frac = f"{limit:.2f}", f"{f:.2f} {'PASS' if f >= 0.70 else 'MISS'}"
-        misses += f < 0.70
-    mb = f"{bw[b]:.1f}" if b in bw else ""
-    size = f"{b // MIB} MiB" if b >= MIB else f"{b // 1024} KiB"
-    print(f"| {size} | {cohort[b]:.1f} | {c:.2f} | {mpi[b]:.1f} | {m:.2f} | {ratio:.2f}x | "
-          f"{'' if t is None else f'>= {t}x'} | {verdict} | {mb} | {lim} | {frac} |")
+        row += [f"{limit:.2f}", f"{c / limit:.2f} {verdict(c / limit, 0.70)}", f"{z / limit:.2f} {verdict(z / limit, 0.70)}"]
+    else:
+        row += ["", "", ""]
+    print("| " + " | ".join(row) + " |")
 print(f"\n{misses} target(s) missed")
 EOF
 echo "# load after: $(uptime | sed 's/.*load average: //')"
