@@ -395,8 +395,9 @@ static void poll_cluster(job *j) {
   if (!j->stopping) begin_stop(j, SIGTERM);
 }
 
+/* Over every slot, not only the started ones: a worker whose spawn failed may hold a heartbeat page already. */
 static void free_relays(job *j) {
-  for (int i = 0; i < j->started; i++) {
+  for (int i = 0; i < j->opts.np; i++) {
     cohort__relay_destroy(j->workers[i].out);
     cohort__relay_destroy(j->workers[i].err);
     j->workers[i].out = j->workers[i].err = NULL;
