@@ -13,11 +13,15 @@
 #                (node 1) SIGKILLs itself after step 25 in generation 0: both nodes report it, start generation 1
 #                together, resume from the step-20 checkpoint (one file both "hosts" see; rank 0 writes it) and
 #                end with the param_sha256 of an uninterrupted run
+#   hang         COHORT_HEARTBEAT_S=1, launcher_worker hang: rank 3 (node 1) stops after 10 allreduces while the
+#                other 3 ranks wait for it in the 11th: both nodes name rank 3 as the one outside every collective,
+#                and both stop with a non-zero exit within a few seconds
 set -u
-CASE=${1:?usage: test_cluster_netns.sh collectives|train|kill-worker|kill-node|restart}
+CASE=${1:?usage: test_cluster_netns.sh collectives|train|kill-worker|kill-node|restart|hang}
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 COLL=${COHORT_TEST_COLLECTIVES:-}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:-}
+WORKER=${COHORT_TEST_WORKER:-}
 if [ "$(id -u)" != 0 ]; then
   echo "SKIP: needs root to create network namespaces (ip netns)"
   exit 77
@@ -216,6 +220,28 @@ restart)
   got=$(final_of "$TMP/out0")
   [ "$got" = "$want" ] || fail "killed at step 25, restarted on 2 nodes: param_sha256 '$got', uninterrupted '$want'"
   echo "2 nodes: rank 1 killed at step 25, both nodes restarted, resumed at step 20, same param_sha256 $got"
+  ;;
+hang)
+  [ -n "$WORKER" ] || fail "set COHORT_TEST_WORKER"
+  export COHORT_HEARTBEAT_S=1
+  node "$B" 1 "$WORKER" hang 3 10
+  P1=$NODE_PID
+  node "$A" 0 "$WORKER" hang 3 10
+  P0=$NODE_PID
+  took=$(wait_exit "$P0" 20) || fail "node 0 still running 20 s after the start"
+  wait "$P0"
+  rc0=$?
+  wait_exit "$P1" 10 >/dev/null || fail "node 1 still running"
+  wait "$P1"
+  rc1=$?
+  [ "$rc0" -ne 0 ] && [ "$rc1" -ne 0 ] || fail "exit codes $rc0 $rc1 after a hang"
+  for n in 0 1; do
+    grep -q "^cohortrun: .*rank 3 (pid [0-9]*, host .*) made no progress for [0-9.]* s (COHORT_HEARTBEAT_S=1): it is outside every collective, in its own code; its last completed collective was #9 (allreduce)" \
+      "$TMP/err$n" || fail "node $n does not name rank 3 as hung"
+    grep -q "made no progress.*rank [012] \|rank [012] (pid [0-9]*, host .*) made no progress" "$TMP/err$n" &&
+      fail "node $n names a waiting rank as hung"
+  done
+  echo "rank 3 hung on node 1: both nodes named it; node 0 ended $took s after its start (exits $rc0, $rc1)"
   ;;
 *)
   fail "unknown case '$CASE'"
