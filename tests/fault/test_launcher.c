@@ -921,6 +921,31 @@ TEST(bad_multi_node_setups_are_named) {
   result_free(&r);
   result_free(&r2);
 
+  /* Mismatched --max-restarts: a restart would wait for a node that has ended, so both refuse at the start. */
+  t0 = cohort__now_s();
+  const char *m0[] = {launcher(),      "--nnodes", "2", "--node-rank", "0", "-np", "1", "--max-restarts", "1",
+                      "--master-port", port,       w,   "lines",       "1", NULL};
+  const char *m1[] = {launcher(),      "--nnodes", "2", "--node-rank", "1", "-np", "1",
+                      "--master-port", port,       w,   "lines",       "1", NULL};
+  start_node(&p, env, m0);
+  start_node(&q, env, m1);
+  proc_finish(&p, 20.0, t0, &r);
+  proc_finish(&q, 20.0, t0, &r2);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_EQ(r2.code, 1);
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --max-restarts: this node (node 0) has 1, node 1 (host %s) has 0; give every "
+           "node the same value",
+           host());
+  ASSERT_CONTAINS(r.err, expect);
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --max-restarts: this node (node 1) has 0, node 0 (host %s) has 1",
+           host());
+  ASSERT_CONTAINS(r2.err, expect);
+  ASSERT_EQ(r.out_len + r2.out_len, 0);
+  result_free(&r);
+  result_free(&r2);
+
   /* A wrong secret on node 1: the store refuses it, node 1 says why; node 0 times out waiting for node 1. */
   static const char *const env0[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=2", NULL};
   static const char *const env1[] = {"COHORT_SECRET=not-the-same-secret", "COHORT_TIMEOUT=2", NULL};
