@@ -28,6 +28,10 @@
  * operations in the same order everywhere: bitwise the same result), then publishes done. Two flag waits instead of
  * three, and no second round of copies.
  *
+ * Zero copy (sendbuf and recvbuf in the rank's arena, cohort_alloc): the rank publishes their offsets with its
+ * call and stages nothing; the peers read its input and its slice's result in place. When every rank is zero copy,
+ * the first chunk's handshake is followed by push_allreduce() instead: no chunks, no gather.
+ *
  * Waiting (cohort__shm_await in shm.c): pause-spin, then yield, then futex sleep; always watching abort slots,
  * interrupts, the liveness of the awaited peer, frames of this call in the rings (a peer in another collective)
  * and COHORT_OP_TIMEOUT.
@@ -121,10 +125,51 @@ static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size
   }
 }
 
-/* The operands' table, one per rank (kept across calls). */
+/* The operands' table: n inputs, then n outputs (kept across calls). */
 static const void **operands(shm_transport *t) {
-  if (!t->operands) t->operands = malloc((size_t)t->base.size * sizeof *t->operands);
+  if (!t->operands) t->operands = malloc(2 * (size_t)t->base.size * sizeof *t->operands);
   return t->operands;
+}
+
+/* Slice q of a chunk of m elements: whole cache lines, so that the slices' results never share a line. */
+static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi);
+
+/* Zero copy on every rank (chunk k was the handshake: every peer's call and buffers are known). Nothing needs
+ * staging and every buffer is mapped everywhere, so each rank reduces its slice of the whole vector, piece by piece
+ * through a small buffer, from all n inputs in place, and writes the result into all n recvbufs: 2 bytes moved per
+ * byte, whatever n, and no gather. A piece is read from every input before it is written anywhere, so in place is
+ * safe (only the slice's owner reads or writes that slice of anyone's buffers). out = k says "I wrote my slice
+ * everywhere and read nothing more of yours"; once every peer's out is there, the call is over for us. */
+static cohort_status push_allreduce(shm_transport *t, const char *in, char *out, size_t count, cohort_dtype dtype,
+                                    cohort_op op, uint64_t k) {
+  int n = t->base.size, r = t->base.rank;
+  size_t es = cohort_dtype_size(dtype), lo, hi;
+  const void **x = operands(t);
+  char **dst = (char **)(x + n);
+  slice(count, es, r, n, &lo, &hi);
+  _Alignas(64) char tmp[16384];
+  size_t piece = sizeof tmp / es;
+  for (size_t i = lo; i < hi; i += piece) {
+    size_t m = hi - i < piece ? hi - i : piece;
+    for (int q = 0; q < n; q++) {
+      peer *pe = &t->peers[q];
+      x[q] = q == r ? in + i * es : cohort__shm_arena(pe->seg) + pe->zc_in + i * es;
+      dst[q] = q == r ? out + i * es : cohort__shm_arena(pe->seg) + pe->zc_out + i * es;
+    }
+    reduce_ranks(t, tmp, x, m, dtype, op);
+    if (op == COHORT_AVG) cohort__reduce_avg(tmp, m, dtype, n);
+    for (int q = 0; q < n; q++) memcpy(dst[q], tmp, m * es);
+  }
+  cohort__shm_publish(t, &t->me->node.out, k);
+  COHORT_CHECK(wait_all(t, FLAG_OUT, k));
+  cohort__shm_publish(t, &t->me->node.done, k);
+  return COHORT_OK;
+}
+
+static int all_zero_copy(shm_transport *t) {
+  for (int p = 0; p < t->base.size; p++)
+    if (p != t->base.rank && (t->peers[p].zc_in < 0 || t->peers[p].zc_out < 0)) return 0;
+  return 1;
 }
 
 static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void *recvbuf, size_t count,
@@ -149,7 +194,6 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   return COHORT_OK;
 }
 
-/* Slice q of a chunk of m elements: whole cache lines, so that the slices' results never share a line. */
 static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi) {
   size_t per_line = CACHE_LINE / es, lines = (m + per_line - 1) / per_line;
   *lo = lines * (size_t)q / (size_t)n * per_line;
@@ -193,6 +237,7 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
     if (off == 0) COHORT_CHECK(check_calls(t, k, bytes));
+    if (off == 0 && zc && all_zero_copy(t)) return push_allreduce(t, sendbuf, recvbuf, count, dtype, op, k);
 
     /* My slice: staged, its result goes where my input slice would have been staged; zero copy, into recvbuf. */
     char *dst = zc ? out + my_lo * es : mine + my_lo * es;
