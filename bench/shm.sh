@@ -27,9 +27,8 @@
 # read + s written; the peers' slices into recvbuf, (1-s) read + (1-s) written: 5 - s bytes, 4.5 for 2 ranks. The
 # staging buffers (2 x COHORT_SHM_CHUNK_BYTES per rank) stay in cache, so of those bytes only the read of sendbuf (1)
 # and the write of recvbuf (1) are main-memory traffic once the vector is far larger than the caches: 2 bytes per
-# byte. Zero copy moves 3 - s bytes (the reduction reads the n inputs in place, 1, and writes its slice into
-# recvbuf, s; the peers' results are copied, (1-s) + (1-s)), of which again the input read (1) and the recvbuf writes
-# (s + 1 - s) reach main memory: 2 bytes per byte as well. A rank therefore needs at least 2 x bytes / membw seconds, where membw is the single-thread copy bandwidth
+# byte. Zero copy (every rank's buffers from cohort_alloc) moves 2 bytes per byte: each rank reads its slice of all
+# n inputs in place (1) and writes the result into all n recvbufs (1); both reach main memory: 2 bytes per byte too. A rank therefore needs at least 2 x bytes / membw seconds, where membw is the single-thread copy bandwidth
 # at that size (which also counts read + written bytes), and
 #     limit busbw = membw / 2 * 2(n-1)/n        (= membw / 2 for 2 ranks)
 # The table shows cohort's busbw (default and zero copy) as a fraction of it (target >= 70%).
