@@ -939,8 +939,7 @@ TEST(bad_multi_node_setups_are_named) {
            host());
   ASSERT_CONTAINS(r.err, expect);
   snprintf(expect, sizeof expect,
-           "cohortrun: mismatched --max-restarts: this node (node 1) has 0, node 0 (host %s) has 1",
-           host());
+           "cohortrun: mismatched --max-restarts: this node (node 1) has 0, node 0 (host %s) has 1", host());
   ASSERT_CONTAINS(r2.err, expect);
   ASSERT_EQ(r.out_len + r2.out_len, 0);
   result_free(&r);
@@ -1028,6 +1027,5 @@ COHORT_TEST_MAIN(
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
-    TEST_CASE(nodes_meet_and_number_their_ranks),
-    TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
-    TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
+    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(hosts_start_the_other_nodes_over_ssh))

@@ -262,8 +262,10 @@ cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
     /* Keep beating: a node waiting here is alive, and the others may still be stopping their workers. */
     snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
     if (cohort__store_add(c->store, key, 1, &v) != COHORT_OK)
-      return cohort__error_prefix(COHORT_ERR_REMOTE, "node %d: lost the rendezvous store of node 0 at %s while "
-                                  "waiting to restart", c->node_rank, c->where);
+      return cohort__error_prefix(COHORT_ERR_REMOTE,
+                                  "node %d: lost the rendezvous store of node 0 at %s while "
+                                  "waiting to restart",
+                                  c->node_rank, c->where);
     for (int n = 0; n < c->nnodes; n++) {
       peer *p = &c->peers[n];
       if (n == c->node_rank) continue;
@@ -271,17 +273,20 @@ cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
       snprintf(key, sizeof key, "cohortrun/done/%d", n);
       if (!done && cohort__store_check(c->store, key, &done) != COHORT_OK) done = 0;
       if (done)
-        return cohort__error(COHORT_ERR_REMOTE, "node %d (host %s) ended instead of restarting, so the job cannot start "
-                             "generation %d with all %d nodes", n, p->host, c->gen + 1, c->nnodes);
+        return cohort__error(COHORT_ERR_REMOTE,
+                             "node %d (host %s) ended instead of restarting, so the job cannot start "
+                             "generation %d with all %d nodes",
+                             n, p->host, c->gen + 1, c->nnodes);
       snprintf(key, sizeof key, "cohortrun/hb/%d", n);
       if (cohort__store_add(c->store, key, 0, &v) != COHORT_OK) continue;
       if (v != p->hb) {
         p->hb = v;
         p->changed_ns = now;
       } else if ((double)(now - p->changed_ns) / 1e9 > CLUSTER_SILENT_S) {
-        return cohort__error(COHORT_ERR_REMOTE, "node %d (host %s) went silent for %g s: its cohortrun or its host is "
-                             "gone, so the job cannot start generation %d with all %d nodes", n, p->host,
-                             CLUSTER_SILENT_S, c->gen + 1, c->nnodes);
+        return cohort__error(COHORT_ERR_REMOTE,
+                             "node %d (host %s) went silent for %g s: its cohortrun or its host is "
+                             "gone, so the job cannot start generation %d with all %d nodes",
+                             n, p->host, CLUSTER_SILENT_S, c->gen + 1, c->nnodes);
       }
     }
     if (now > deadline)
@@ -289,8 +294,10 @@ cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
                            c->node_rank, timeout_s, (long long)ready, c->nnodes);
     snprintf(key, sizeof key, "cohortrun/g%d/ready", c->gen);
     if (cohort__store_add(c->store, key, 0, &ready) != COHORT_OK)
-      return cohort__error_prefix(COHORT_ERR_REMOTE, "node %d: lost the rendezvous store of node 0 at %s while "
-                                  "waiting to restart", c->node_rank, c->where);
+      return cohort__error_prefix(COHORT_ERR_REMOTE,
+                                  "node %d: lost the rendezvous store of node 0 at %s while "
+                                  "waiting to restart",
+                                  c->node_rank, c->where);
   }
   c->gen++;
   c->stopped = 0;

@@ -115,8 +115,7 @@ typedef struct cohort__cluster cohort__cluster;
 /* Connects (within timeout_s), announces this node and waits for all nnodes. A wrong secret, an unreachable store,
  * a node that never comes, and mismatched --nnodes are each one clear error. */
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
-                                   int node_rank, int nproc, int max_restarts, const char *host,
-                                   cohort__cluster **out);
+                                   int node_rank, int nproc, int max_restarts, const char *host, cohort__cluster **out);
 /* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);
 /* Bumps this node's heartbeat and looks for a reason to stop: another node's root cause, a node gone silent, the
