@@ -726,6 +726,9 @@ TEST(max_restarts_starts_a_new_generation) {
   result_free(&r);
   expect_refused((const char *[]){"-np", "2", "--max-restarts", "-1", worker(), NULL},
                  "--max-restarts needs a number of restarts (0 to 1000), got '-1'");
+  expect_refused(
+      (const char *[]){"--nnodes", "1:2", "--node-rank", "0", "-np", "1", "--master-port", "2000", worker(), NULL},
+      "--nnodes 1:2: an elastic range of nodes is not supported; give a fixed number (e.g. --nnodes 2)");
 }
 
 /* COHORT_HEARTBEAT_S: rank 1 stops making collectives after 10 allreduces (it sleeps in its own code) while ranks

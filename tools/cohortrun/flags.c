@@ -138,7 +138,23 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(cohort__launch_read_hostfile(value, opts));
     } else if (match_valued(argc, argv, &i, "--nnodes", &value, &st)) {
       COHORT_CHECK(st);
-      COHORT_CHECK(parse_long("--nnodes", value, 1, 4096, "a number of nodes", &v));
+      const char *colon = strchr(value, ':');
+      if (colon) {
+        /* torchrun's MIN:MAX. A fixed size written that way (2:2) is accepted; a range would need an elastic
+         * rendezvous, which cohortrun does not have (docs/cohortrun.md "Limits"). */
+        char min_text[32];
+        snprintf(min_text, sizeof min_text, "%.*s", (int)(colon - value) < 31 ? (int)(colon - value) : 31, value);
+        long max = 0;
+        COHORT_CHECK(parse_long("--nnodes", min_text, 1, 4096, "a number of nodes", &v));
+        COHORT_CHECK(parse_long("--nnodes", colon + 1, 1, 4096, "a number of nodes", &max));
+        if (v != max)
+          return cohort__error(COHORT_ERR_INVALID,
+                               "--nnodes %s: an elastic range of nodes is not supported; give a fixed number (e.g. "
+                               "--nnodes %ld) and use --max-restarts to survive failures",
+                               value, max);
+      } else {
+        COHORT_CHECK(parse_long("--nnodes", value, 1, 4096, "a number of nodes", &v));
+      }
       opts->nnodes = (int)v;
     } else if (match_valued(argc, argv, &i, "--node-rank", &value, &st) ||
                match_valued(argc, argv, &i, "--node_rank", &value, &st)) {
