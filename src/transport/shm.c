@@ -253,18 +253,19 @@ static cohort_status on_header(shm_transport *t, int p) {
     return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", p, h->magic);
   if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
     return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
-                (unsigned long long)h->bytes);
+                            (unsigned long long)h->bytes);
   char msg[COHORT__ABORT_TEXT_MAX];
   cohort_status size_st = cohort__frame_check_size(h, p, msg, sizeof msg);
   if (size_st != COHORT_OK) return cohort__shm_fail(t, size_st, "%s", msg);
   int32_t ahead = (int32_t)(h->seq - t->call.seq);
   if (ahead < 0)
-    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq, t->call.seq);
+    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq,
+                            t->call.seq);
   if (ahead > 0) { /* the peer is already in a later call: keep its frame aside so that the ring keeps draining */
     pe->rx_buf = malloc(h->bytes ? (size_t)h->bytes : 1);
     if (!pe->rx_buf)
       return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame from rank %d",
-                  (unsigned long long)h->bytes, p);
+                              (unsigned long long)h->bytes, p);
     pe->rx_done = 0;
     pe->rx_state = RX_UNEXPECTED;
     return COHORT_OK;
@@ -332,8 +333,10 @@ static cohort_status do_recv(shm_transport *t, int p, int *progressed) {
       unexpected *u = malloc(sizeof *u);
       if (!u) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
       *u = (unexpected){.hdr = pe->recv_hdr, .data = pe->rx_buf};
-      if (pe->unexp_tail) pe->unexp_tail->next = u;
-      else pe->unexp_head = u;
+      if (pe->unexp_tail)
+        pe->unexp_tail->next = u;
+      else
+        pe->unexp_head = u;
       pe->unexp_tail = u;
       pe->rx_buf = NULL;
       pe->rx_state = RX_HEADER;
@@ -402,7 +405,7 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
     char call[256];
     cohort__call_describe(&t->call, call, sizeof call);
     return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s", p,
-                t->base.rank, pe->recv_head ? "receiving from" : "sending to", call);
+                            t->base.rank, pe->recv_head ? "receiving from" : "sending to", call);
   }
   return COHORT_OK;
 }
@@ -505,15 +508,17 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
         COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
         char call[256];
         cohort__call_describe(&t->call, call, sizeof call);
-        return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d waited for it in %s",
-                                p, t->base.rank, call);
+        return cohort__shm_fail(t, COHORT_ERR_REMOTE,
+                                "rank %d died (its process exited) while rank %d waited for it in %s", p, t->base.rank,
+                                call);
       }
     }
     if (now - start > t->timeout_ns) {
       char call[256];
       cohort__call_describe(&t->call, call, sizeof call);
-      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %d (COHORT_OP_TIMEOUT)",
-                              call, t->op_timeout_s, p);
+      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT,
+                              "%s: no progress for %.0f s waiting on rank(s) %d (COHORT_OP_TIMEOUT)", call,
+                              t->op_timeout_s, p);
     }
     if (now - start < t->spin_ns) {
       if (now - start > PAUSE_NS) sched_yield();
@@ -566,8 +571,9 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
       char who[256], call[256];
       describe_waiting(t, who, sizeof who);
       cohort__call_describe(&t->call, call, sizeof call);
-      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
-                  t->op_timeout_s, who);
+      return cohort__shm_fail(t, COHORT_ERR_TIMEOUT,
+                              "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+                              t->op_timeout_s, who);
     }
     if (now - last_progress < t->spin_ns) {
       sched_yield(); /* the rank we wait for may need this very core */
@@ -605,8 +611,10 @@ static cohort_status shm_isend(cohort__transport *base, int p, const void *buf, 
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = p, .is_send = 1, .call = t->call};
-  if (pe->send_tail) pe->send_tail->next = req;
-  else pe->send_head = req;
+  if (pe->send_tail)
+    pe->send_tail->next = req;
+  else
+    pe->send_head = req;
   pe->send_tail = req;
   t->pending++;
   int progressed = 0;
@@ -619,8 +627,10 @@ static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = p, .call = t->call};
-  if (pe->recv_tail) pe->recv_tail->next = req;
-  else pe->recv_head = req;
+  if (pe->recv_tail)
+    pe->recv_tail->next = req;
+  else
+    pe->recv_head = req;
   pe->recv_tail = req;
   t->pending++;
   int progressed = 0;
@@ -675,7 +685,8 @@ static void *shm_alloc(cohort__transport *base, size_t bytes) {
   if (len > cap) return NULL;
   pthread_mutex_lock(&t->arena_mu);
   size_t i = 0;
-  for (; i < t->nblocks && t->blocks[i].off - at < len; i++) at = t->blocks[i].off + t->blocks[i].len;
+  for (; i < t->nblocks && t->blocks[i].off - at < len; i++)
+    at = t->blocks[i].off + t->blocks[i].len;
   if (t->nblocks == t->blocks_cap) {
     size_t want = t->blocks_cap * 2 + 8;
     arena_block *grown = realloc(t->blocks, want * sizeof *grown);
@@ -736,10 +747,8 @@ static const cohort__transport_ops shm_ops = {
 
 /* ---- setup ---- */
 
-
-static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t arena_bytes,
-                       uint64_t *ctl_offset, uint64_t *data_offset, uint64_t *stage_offset, uint64_t *arena_offset,
-                       uint64_t *total) {
+static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t arena_bytes, uint64_t *ctl_offset,
+                       uint64_t *data_offset, uint64_t *stage_offset, uint64_t *arena_offset, uint64_t *total) {
   *ctl_offset = round_up(sizeof(seg_hdr), CACHE_LINE);
   *data_offset = round_up(*ctl_offset + (uint64_t)size * sizeof(ring_ctl), PAGE);
   *stage_offset = round_up(*data_offset + (uint64_t)(size - 1) * ring_bytes, PAGE);
@@ -753,9 +762,7 @@ static char *ring_data(seg_hdr *s, int owner, int producer) {
   return (char *)s + s->data_offset + (uint64_t)slot * s->ring_bytes;
 }
 
-static ring_ctl *ring_ctl_of(seg_hdr *s, int producer) {
-  return (ring_ctl *)((char *)s + s->ctl_offset) + producer;
-}
+static ring_ctl *ring_ctl_of(seg_hdr *s, int producer) { return (ring_ctl *)((char *)s + s->ctl_offset) + producer; }
 
 void cohort__shm_host_identity(char *out, size_t len) {
   char host[128] = "?", boot[64] = "?", ns[64] = "?";
@@ -770,8 +777,10 @@ void cohort__shm_host_identity(char *out, size_t len) {
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   ns[n > 0 ? n : 0] = '\0';
   const char *node = cohort__env_str("COHORT_NODE_ID");
-  if (node[0]) snprintf(out, len, "%s/%s/%s node %.64s", host, boot, ns, node);
-  else snprintf(out, len, "%s/%s/%s", host, boot, ns);
+  if (node[0])
+    snprintf(out, len, "%s/%s/%s node %.64s", host, boot, ns, node);
+  else
+    snprintf(out, len, "%s/%s/%s", host, boot, ns);
 }
 
 /* A setup failure another rank reported under err_key ("<status> rank <r>: <message>"), as our own. */
@@ -826,10 +835,10 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   uint64_t ctl = 0, data = 0, stage = 0, arena = 0, total = 0;
   int sane = s->magic == SEG_MAGIC && s->ring_bytes >= 1 && s->ring_bytes <= (1ull << 40) &&
              s->stage_bytes <= (1ull << 40) && s->arena_bytes <= (1ull << 44);
-  if (sane) seg_layout(t->base.size, s->ring_bytes, s->stage_bytes, s->arena_bytes, &ctl, &data, &stage, &arena, &total);
+  if (sane)
+    seg_layout(t->base.size, s->ring_bytes, s->stage_bytes, s->arena_bytes, &ctl, &data, &stage, &arena, &total);
   if (!sane || s->rank != p || s->size != t->base.size || s->ctl_offset != ctl || s->data_offset != data ||
-      s->stage_offset != stage || s->arena_offset != arena || s->total_bytes != total ||
-      total != (uint64_t)sb.st_size)
+      s->stage_offset != stage || s->arena_offset != arena || s->total_bytes != total || total != (uint64_t)sb.st_size)
     return cohort__error(COHORT_ERR_PROTOCOL,
                          "rank %d's segment /dev/shm%s is not a cohort segment of rank %d in a job of %d ranks", p,
                          name, p, t->base.size);
@@ -841,8 +850,7 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   pe->pid = pid;
   pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pe->pidfd < 0) {
-    if (errno == ESRCH)
-      return cohort__error(COHORT_ERR_REMOTE, "rank %d (pid %d) exited during shm setup", p, pid);
+    if (errno == ESRCH) return cohort__error(COHORT_ERR_REMOTE, "rank %d (pid %d) exited during shm setup", p, pid);
     COHORT_LOG_DEBUG("pidfd_open(%d): %s; watching /proc instead", pid, strerror(errno));
   }
   pe->out_ctl = ring_ctl_of(s, t->base.rank);
@@ -896,18 +904,21 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
       t->me->arena_offset = arena;
       t->me->arena_bytes = arena_bytes;
       t->me->total_bytes = total;
-      for (int b = 0; b < 2; b++) t->me->node.zc_in[b] = t->me->node.zc_out[b] = -1;
+      for (int b = 0; b < 2; b++)
+        t->me->node.zc_in[b] = t->me->node.zc_out[b] = -1;
       t->me->magic = SEG_MAGIC;
     }
   }
-  if (st == COHORT_OK) t->me_fd = fd;
-  else close(fd);
+  if (st == COHORT_OK)
+    t->me_fd = fd;
+  else
+    close(fd);
   if (st != COHORT_OK) shm_unlink(name);
   return st;
 }
 
-cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
-                                     int64_t deadline_ns, long spin_us, cohort__transport **out) {
+cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix, int64_t deadline_ns,
+                                     long spin_us, cohort__transport **out) {
   long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0, arena_bytes = 0;
   COHORT_CHECK(cohort__env_long("COHORT_SHM_ARENA_BYTES", 0, 1L << 44, &arena_bytes));
   COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
@@ -916,7 +927,8 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
                          CACHE_LINE);
   /* The small-message path puts a whole vector of up to COHORT__SHM_SMALL_BYTES into one staging buffer. */
-  uint64_t stage_bytes = (uint64_t)chunk_bytes < COHORT__SHM_SMALL_BYTES ? COHORT__SHM_SMALL_BYTES : (uint64_t)chunk_bytes;
+  uint64_t stage_bytes =
+      (uint64_t)chunk_bytes < COHORT__SHM_SMALL_BYTES ? COHORT__SHM_SMALL_BYTES : (uint64_t)chunk_bytes;
   COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout));
   cohort_status st = COHORT_OK;
   char name[96] = "", key[160], err_key[160], host[HOST_ID_MAX];
@@ -935,9 +947,12 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
     st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
     goto fail;
   }
-  for (int p = 0; p < size; p++) t->peers[p].pidfd = -1;
+  for (int p = 0; p < size; p++)
+    t->peers[p].pidfd = -1;
 
-  if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, round_up((uint64_t)arena_bytes, PAGE), name, sizeof name)) != COHORT_OK) goto fail;
+  if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, round_up((uint64_t)arena_bytes, PAGE), name,
+                       sizeof name)) != COHORT_OK)
+    goto fail;
   created = 1;
   cohort__shm_host_identity(host, sizeof host);
   char mine[HOST_ID_MAX + 160];
@@ -953,8 +968,10 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
     snprintf(key, sizeof key, "%sshm/%d", prefix, p);
     st = await_key(store, key, err_key, deadline_ns, (void **)&v, &len);
     if (st == COHORT_ERR_TIMEOUT)
-      st = cohort__error(COHORT_ERR_TIMEOUT, "shm rendezvous timed out: rank %d never published its segment "
-                                             "(COHORT_TIMEOUT sets the wait)", p);
+      st = cohort__error(COHORT_ERR_TIMEOUT,
+                         "shm rendezvous timed out: rank %d never published its segment "
+                         "(COHORT_TIMEOUT sets the wait)",
+                         p);
     if (st != COHORT_OK) goto fail;
     int pid = 0, used = 0;
     char peer_name[96], peer_host[HOST_ID_MAX];

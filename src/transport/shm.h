@@ -25,7 +25,7 @@
  * namespace, and COHORT_NODE_ID when set (so that tests can simulate several hosts on one). */
 void cohort__shm_host_identity(char *out, size_t len);
 
-cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix,
-                                     int64_t deadline_ns, long spin_us, cohort__transport **out);
+cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix, int64_t deadline_ns,
+                                     long spin_us, cohort__transport **out);
 
 #endif

@@ -93,9 +93,10 @@ static cohort_status check_calls(shm_transport *t, uint64_t k, size_t bytes) {
     for (int i = 0; i < 2; i++) {
       int64_t o = i ? pe->zc_out : pe->zc_in;
       if (o < -1 || (o >= 0 && (bytes > arena || (uint64_t)o > arena - bytes)))
-        return cohort__shm_fail(t, COHORT_ERR_PROTOCOL,
-                                "rank %d published a zero-copy buffer at offset %lld of its %llu-byte arena for %zu bytes",
-                                p, (long long)o, (unsigned long long)arena, bytes);
+        return cohort__shm_fail(
+            t, COHORT_ERR_PROTOCOL,
+            "rank %d published a zero-copy buffer at offset %lld of its %llu-byte arena for %zu bytes", p, (long long)o,
+            (unsigned long long)arena, bytes);
     }
   }
   return COHORT_OK;
@@ -109,10 +110,12 @@ static cohort_status claim(shm_transport *t, uint64_t k) { return k > 2 ? wait_a
 static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size_t len, cohort_dtype dtype,
                          cohort_op op) {
   int n = t->base.size, alias = 0;
-  for (int q = 2; q < n; q++) alias |= x[q] == dst;
+  for (int q = 2; q < n; q++)
+    alias |= x[q] == dst;
   if (!alias) {
     cohort__reduce(dst, x[0], x[1], len, dtype, op);
-    for (int q = 2; q < n; q++) cohort__reduce(dst, dst, x[q], len, dtype, op);
+    for (int q = 2; q < n; q++)
+      cohort__reduce(dst, dst, x[q], len, dtype, op);
     return;
   }
   _Alignas(64) char tmp[8192];
@@ -120,7 +123,8 @@ static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size
   for (size_t i = 0; i < len; i += piece) {
     size_t m = len - i < piece ? len - i : piece, o = i * es;
     cohort__reduce(tmp, (const char *)x[0] + o, (const char *)x[1] + o, m, dtype, op);
-    for (int q = 2; q < n; q++) cohort__reduce(tmp, tmp, (const char *)x[q] + o, m, dtype, op);
+    for (int q = 2; q < n; q++)
+      cohort__reduce(tmp, tmp, (const char *)x[q] + o, m, dtype, op);
     memcpy((char *)dst + o, tmp, m * es);
   }
 }
@@ -158,7 +162,8 @@ static cohort_status push_allreduce(shm_transport *t, const char *in, char *out,
     }
     reduce_ranks(t, tmp, x, m, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(tmp, m, dtype, n);
-    for (int q = 0; q < n; q++) memcpy(dst[q], tmp, m * es);
+    for (int q = 0; q < n; q++)
+      memcpy(dst[q], tmp, m * es);
   }
   cohort__shm_publish(t, &t->me->node.out, k);
   COHORT_CHECK(wait_all(t, FLAG_OUT, k));
@@ -186,7 +191,8 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   COHORT_CHECK(wait_all(t, FLAG_IN, k));
   COHORT_CHECK(check_calls(t, k, bytes));
   if (count) {
-    for (int q = 0; q < t->base.size; q++) x[q] = cohort__shm_stage(seg_of(t, q), b);
+    for (int q = 0; q < t->base.size; q++)
+      x[q] = cohort__shm_stage(seg_of(t, q), b);
     reduce_ranks(t, recvbuf, x, count, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
   }
@@ -244,7 +250,7 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     if (my_hi > my_lo) {
       for (int q = 0; q < n; q++) {
         peer *pe = &t->peers[q];
-        x[q] = q == r            ? in + my_lo * es
+        x[q] = q == r           ? in + my_lo * es
                : pe->zc_in >= 0 ? cohort__shm_arena(pe->seg) + pe->zc_in + (off + my_lo) * es
                                 : cohort__shm_stage(pe->seg, b) + my_lo * es;
       }

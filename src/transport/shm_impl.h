@@ -34,7 +34,7 @@ typedef struct node_flags {
    * line of `in`, so that a peer reading `in` gets the call with it. */
   _Atomic uint32_t call_seq[2];
   cohort__call call[2];
-  _Alignas(CACHE_LINE) _Atomic uint64_t out; /* my slice of chunk k is reduced, in my staging buffer */
+  _Alignas(CACHE_LINE) _Atomic uint64_t out;  /* my slice of chunk k is reduced, in my staging buffer */
   _Alignas(CACHE_LINE) _Atomic uint64_t done; /* I read nothing more of anyone's buffers for chunks <= k */
   /* Zero copy, for the call of call[b]: the arena offsets of my sendbuf and recvbuf, where the peers read my input
    * and my slice's result instead of my staging buffer; -1: staged. Written before call_seq[b]. */
@@ -51,16 +51,16 @@ typedef struct ring_ctl {
 typedef struct seg_hdr {
   uint64_t magic;
   int32_t rank, size;
-  uint64_t ring_bytes;  /* capacity of each inbound ring */
-  uint64_t ctl_offset;  /* ring_ctl[size], indexed by producer rank (the owner's own entry is unused) */
-  uint64_t data_offset; /* size - 1 rings of ring_bytes, in producer order without the owner */
+  uint64_t ring_bytes;   /* capacity of each inbound ring */
+  uint64_t ctl_offset;   /* ring_ctl[size], indexed by producer rank (the owner's own entry is unused) */
+  uint64_t data_offset;  /* size - 1 rings of ring_bytes, in producer order without the owner */
   uint64_t stage_offset; /* two staging buffers of stage_bytes for the node collectives */
   uint64_t stage_bytes;
   uint64_t arena_offset; /* the zero-copy arena (cohort_alloc): arena_bytes, reserved page by page as allocated */
   uint64_t arena_bytes;
   uint64_t total_bytes;
-  _Alignas(CACHE_LINE) _Atomic uint32_t futex; /* bumped by whoever may have unblocked the owner */
-  _Atomic uint32_t sleeping;                   /* the owner is (about to be) asleep on futex */
+  _Alignas(CACHE_LINE) _Atomic uint32_t futex;   /* bumped by whoever may have unblocked the owner */
+  _Atomic uint32_t sleeping;                     /* the owner is (about to be) asleep on futex */
   _Alignas(CACHE_LINE) _Atomic uint32_t aborted; /* 1 once abort_status and abort_text are written */
   int32_t abort_status;
   char abort_text[COHORT__ABORT_TEXT_MAX];
@@ -86,7 +86,7 @@ typedef struct peer {
   seg_hdr *seg; /* the peer's segment (our outbound ring lives there) */
   size_t seg_len;
   int pid, pidfd;
-  int life; /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
+  int life;              /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
   int64_t zc_in, zc_out; /* the peer's zero-copy offsets for the current node call (-1: staged) */
   /* outbound: the ring in the peer's segment that we produce into */
   ring_ctl *out_ctl;
@@ -115,8 +115,8 @@ typedef struct shm_transport {
   size_t me_len;
   peer *peers; /* [size]; our own entry is unused */
   cohort__call call;
-  uint64_t node_k; /* the last chunk number of the node collectives (the same on every rank) */
-  int me_fd;       /* our segment, kept open to reserve arena pages as they are allocated */
+  uint64_t node_k;          /* the last chunk number of the node collectives (the same on every rank) */
+  int me_fd;                /* our segment, kept open to reserve arena pages as they are allocated */
   pthread_mutex_t arena_mu; /* cohort_alloc may run on any thread */
   arena_block *blocks;      /* allocated arena blocks, sorted by offset */
   size_t nblocks, blocks_cap;

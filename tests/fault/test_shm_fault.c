@@ -54,7 +54,8 @@ static int shm_entries_of(int pid) {
   DIR *d = opendir("/dev/shm");
   if (!d) return -1;
   int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
   closedir(d);
   return n;
 }
@@ -62,8 +63,8 @@ static int shm_entries_of(int pid) {
 /* ---------------- children ---------------- */
 
 static void result(int rank, cohort_status st, const char *transport, int leftover, const char *msg) {
-  printf("RESULT rank=%d status=%d t=%.6f transport=%s leftover=%d msg=%s\n", rank, (int)st, cohort__now_s(),
-         transport, leftover, msg ? msg : "");
+  printf("RESULT rank=%d status=%d t=%.6f transport=%s leftover=%d msg=%s\n", rank, (int)st, cohort__now_s(), transport,
+         leftover, msg ? msg : "");
   fflush(stdout);
 }
 
@@ -82,13 +83,27 @@ static void fill(void *buf, size_t n, cohort_dtype d, int r, cohort_op op) {
   for (size_t i = 0; i < n; i++) {
     double v = input(r, i, op);
     switch (d) {
-    case COHORT_F32: ((float *)buf)[i] = (float)v; break;
-    case COHORT_F64: ((double *)buf)[i] = v; break;
-    case COHORT_F16: ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v); break;
-    case COHORT_BF16: ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v); break;
-    case COHORT_I32: ((int32_t *)buf)[i] = (int32_t)(v * 37); break;
-    case COHORT_I64: ((int64_t *)buf)[i] = (int64_t)(v * 37); break;
-    default: ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 37) & 0xff); break;
+    case COHORT_F32:
+      ((float *)buf)[i] = (float)v;
+      break;
+    case COHORT_F64:
+      ((double *)buf)[i] = v;
+      break;
+    case COHORT_F16:
+      ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
+      break;
+    case COHORT_BF16:
+      ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
+      break;
+    case COHORT_I32:
+      ((int32_t *)buf)[i] = (int32_t)(v * 37);
+      break;
+    case COHORT_I64:
+      ((int64_t *)buf)[i] = (int64_t)(v * 37);
+      break;
+    default:
+      ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 37) & 0xff);
+      break;
     }
   }
 }
@@ -120,9 +135,12 @@ static cohort_status exact(cohort_comm *c, int zero_copy) {
         const char *got = in_place ? in : out;
         if (st == COHORT_OK && n && memcmp(got, want, n * es) != 0) {
           size_t i = 0;
-          while (memcmp(got + i * es, want + i * es, es) == 0) i++;
-          st = cohort__error(COHORT_ERR_INTERNAL, "allreduce(count=%zu, %s, %s%s): element %zu differs from the "
-                             "reference", n, cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
+          while (memcmp(got + i * es, want + i * es, es) == 0)
+            i++;
+          st = cohort__error(COHORT_ERR_INTERNAL,
+                             "allreduce(count=%zu, %s, %s%s): element %zu differs from the "
+                             "reference",
+                             n, cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
                              in_place ? ", in place" : "", i);
         }
       }
@@ -149,7 +167,8 @@ static int child(const char *mode) {
   int leftover = shm_entries_of((int)getpid());
   size_t n = 1 << 18;
   float *buf = malloc(n * sizeof *buf);
-  for (size_t i = 0; i < n; i++) buf[i] = (float)(rank + 1);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = (float)(rank + 1);
   if (!strcmp(mode, "killed_peer") || !strcmp(mode, "killed_small") || !strcmp(mode, "silent_peer")) {
     int killed = strcmp(mode, "silent_peer") != 0;
     if (!strcmp(mode, "killed_small")) n = 1000;
@@ -169,7 +188,8 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "mismatch_small")) {
     st = cohort_allreduce(c, buf, buf, rank == 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_coll")) {
-    st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0) : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
+    st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
+                   : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "exact")) {
     st = exact(c, 0);
   } else if (!strcmp(mode, "exact_zc")) {
@@ -189,7 +209,8 @@ static int child(const char *mode) {
     free(buf);
     buf = cohort_alloc(c, n * sizeof *buf); /* the arena over shm, malloc over tcp */
     for (int it = 0; it < 3 && st == COHORT_OK; it++) {
-      for (size_t i = 0; i < n; i++) buf[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+      for (size_t i = 0; i < n; i++)
+        buf[i] = (float)((rank + 1) * (int)(i % 7 + 1));
       st = cohort_allreduce(c, buf, buf, n - (size_t)it * 1001, COHORT_F32, COHORT_SUM);
       for (size_t i = 0; i < n - (size_t)it * 1001 && st == COHORT_OK; i++) {
         float want = (float)(size * (size + 1) / 2 * (int)(i % 7 + 1));
@@ -200,8 +221,10 @@ static int child(const char *mode) {
     }
   }
   result(rank, st, cohort_transport_name(c), leftover, st == COHORT_OK ? "" : cohort_last_error());
-  if (!strcmp(mode, "small_rings")) cohort_free(c, buf);
-  else free(buf);
+  if (!strcmp(mode, "small_rings"))
+    cohort_free(c, buf);
+  else
+    free(buf);
   cohort_comm_destroy(c); /* a survivor must be able to tear down its dead communicator without hanging */
   return 0;
 }
@@ -272,8 +295,8 @@ static void collect(job *j) {
       }
       int rank, st, left;
       char transport[16];
-      if (sscanf(line, "RESULT rank=%d status=%d t=%lf transport=%15s leftover=%d", &rank, &st, &t, transport,
-                 &left) == 5 &&
+      if (sscanf(line, "RESULT rank=%d status=%d t=%lf transport=%15s leftover=%d", &rank, &st, &t, transport, &left) ==
+              5 &&
           rank == r) {
         j->have[r] = 1;
         j->status[r] = st;
@@ -295,7 +318,8 @@ static job *run_job(const char *mode, int size, const char *extra_env) {
   j.size = size;
   if (cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) != COHORT_OK) return NULL;
   j.port = cohort__store_server_port(j.server);
-  for (int r = 0; r < size; r++) start_rank(&j, mode, r, extra_env);
+  for (int r = 0; r < size; r++)
+    start_rank(&j, mode, r, extra_env);
   collect(&j);
   for (int r = 0; r < size; r++) {
     kill(j.pid[r], SIGKILL); /* the stopped or killed rank, and anything left */
@@ -303,7 +327,8 @@ static job *run_job(const char *mode, int size, const char *extra_env) {
     fclose(j.out[r]);
   }
   cohort__store_server_stop(j.server);
-  for (int r = 0; r < size; r++) j.left_in_dev_shm += shm_entries_of(j.pid[r]);
+  for (int r = 0; r < size; r++)
+    j.left_in_dev_shm += shm_entries_of(j.pid[r]);
   for (int r = 0; r < size; r++)
     fprintf(stderr, "  rank %d: have=%d transport=%s leftover=%d status=%s msg=%s\n", r, j.have[r], j.transport[r],
             j.leftover[r], cohort_strerror((cohort_status)j.status[r]), j.msg[r]);
@@ -394,15 +419,17 @@ TEST(node_allreduce_is_bitwise_the_reference_on_every_rank) {
 
 /* auto: shared memory between ranks of one host; TCP as soon as one rank's COHORT_NODE_ID differs. */
 TEST(auto_transport_follows_the_host_identity) {
-  static const char *const node_ids[2][2] = {{"COHORT_TRANSPORT=auto", "COHORT_TRANSPORT=auto"},
-                                             {"COHORT_TRANSPORT=auto;COHORT_NODE_ID=a", "COHORT_TRANSPORT=auto;COHORT_NODE_ID=b"}};
+  static const char *const node_ids[2][2] = {
+      {"COHORT_TRANSPORT=auto", "COHORT_TRANSPORT=auto"},
+      {"COHORT_TRANSPORT=auto;COHORT_NODE_ID=a", "COHORT_TRANSPORT=auto;COHORT_NODE_ID=b"}};
   for (int kind = 0; kind < 2; kind++) {
     static job j;
     memset(&j, 0, sizeof j);
     j.size = 2;
     ASSERT_TRUE(cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) == COHORT_OK);
     j.port = cohort__store_server_port(j.server);
-    for (int r = 0; r < 2; r++) start_rank(&j, "small_rings", r, node_ids[kind][r]);
+    for (int r = 0; r < 2; r++)
+      start_rank(&j, "small_rings", r, node_ids[kind][r]);
     collect(&j);
     for (int r = 0; r < 2; r++) {
       kill(j.pid[r], SIGKILL);
