@@ -5,6 +5,8 @@
 #include "coll/coll.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "transport/layered.h"
 
 cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t) {
   memset(ctx, 0, sizeof *ctx);
@@ -12,21 +14,49 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t)
   ctx->rank = t->rank;
   ctx->size = t->size;
   const char *algo = cohort__env_str("COHORT_ALGO");
-  if (strcmp(algo, "auto") == 0) ctx->forced_algo = COHORT__ALGO_AUTO;
-  else if (strcmp(algo, "ring") == 0) ctx->forced_algo = COHORT__ALGO_RING;
-  else if (strcmp(algo, "rd") == 0) ctx->forced_algo = COHORT__ALGO_RD;
-  else return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd", algo);
+  if (strcmp(algo, "auto") == 0)
+    ctx->forced_algo = COHORT__ALGO_AUTO;
+  else if (strcmp(algo, "ring") == 0)
+    ctx->forced_algo = COHORT__ALGO_RING;
+  else if (strcmp(algo, "rd") == 0)
+    ctx->forced_algo = COHORT__ALGO_RD;
+  else if (strcmp(algo, "hier") == 0)
+    ctx->forced_algo = COHORT__ALGO_HIER;
+  else
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
   long v;
   COHORT_CHECK(cohort__env_long("COHORT_SMALL_BYTES", 0, 1L << 40, &v));
   ctx->small_bytes = (size_t)v;
   COHORT_CHECK(cohort__env_long("COHORT_SEGMENT_BYTES", 1, 1L << 30, &v));
   ctx->segment_bytes = (size_t)v;
+  ctx->layers = cohort__layers_of(t);
+  if (ctx->forced_algo == COHORT__ALGO_HIER && !ctx->layers)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "COHORT_ALGO=hier: this %d-rank communicator (transport %s) is not layered; hier needs "
+                         "COHORT_TRANSPORT=auto and several nodes with the same number (> 1) of ranks each, numbered "
+                         "node by node",
+                         t->size, t->ops->name);
+  if (ctx->layers) { /* the flat algorithms across nodes: auto by size, whatever COHORT_ALGO says for the job */
+    if (!(ctx->across = calloc(1, sizeof *ctx->across))) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    cohort__transport *across = ctx->layers->across;
+    *ctx->across = (cohort__coll_ctx){.t = across,
+                                      .rank = across->rank,
+                                      .size = across->size,
+                                      .small_bytes = ctx->small_bytes,
+                                      .segment_bytes = ctx->segment_bytes};
+    COHORT_LOG_DEBUG("allreduce: hierarchical over %d nodes x %d ranks (COHORT_ALGO=%s)", ctx->layers->nodes,
+                     ctx->layers->per_node, algo);
+  }
   return COHORT_OK;
 }
 
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx) {
-  for (int i = 0; i < 2; i++) free(ctx->scratch[i]);
+  for (int i = 0; i < 2; i++)
+    free(ctx->scratch[i]);
   memset(ctx->scratch, 0, sizeof ctx->scratch);
+  if (ctx->across) cohort__coll_ctx_free(ctx->across);
+  free(ctx->across);
+  ctx->across = NULL;
 }
 
 void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes) {
@@ -41,11 +71,16 @@ void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes) {
 
 static const char *coll_api_name(cohort__coll c) {
   switch (c) {
-  case COHORT__COLL_ALLREDUCE: return "cohort_allreduce";
-  case COHORT__COLL_BROADCAST: return "cohort_broadcast";
-  case COHORT__COLL_ALLGATHER: return "cohort_allgather";
-  case COHORT__COLL_REDUCE_SCATTER: return "cohort_reduce_scatter";
-  default: return "cohort_barrier";
+  case COHORT__COLL_ALLREDUCE:
+    return "cohort_allreduce";
+  case COHORT__COLL_BROADCAST:
+    return "cohort_broadcast";
+  case COHORT__COLL_ALLGATHER:
+    return "cohort_allgather";
+  case COHORT__COLL_REDUCE_SCATTER:
+    return "cohort_reduce_scatter";
+  default:
+    return "cohort_barrier";
   }
 }
 
@@ -54,7 +89,8 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll
   if (a->coll == COHORT__COLL_BARRIER) return COHORT_OK;
   if ((unsigned)a->dtype >= COHORT_DTYPE_COUNT)
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)a->dtype);
-  if ((a->coll == COHORT__COLL_ALLREDUCE || a->coll == COHORT__COLL_REDUCE_SCATTER) && (unsigned)a->op >= COHORT_OP_COUNT)
+  if ((a->coll == COHORT__COLL_ALLREDUCE || a->coll == COHORT__COLL_REDUCE_SCATTER) &&
+      (unsigned)a->op >= COHORT_OP_COUNT)
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown op %d", fn, (int)a->op);
   if (a->coll == COHORT__COLL_BROADCAST && (a->root < 0 || a->root >= ctx->size))
     return cohort__error(COHORT_ERR_INVALID, "%s: root %d is not a rank of this %d-rank communicator", fn, a->root,
@@ -65,8 +101,11 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll
   if (a->count > ((size_t)1 << 62) / es / (size_t)ctx->size)
     return cohort__error(COHORT_ERR_INVALID, "%s: count %zu is too large", fn, a->count);
   if (a->count > 0) {
-    if (!a->recvbuf) return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, a->coll == COHORT__COLL_BROADCAST ? "buf" : "recvbuf");
-    if (!a->sendbuf && a->coll != COHORT__COLL_BROADCAST) return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
+    if (!a->recvbuf)
+      return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn,
+                           a->coll == COHORT__COLL_BROADCAST ? "buf" : "recvbuf");
+    if (!a->sendbuf && a->coll != COHORT__COLL_BROADCAST)
+      return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
   }
   if (a->coll == COHORT__COLL_REDUCE_SCATTER && a->count && ctx->size > 1) {
     const char *s = a->sendbuf, *r = a->recvbuf;
@@ -82,9 +121,12 @@ static cohort__algo choose(const cohort__coll_ctx *ctx, const cohort__coll_args 
   case COHORT__COLL_ALLREDUCE:
     if (ctx->forced_algo != COHORT__ALGO_AUTO) return ctx->forced_algo;
     return bytes <= ctx->small_bytes ? COHORT__ALGO_RD : COHORT__ALGO_RING;
-  case COHORT__COLL_BROADCAST: return bytes <= ctx->small_bytes ? COHORT__ALGO_TREE : COHORT__ALGO_CHAIN;
-  case COHORT__COLL_BARRIER: return COHORT__ALGO_DISSEMINATION;
-  default: return COHORT__ALGO_RING;
+  case COHORT__COLL_BROADCAST:
+    return bytes <= ctx->small_bytes ? COHORT__ALGO_TREE : COHORT__ALGO_CHAIN;
+  case COHORT__COLL_BARRIER:
+    return COHORT__ALGO_DISSEMINATION;
+  default:
+    return COHORT__ALGO_RING;
   }
 }
 
@@ -103,9 +145,18 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   /* A transport that shares memory between all ranks reduces in place (shm_coll.c); COHORT_ALGO=ring or rd forces
    * the frame-based algorithms over it, for comparison. */
   int node = a->coll == COHORT__COLL_ALLREDUCE && ctx->forced_algo == COHORT__ALGO_AUTO && ctx->t->ops->node_allreduce;
-  cohort__algo algo = node ? COHORT__ALGO_AUTO : choose(ctx, a);
-  cohort__call call = {.seq = seq, .coll = (uint8_t)a->coll, .dtype = (uint8_t)a->dtype, .op = (uint8_t)a->op,
-                       .algo = (uint8_t)algo, .root = a->root, .count = a->count};
+  /* Several nodes with several ranks each: shm within the node, the flat algorithms across (hier.c), unless
+   * COHORT_ALGO forces a flat one over the whole mesh. */
+  int hier = a->coll == COHORT__COLL_ALLREDUCE && ctx->across &&
+             (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
+  cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
+  cohort__call call = {.seq = seq,
+                       .coll = (uint8_t)a->coll,
+                       .dtype = (uint8_t)a->dtype,
+                       .op = (uint8_t)a->op,
+                       .algo = (uint8_t)algo,
+                       .root = a->root,
+                       .count = a->count};
   if (a->coll == COHORT__COLL_BARRIER) call.dtype = call.op = 0, call.count = 0, call.root = 0;
   if (a->coll == COHORT__COLL_BROADCAST || a->coll == COHORT__COLL_ALLGATHER) call.op = 0;
   if (a->coll != COHORT__COLL_BROADCAST) call.root = -1;
@@ -113,12 +164,17 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
     if (node) return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op);
+    if (hier) return cohort__hier_allreduce(ctx, a);
     return algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
   case COHORT__COLL_BROADCAST:
     return algo == COHORT__ALGO_TREE ? cohort__tree_broadcast(ctx, a) : cohort__chain_broadcast(ctx, a);
-  case COHORT__COLL_ALLGATHER: return cohort__ring_allgather(ctx, a);
-  case COHORT__COLL_REDUCE_SCATTER: return cohort__ring_reduce_scatter(ctx, a);
-  case COHORT__COLL_BARRIER: return cohort__dissemination_barrier(ctx);
-  default: return cohort__error(COHORT_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
+  case COHORT__COLL_ALLGATHER:
+    return cohort__ring_allgather(ctx, a);
+  case COHORT__COLL_REDUCE_SCATTER:
+    return cohort__ring_reduce_scatter(ctx, a);
+  case COHORT__COLL_BARRIER:
+    return cohort__dissemination_barrier(ctx);
+  default:
+    return cohort__error(COHORT_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
   }
 }

@@ -6,6 +6,7 @@
  *   rd.c         recursive doubling allreduce for small messages (any world size: extra ranks fold in and out)
  *   broadcast.c  binomial tree for small messages, pipelined chain for large ones
  *   barrier.c    dissemination barrier
+ *   hier.c       hierarchical allreduce for jobs on several nodes: shm within the node, ring/rd across nodes
  *   reduce.c     the element-wise reduction kernels (vectorized; f16/bf16 computed in f32)
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
@@ -30,6 +31,7 @@ typedef enum cohort__algo {
   COHORT__ALGO_TREE = 4,
   COHORT__ALGO_CHAIN = 5,
   COHORT__ALGO_DISSEMINATION = 6,
+  COHORT__ALGO_HIER = 7,
 } cohort__algo;
 
 typedef struct cohort__coll_args {
@@ -43,17 +45,23 @@ typedef struct cohort__coll_args {
 } cohort__coll_args;
 
 /* Per-communicator state the algorithms use: the transport, tuning, and reusable scratch memory. */
+struct cohort__layers;
+
 typedef struct cohort__coll_ctx {
   cohort__transport *t;
   int rank, size;
-  cohort__algo forced_algo; /* COHORT_ALGO; AUTO picks by size */
+  cohort__algo forced_algo; /* COHORT_ALGO; AUTO picks by size (and hier.c whenever the job has layers) */
   size_t small_bytes;       /* allreduce up to this: recursive doubling */
   size_t segment_bytes;     /* pipeline segment of ring and chain */
   void *scratch[2];
   size_t scratch_len[2];
+  /* Several nodes with several ranks each (transport/layered.h), else NULL; then `across` is the context of the
+   * algorithms over the ranks with our local index on every node. */
+  const struct cohort__layers *layers;
+  struct cohort__coll_ctx *across;
 } cohort__coll_ctx;
 
-/* Reads COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES. */
+/* Reads COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES; COHORT_ALGO=hier needs a layered transport. */
 cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one). */
@@ -72,6 +80,8 @@ cohort_status cohort__rd_allreduce(cohort__coll_ctx *ctx, const cohort__coll_arg
 cohort_status cohort__tree_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__chain_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
+/* Needs ctx->layers; the call has been set on the layered transport (so on both of its parts). */
+cohort_status cohort__hier_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 
 /* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. AVG reduces as SUM (see cohort__reduce_avg). */
 void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dtype dtype, cohort_op op);

@@ -26,6 +26,7 @@
 #include "core/sock.h"
 #include "engine/comm.h"
 #include "engine/launch_env.h"
+#include "transport/layered.h"
 #include "transport/shm.h"
 
 typedef struct rdv {
@@ -54,7 +55,8 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
     }
   freeifaddrs(list);
   if (found) return COHORT_OK;
-  if (exists) return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: the interface has no IP address", ifname);
+  if (exists)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: the interface has no IP address", ifname);
   return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: no such network interface (see ip addr)", ifname);
 }
 
@@ -78,7 +80,8 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
     cohort_status st = cohort__store_server_start(r->master_addr, (int)r->master_port, secret, server);
     if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
   }
-  cohort_status st = cohort__store_connect_tcp(r->master_addr, (int)r->master_port, secret, (double)r->timeout_s, store);
+  cohort_status st =
+      cohort__store_connect_tcp(r->master_addr, (int)r->master_port, secret, (double)r->timeout_s, store);
   if (st != COHORT_OK) return cohort__error_prefix(st, "rendezvous");
   return COHORT_OK;
 }
@@ -93,7 +96,8 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size, const 
     snprintf(key, sizeof key, "%s%s/%d", r->prefix, what, p);
     int exists = 1;
     if (cohort__store_check(store, key, &exists) == COHORT_OK && !exists) {
-      if (off < sizeof missing - 16) off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count ? ", " : "", p);
+      if (off < sizeof missing - 16)
+        off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count ? ", " : "", p);
       count++;
     }
   }
@@ -119,30 +123,55 @@ static void run_id_of(const char *secret, char *out, size_t len) {
   unsigned int mac_len = 0;
   HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
   size_t n = 0;
-  for (unsigned i = 0; i < 8 && n + 3 <= len; i++) n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
+    n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
 }
 
-/* COHORT_TRANSPORT=auto: shared memory when every rank runs on this host (the same host identity, COHORT_NODE_ID
- * included, published by each), else TCP. Every rank reads the same set of identities, so all choose alike. */
-static cohort_status all_on_one_host(rdv *r, cohort__store *store, int rank, int size, int64_t deadline, int *out) {
+/* COHORT_TRANSPORT=auto: every rank publishes its host identity (COHORT_NODE_ID included) and reads everyone's, so
+ * that all ranks see the same list and choose alike. node_of[p] numbers the hosts in order of first appearance. */
+static cohort_status host_layout(rdv *r, cohort__store *store, int rank, int size, int64_t deadline, int *node_of,
+                                 int *nodes) {
   char mine[COHORT__SHM_HOST_ID_MAX], key[COHORT_STORE_KEY_MAX];
   cohort__shm_host_identity(mine, sizeof mine);
   snprintf(key, sizeof key, "%shost/%d", r->prefix, rank);
   COHORT_CHECK(cohort__store_set(store, key, mine, strlen(mine)));
-  *out = 1;
-  for (int p = 0; p < size; p++) {
-    if (p == rank) continue;
-    char *theirs = NULL;
+  char **ids = calloc((size_t)size, sizeof *ids);
+  if (!ids) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  cohort_status st = COHORT_OK;
+  *nodes = 0;
+  for (int p = 0; p < size && st == COHORT_OK; p++) {
     size_t len = 0;
     double left = (double)(deadline - cohort__now_ns()) * 1e-9;
     snprintf(key, sizeof key, "%shost/%d", r->prefix, p);
-    cohort_status st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&theirs, &len);
+    st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&ids[p], &len);
     if (st == COHORT_ERR_TIMEOUT) st = name_missing(r, store, size, "host");
-    COHORT_CHECK(st);
-    if (len != strlen(mine) || memcmp(theirs, mine, len) != 0) *out = 0;
-    free(theirs);
+    if (st != COHORT_OK) break;
+    char *id = realloc(ids[p], len + 1); /* store values are not terminated */
+    if (!id) {
+      st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+      break;
+    }
+    id[len] = '\0';
+    ids[p] = id;
+    node_of[p] = -1;
+    for (int q = 0; q < p && node_of[p] < 0; q++)
+      if (strcmp(ids[q], id) == 0) node_of[p] = node_of[q];
+    if (node_of[p] < 0) node_of[p] = (*nodes)++;
   }
-  return COHORT_OK;
+  for (int p = 0; p < size; p++)
+    free(ids[p]);
+  free(ids);
+  return st;
+}
+
+/* Ranks per node when the layout allows the hierarchical allreduce (several nodes, the same number > 1 of ranks on
+ * each, node j holding ranks [j * per_node, (j + 1) * per_node)), else 0. */
+static int regular_per_node(const int *node_of, int size, int nodes) {
+  if (nodes < 2 || size % nodes != 0 || size / nodes < 2) return 0;
+  int per_node = size / nodes;
+  for (int p = 0; p < size; p++)
+    if (node_of[p] != p / per_node) return 0;
+  return per_node;
 }
 
 /* COHORT_SPIN_US: a number, or auto. Spinning pays only while every rank of this host has a CPU of its own. */
@@ -154,14 +183,35 @@ static cohort_status spin_us(int local_size, long *out) {
   return COHORT_OK;
 }
 
-cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out,
-                                     cohort__store **store_out, cohort__store_server **server_out,
-                                     char *prefix_out, size_t prefix_len) {
+/* Several nodes with per_node ranks each: shared memory among the ranks of this node too (keys under
+ * "<prefix>node/<j>/"), and *out becomes the layered transport of both (transport/layered.h). On failure *out is
+ * destroyed and NULL. */
+static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int per_node, int local_size,
+                                    int64_t deadline, cohort__transport **out) {
+  char prefix[sizeof r->prefix + 32];
+  snprintf(prefix, sizeof prefix, "%snode/%d/", r->prefix, rank / per_node);
+  long spin = 0;
+  cohort__transport *node = NULL;
+  cohort_status st = spin_us(local_size, &spin);
+  if (st == COHORT_OK) st = cohort__shm_rendezvous(rank % per_node, per_node, store, prefix, deadline, spin, &node);
+  if (st != COHORT_OK) {
+    (*out)->ops->destroy(*out);
+    *out = NULL;
+    return cohort__error_prefix(st, "shared memory within node %d", rank / per_node);
+  }
+  cohort__transport *wide = *out;
+  *out = NULL;
+  return cohort__layered_create(wide, node, per_node, out);
+}
+
+cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out, cohort__store **store_out,
+                                     cohort__store_server **server_out, char *prefix_out, size_t prefix_len) {
   int rank = env->rank, size = env->size, local_size = env->local_size;
   rdv r = {.env = env};
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
   char **addrs = NULL;
+  int *node_of = NULL; /* COHORT_TRANSPORT=auto: each rank's node */
   int listen_fd = -1;
   cohort_status st;
   const char *secret = cohort__env_str("COHORT_SECRET");
@@ -177,16 +227,30 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
 
   const char *transport = cohort__env_str("COHORT_TRANSPORT");
-  int use_shm = strcmp(transport, "shm") == 0;
+  int use_shm = strcmp(transport, "shm") == 0, per_node = 0;
   if (strcmp(transport, "auto") == 0) {
-    if ((st = all_on_one_host(&r, store, rank, size, deadline, &use_shm)) != COHORT_OK) goto fail;
-    COHORT_LOG_DEBUG("COHORT_TRANSPORT=auto: %s", use_shm ? "every rank is on this host: shm" : "several hosts: tcp");
+    if (!(node_of = calloc((size_t)size, sizeof *node_of))) {
+      st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+      goto fail;
+    }
+    int nodes = 0;
+    if ((st = host_layout(&r, store, rank, size, deadline, node_of, &nodes)) != COHORT_OK) goto fail;
+    use_shm = nodes == 1;
+    per_node = regular_per_node(node_of, size, nodes);
+    if (use_shm)
+      COHORT_LOG_DEBUG("COHORT_TRANSPORT=auto: every rank is on this host: shm");
+    else if (per_node)
+      COHORT_LOG_DEBUG("COHORT_TRANSPORT=auto: %d nodes x %d ranks: tcp, and shm within the node", nodes, per_node);
+    else
+      COHORT_LOG_DEBUG("COHORT_TRANSPORT=auto: %d hosts, not %s: tcp only (flat allreduce)", nodes,
+                       nodes == size ? "several ranks on each" : "the same number of ranks on each, node by node");
   }
   if (use_shm) { /* one host: rings and staging buffers in shared memory (shm.h) */
     long spin = 0;
     if ((st = spin_us(local_size, &spin)) != COHORT_OK ||
         (st = cohort__shm_rendezvous(rank, size, store, r.prefix, deadline, spin, out)) != COHORT_OK)
       goto fail;
+    free(node_of);
     *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
     *server_out = server;
     return COHORT_OK;
@@ -196,10 +260,12 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   char bind_addr[128];
   const char *forced = cohort__env_str("COHORT_BIND_ADDR");
   const char *ifname = cohort__env_str("COHORT_SOCKET_IFNAME");
-  if (forced[0]) snprintf(bind_addr, sizeof bind_addr, "%s", forced);
+  if (forced[0])
+    snprintf(bind_addr, sizeof bind_addr, "%s", forced);
   else if (ifname[0]) {
     if ((st = ifname_addr(ifname, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
-  } else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
+  } else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK)
+    goto fail;
   char my_addr[192], key[COHORT_STORE_KEY_MAX];
   if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
   snprintf(key, sizeof key, "%speer/%d", r.prefix, rank);
@@ -226,8 +292,12 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
       (st = spin_us(local_size, &spin)) != COHORT_OK ||
       (st = cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout)) != COHORT_OK)
     goto fail;
-  cohort__tcp_options opt = {.secret = secret, .sockets_per_peer = (int)k, .socket_buffer = (int)buffer,
-                             .spin_us = (int)spin, .op_timeout_s = (double)op_timeout, .connect_deadline_ns = deadline};
+  cohort__tcp_options opt = {.secret = secret,
+                             .sockets_per_peer = (int)k,
+                             .socket_buffer = (int)buffer,
+                             .spin_us = (int)spin,
+                             .op_timeout_s = (double)op_timeout,
+                             .connect_deadline_ns = deadline};
   st = cohort__tcp_create(rank, size, listen_fd, addrs, &opt, out);
   listen_fd = -1;
   if (st != COHORT_OK) goto fail;
@@ -245,8 +315,12 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
     usleep(1000);
     if ((st = cohort__store_add(store, key, 0, &joined)) != COHORT_OK) goto fail_transport;
   }
-  for (int p = 0; p < size; p++) free(addrs[p]);
+  for (int p = 0; p < size; p++)
+    free(addrs[p]);
   free(addrs);
+  addrs = NULL;
+  if (per_node && (st = add_node_layer(&r, store, rank, per_node, local_size, deadline, out)) != COHORT_OK) goto fail;
+  free(node_of);
   *store_out = store;
   *server_out = server;
   return COHORT_OK;
@@ -256,7 +330,9 @@ fail_transport:
   *out = NULL;
 fail:
   if (listen_fd >= 0) close(listen_fd);
-  for (int p = 0; addrs && p < size; p++) free(addrs[p]);
+  free(node_of);
+  for (int p = 0; addrs && p < size; p++)
+    free(addrs[p]);
   free(addrs);
   if (store) cohort__store_close(store);
   cohort__store_server_stop(server);

@@ -5,24 +5,32 @@
 
 static const char *coll_name(int coll) {
   switch (coll) {
-  case COHORT__COLL_ALLREDUCE: return "allreduce";
-  case COHORT__COLL_BROADCAST: return "broadcast";
-  case COHORT__COLL_ALLGATHER: return "allgather";
-  case COHORT__COLL_REDUCE_SCATTER: return "reduce_scatter";
-  case COHORT__COLL_BARRIER: return "barrier";
-  case COHORT__COLL_INTERNAL: return "internal";
+  case COHORT__COLL_ALLREDUCE:
+    return "allreduce";
+  case COHORT__COLL_BROADCAST:
+    return "broadcast";
+  case COHORT__COLL_ALLGATHER:
+    return "allgather";
+  case COHORT__COLL_REDUCE_SCATTER:
+    return "reduce_scatter";
+  case COHORT__COLL_BARRIER:
+    return "barrier";
+  case COHORT__COLL_INTERNAL:
+    return "internal";
   }
   return "unknown-collective";
 }
 
 static const char *algo_name(int algo) {
-  static const char *const names[] = {"auto", "ring", "rd", "hd", "tree", "chain", "dissemination"};
+  static const char *const names[] = {"auto", "ring", "rd", "hd", "tree", "chain", "dissemination", "hier"};
   return algo >= 0 && algo < (int)(sizeof names / sizeof names[0]) ? names[algo] : "unknown-algo";
 }
 
 void cohort__call_describe(const cohort__call *c, char *buf, size_t len) {
   switch (c->coll) {
-  case COHORT__COLL_BARRIER: snprintf(buf, len, "barrier() [call #%u]", c->seq); break;
+  case COHORT__COLL_BARRIER:
+    snprintf(buf, len, "barrier() [call #%u]", c->seq);
+    break;
   case COHORT__COLL_BROADCAST:
     snprintf(buf, len, "broadcast(count=%llu, %s, root=%d, %s) [call #%u]", (unsigned long long)c->count,
              cohort_dtype_name((cohort_dtype)c->dtype), c->root, algo_name(c->algo), c->seq);

@@ -124,7 +124,7 @@ static cohort_status take_peer_abort(shm_transport *t, int p) {
   memcpy(text, s->abort_text, sizeof text);
   text[sizeof text - 1] = '\0';
   /* Keep the originator's message as is: it already names the ranks involved. */
-  return cohort__shm_fail(t, (cohort_status)st, "%s (reported by rank %d)", text, p);
+  return cohort__shm_fail(t, (cohort_status)st, "%s (reported by rank %d)", text, WORLD(t, p));
 }
 
 static cohort_status check_peer_aborts(shm_transport *t) {
@@ -404,8 +404,8 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
     COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
     char call[256];
     cohort__call_describe(&t->call, call, sizeof call);
-    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s", p,
-                            t->base.rank, pe->recv_head ? "receiving from" : "sending to", call);
+    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s",
+                            WORLD(t, p), WORLD(t, t->base.rank), pe->recv_head ? "receiving from" : "sending to", call);
   }
   return COHORT_OK;
 }
@@ -417,7 +417,7 @@ static cohort_status disagree(shm_transport *t, int p, const cohort__call *their
   cohort__call_describe(&t->call, a, sizeof a);
   cohort__call_describe(theirs, b, sizeof b);
   return cohort__shm_fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s",
-                          t->base.rank, a, p, b);
+                          WORLD(t, t->base.rank), a, WORLD(t, p), b);
 }
 
 /* While we run the node collective of call seq, a frame of seq in a ring means that its sender runs another
@@ -509,8 +509,8 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
         char call[256];
         cohort__call_describe(&t->call, call, sizeof call);
         return cohort__shm_fail(t, COHORT_ERR_REMOTE,
-                                "rank %d died (its process exited) while rank %d waited for it in %s", p, t->base.rank,
-                                call);
+                                "rank %d died (its process exited) while rank %d waited for it in %s", WORLD(t, p),
+                                WORLD(t, t->base.rank), call);
       }
     }
     if (now - start > t->timeout_ns) {
@@ -518,7 +518,7 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
       cohort__call_describe(&t->call, call, sizeof call);
       return cohort__shm_fail(t, COHORT_ERR_TIMEOUT,
                               "%s: no progress for %.0f s waiting on rank(s) %d (COHORT_OP_TIMEOUT)", call,
-                              t->op_timeout_s, p);
+                              t->op_timeout_s, WORLD(t, p));
     }
     if (now - start < t->spin_ns) {
       if (now - start > PAUSE_NS) sched_yield();
@@ -731,6 +731,15 @@ int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes
   return (int64_t)(p - arena);
 }
 
+static int shm_in_arena(cohort__transport *base, const void *ptr, size_t bytes) {
+  shm_transport *t = (shm_transport *)base;
+  return t->me && cohort__shm_arena_offset(t, ptr, bytes) >= 0;
+}
+
+void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
+  ((shm_transport *)t)->world_offset = world_offset;
+}
+
 static const cohort__transport_ops shm_ops = {
     .name = "shm",
     .set_call = shm_set_call,
@@ -743,6 +752,7 @@ static const cohort__transport_ops shm_ops = {
     .node_allreduce = cohort__shm_node_allreduce,
     .alloc = shm_alloc,
     .release = shm_release,
+    .in_arena = shm_in_arena,
 };
 
 /* ---- setup ---- */

@@ -28,4 +28,20 @@ void cohort__shm_host_identity(char *out, size_t len);
 cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix, int64_t deadline_ns,
                                      long spin_us, cohort__transport **out);
 
+/* A transport among the ranks of one node of a multi-node job (the hierarchical allreduce, src/coll/hier.c):
+ * rank r here is rank r + world_offset of the job, which is how messages name it. */
+void cohort__shm_set_world_offset(cohort__transport *t, int world_offset);
+
+/* Completes one reduced slice of a node allreduce in place: slice holds count elements, the node's reduction (AVG
+ * as SUM) of elements [first, first + count) of the vector. Called once per chunk on every rank, with count 0 for an
+ * empty slice, so that the ranks that complete the same slices on other nodes make the same calls. */
+typedef cohort_status (*cohort__shm_complete_fn)(void *arg, void *slice, size_t first, size_t count);
+
+/* The node allreduce of t (a shm transport; the call has been set) where each rank's reduced slice of every chunk
+ * goes through complete (which also divides AVG) before the peers copy it; small vectors (every rank reduces the
+ * whole vector) go through complete whole, on every rank. */
+cohort_status cohort__shm_allreduce_completed(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
+                                              cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete,
+                                              void *arg);
+
 #endif

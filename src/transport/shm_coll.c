@@ -44,6 +44,7 @@
 
 #include "coll/coll.h"
 #include "core/error.h"
+#include "transport/shm.h"
 #include "transport/shm_impl.h"
 
 enum { FLAG_IN, FLAG_OUT, FLAG_DONE };
@@ -84,7 +85,7 @@ static cohort_status check_calls(shm_transport *t, uint64_t k, size_t bytes) {
       cohort__call_describe(&t->call, a, sizeof a);
       cohort__call_describe(&theirs, c, sizeof c);
       return cohort__shm_fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s",
-                              t->base.rank, a, p, c);
+                              WORLD(t, t->base.rank), a, WORLD(t, p), c);
     }
     peer *pe = &t->peers[p];
     pe->zc_in = f->zc_in[b];
@@ -95,8 +96,8 @@ static cohort_status check_calls(shm_transport *t, uint64_t k, size_t bytes) {
       if (o < -1 || (o >= 0 && (bytes > arena || (uint64_t)o > arena - bytes)))
         return cohort__shm_fail(
             t, COHORT_ERR_PROTOCOL,
-            "rank %d published a zero-copy buffer at offset %lld of its %llu-byte arena for %zu bytes", p, (long long)o,
-            (unsigned long long)arena, bytes);
+            "rank %d published a zero-copy buffer at offset %lld of its %llu-byte arena for %zu bytes", WORLD(t, p),
+            (long long)o, (unsigned long long)arena, bytes);
     }
   }
   return COHORT_OK;
@@ -178,7 +179,7 @@ static int all_zero_copy(shm_transport *t) {
 }
 
 static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                     cohort_dtype dtype, cohort_op op) {
+                                     cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete, void *arg) {
   size_t bytes = count * cohort_dtype_size(dtype);
   uint64_t k = ++t->node_k;
   int b = (int)(k & 1);
@@ -194,9 +195,11 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
     for (int q = 0; q < t->base.size; q++)
       x[q] = cohort__shm_stage(seg_of(t, q), b);
     reduce_ranks(t, recvbuf, x, count, dtype, op);
-    if (op == COHORT_AVG) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
+    if (op == COHORT_AVG && !complete) cohort__reduce_avg(recvbuf, count, dtype, t->base.size);
   }
+  /* Done before completing: we read nothing more of the peers' buffers, and they need not wait for our network. */
   cohort__shm_publish(t, &t->me->node.done, k);
+  if (complete) COHORT_CHECK(complete(arg, recvbuf, 0, count));
   return COHORT_OK;
 }
 
@@ -210,11 +213,18 @@ static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi) {
 
 cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
                                          cohort_dtype dtype, cohort_op op) {
+  return cohort__shm_allreduce_completed(base, sendbuf, recvbuf, count, dtype, op, NULL, NULL);
+}
+
+cohort_status cohort__shm_allreduce_completed(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
+                                              cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete,
+                                              void *arg) {
   shm_transport *t = (shm_transport *)base;
   if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
   int n = t->base.size, r = t->base.rank;
   size_t es = cohort_dtype_size(dtype);
-  if (count * es <= COHORT__SHM_SMALL_BYTES) return small_allreduce(t, sendbuf, recvbuf, count, dtype, op);
+  if (count * es <= COHORT__SHM_SMALL_BYTES)
+    return small_allreduce(t, sendbuf, recvbuf, count, dtype, op, complete, arg);
 
   /* Zero copy: with both buffers in our arena, the peers read our input and our slice's result where they are. */
   size_t bytes = count * es;
@@ -243,7 +253,8 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
     if (off == 0) COHORT_CHECK(check_calls(t, k, bytes));
-    if (off == 0 && zc && all_zero_copy(t)) return push_allreduce(t, sendbuf, recvbuf, count, dtype, op, k);
+    if (off == 0 && zc && !complete && all_zero_copy(t))
+      return push_allreduce(t, sendbuf, recvbuf, count, dtype, op, k);
 
     /* My slice: staged, its result goes where my input slice would have been staged; zero copy, into recvbuf. */
     char *dst = zc ? out + my_lo * es : mine + my_lo * es;
@@ -255,8 +266,9 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
                                 : cohort__shm_stage(pe->seg, b) + my_lo * es;
       }
       reduce_ranks(t, dst, x, my_hi - my_lo, dtype, op);
-      if (op == COHORT_AVG) cohort__reduce_avg(dst, my_hi - my_lo, dtype, n);
+      if (op == COHORT_AVG && !complete) cohort__reduce_avg(dst, my_hi - my_lo, dtype, n);
     }
+    if (complete) COHORT_CHECK(complete(arg, dst, off + my_lo, my_hi - my_lo));
     cohort__shm_publish(t, &t->me->node.out, k);
     /* Only now may recvbuf change: in place, my input slice was an operand until the reduction above. */
     if (!zc) memcpy(out + my_lo * es, dst, (my_hi - my_lo) * es);

@@ -121,6 +121,7 @@ typedef struct shm_transport {
   arena_block *blocks;      /* allocated arena blocks, sorted by offset */
   size_t nblocks, blocks_cap;
   const void **operands; /* [size]: the inputs of one reduction (shm_coll.c) */
+  int world_offset;      /* our rank in the job minus our rank here: messages name ranks as the job knows them */
   int64_t spin_ns, timeout_ns;
   double op_timeout_s;
   size_t pending; /* posted requests not yet complete */
@@ -131,6 +132,9 @@ typedef struct shm_transport {
   cohort_status requested_status;
   char requested_message[COHORT__ABORT_TEXT_MAX];
 } shm_transport;
+
+/* Rank p of this transport as the job numbers it (differs when the transport spans one node of several). */
+#define WORLD(t, p) ((p) + (t)->world_offset)
 
 /* Owner s's arena. */
 static inline char *cohort__shm_arena(seg_hdr *s) { return (char *)s + s->arena_offset; }
@@ -153,7 +157,8 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
 /* ptr's offset in our arena when all its bytes lie in it, else -1. */
 int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes);
 
-/* The node allreduce (shm_coll.c); the call has been set. */
+/* The node allreduce (shm_coll.c); the call has been set. cohort__shm_allreduce_completed (shm.h) is its hierarchical
+ * variant. */
 cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
                                          cohort_dtype dtype, cohort_op op);
 
