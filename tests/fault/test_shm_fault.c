@@ -27,6 +27,14 @@
  *   small_rings     a clean job with 300-byte rings and 1000-byte segments: frames and headers wrap around the ring
  *                   all the time; the allreduced values are checked.
  *   another host    the parent publishes a rank 1 from a foreign host: rank 0 refuses shm (COHORT_ERR_INVALID).
+ *
+ * Hierarchical allreduce (src/coll/hier.c): TEST_RANKS_PER_NODE=k gives rank r COHORT_NODE_ID=sim<r / k>, so that
+ * COHORT_TRANSPORT=auto makes a layered transport ("tcp+shm": TCP across the simulated nodes, shm within each).
+ *   hier_killed     rank TEST_VICTIM (one of each node in turn) SIGKILLs itself during allreduce, large and small:
+ *                   every survivor, on its node or the other, gets COHORT_ERR_REMOTE naming it within 2 s.
+ *   hier_exact      every dtype and op on 2 nodes x 2 ranks: bitwise the reference combined as the algorithm does,
+ *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2).
+ *   mismatches      counts that differ between the nodes, or within one: COHORT_ERR_MISMATCH everywhere.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -156,8 +164,74 @@ static cohort_status exact(cohort_comm *c, int zero_copy) {
   return st;
 }
 
+/* 64-bit FNV-1a of a result, to compare results between ranks. */
+static uint64_t fnv(const void *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* The hierarchical allreduce over every dtype and op: every rank's result bitwise the same (hashes allgathered); on
+ * 2 nodes x 2 ranks also bitwise the reference combined in the algorithm's order: each node's ranks in rank order,
+ * then the two nodes' sums (a op b is b op a, bitwise, for every op), AVG divided once by the world size. */
+static cohort_status hier_exact(cohort_comm *c) {
+  int size = cohort_size(c), rank = cohort_rank(c);
+  static const size_t counts[] = {0, 1, 31, 16385, 65536 + 7, 300001};
+  size_t max = 300001 * 8;
+  char *in = malloc(max), *out = malloc(max), *want = malloc(max), *node1 = malloc(max), *other = malloc(max);
+  uint64_t *hashes = malloc((size_t)size * sizeof *hashes);
+  cohort_status st = COHORT_OK;
+  for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
+    for (int op = 0; op < COHORT_OP_COUNT && st == COHORT_OK; op++)
+      for (size_t k = 0; k < sizeof counts / sizeof counts[0] && st == COHORT_OK; k++) {
+        size_t n = counts[k], es = cohort_dtype_size((cohort_dtype)d);
+        if (d != COHORT_F32 && n > 70000 && op != COHORT_SUM) continue; /* keep it fast: the big ones once */
+        int in_place = (int)(k % 2);
+        if (size == 4) {
+          fill(want, n, (cohort_dtype)d, 0, (cohort_op)op);
+          fill(other, n, (cohort_dtype)d, 1, (cohort_op)op);
+          cohort__reduce(want, want, other, n, (cohort_dtype)d, (cohort_op)op);
+          fill(node1, n, (cohort_dtype)d, 2, (cohort_op)op);
+          fill(other, n, (cohort_dtype)d, 3, (cohort_op)op);
+          cohort__reduce(node1, node1, other, n, (cohort_dtype)d, (cohort_op)op);
+          cohort__reduce(want, want, node1, n, (cohort_dtype)d, (cohort_op)op);
+          if (op == COHORT_AVG) cohort__reduce_avg(want, n, (cohort_dtype)d, size);
+        }
+        fill(in, n, (cohort_dtype)d, rank, (cohort_op)op);
+        memset(out, 0xa5, n * es);
+        st = cohort_allreduce(c, in, in_place ? in : out, n, (cohort_dtype)d, (cohort_op)op);
+        const char *got = in_place ? in : out;
+        uint64_t h = fnv(got, n * es);
+        if (st == COHORT_OK) st = cohort_allgather(c, &h, hashes, 1, COHORT_I64);
+        for (int r = 0; r < size && st == COHORT_OK; r++)
+          if (hashes[r] != h)
+            st = cohort__error(COHORT_ERR_INTERNAL,
+                               "allreduce(count=%zu, %s, %s): rank %d's result differs from rank %d's", n,
+                               cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op), r, rank);
+        if (st == COHORT_OK && size == 4 && n && memcmp(got, want, n * es) != 0)
+          st = cohort__error(COHORT_ERR_INTERNAL, "allreduce(count=%zu, %s, %s%s) differs from the reference", n,
+                             cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
+                             in_place ? ", in place" : "");
+      }
+  free(in);
+  free(out);
+  free(want);
+  free(node1);
+  free(other);
+  free(hashes);
+  return st;
+}
+
 static int child(const char *mode) {
   int rank = atoi(getenv("RANK"));
+  const char *per_node = getenv("TEST_RANKS_PER_NODE"), *victim_env = getenv("TEST_VICTIM");
+  int victim = victim_env ? atoi(victim_env) : 1;
+  if (per_node) {
+    char node[32];
+    snprintf(node, sizeof node, "sim%d", rank / atoi(per_node));
+    setenv("COHORT_NODE_ID", node, 1);
+  }
   cohort_comm *c = NULL;
   cohort_status st = cohort_init(&c);
   if (st != COHORT_OK) {
@@ -173,7 +247,7 @@ static int child(const char *mode) {
     int killed = strcmp(mode, "silent_peer") != 0;
     if (!strcmp(mode, "killed_small")) n = 1000;
     for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
-      if (rank == 1 && it == 20) {
+      if (rank == victim && it == 20) {
         printf("KILLED t=%.6f\n", cohort__now_s());
         fflush(stdout);
         raise(killed ? SIGKILL : SIGSTOP);
@@ -192,6 +266,8 @@ static int child(const char *mode) {
                    : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "exact")) {
     st = exact(c, 0);
+  } else if (!strcmp(mode, "hier_exact")) {
+    st = hier_exact(c);
   } else if (!strcmp(mode, "exact_zc")) {
     st = exact(c, 1);
   } else if (!strcmp(mode, "exact_zc_mixed")) { /* ranks reading each other in place and through staging at once */
@@ -335,9 +411,12 @@ static job *run_job(const char *mode, int size, const char *extra_env) {
   return &j;
 }
 
+/* The transport that the jobs of the current test must run over: shm, or tcp+shm for the hierarchical ones. */
+static const char *want_transport = "shm";
+
 /* What every rank that answered must show: it ran over shm, and its segment was unlinked once everyone mapped it. */
 static int ran_over_shm(const job *j, int r) {
-  return j->have[r] && strcmp(j->transport[r], "shm") == 0 && j->leftover[r] == 0;
+  return j->have[r] && strcmp(j->transport[r], want_transport) == 0 && j->leftover[r] == 0;
 }
 
 static void check_killed(const char *mode, const char *call) {
@@ -491,6 +570,58 @@ TEST(tiny_rings_wrap_frames_and_headers_correctly) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
+#define HIER_ENV "COHORT_TRANSPORT=auto;TEST_RANKS_PER_NODE=2"
+
+/* 2 nodes x 2 ranks; rank 1 (node 0) and rank 2 (node 1) killed in turn, in the chunked and the small path. The
+ * survivor on the victim's node waits on its shm flags or on TCP, those of the other node on TCP or on their node
+ * peer: each must name the victim, whichever transport told it. */
+TEST(hier_killed_rank_on_either_node_is_reported_within_two_seconds) {
+  want_transport = "tcp+shm";
+  for (int victim = 1; victim <= 2; victim++)
+    for (int small = 0; small < 2; small++) {
+      char env[128], named[32];
+      snprintf(env, sizeof env, "%s;TEST_VICTIM=%d", HIER_ENV, victim);
+      snprintf(named, sizeof named, "rank %d ", victim);
+      job *j = run_job(small ? "killed_small" : "killed_peer", 4, env);
+      ASSERT_TRUE(j != NULL);
+      ASSERT_TRUE(j->killed_at > 0);
+      for (int r = 0; r < 4; r++) {
+        if (r == victim) continue;
+        ASSERT_TRUE(ran_over_shm(j, r));
+        ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
+        ASSERT_CONTAINS(j->msg[r], named);
+        fprintf(stderr, "  rank %d reported it %.3f s after the kill\n", r, j->t[r] - j->killed_at);
+        ASSERT_TRUE(j->t[r] - j->killed_at < 2.0);
+      }
+      ASSERT_EQ(j->left_in_dev_shm, 0);
+    }
+}
+
+TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
+  want_transport = "tcp+shm";
+  check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("hier_exact", 6, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("hier_exact", 4, HIER_ENV ";COHORT_ALGO=hier"); /* forced: refused unless the job is layered */
+}
+
+/* Rank 2 (node 1) disagrees: its node peer finds out through the flags, node 0 through the frames across. */
+TEST(hier_mismatched_counts_fail_on_every_rank) {
+  want_transport = "tcp+shm";
+  static const char *const modes[2][3] = {{"mismatch_count", "count=262144", "rank 2 called allreduce(count=131072"},
+                                          {"mismatch_small", "count=1000", "rank 2 called allreduce(count=500"}};
+  for (int m = 0; m < 2; m++) {
+    job *j = run_job(modes[m][0], 4, HIER_ENV);
+    ASSERT_TRUE(j != NULL);
+    for (int r = 0; r < 4; r++) {
+      ASSERT_TRUE(ran_over_shm(j, r));
+      ASSERT_EQ(j->status[r], COHORT_ERR_MISMATCH);
+      ASSERT_CONTAINS(j->msg[r], modes[m][1]);
+      ASSERT_CONTAINS(j->msg[r], modes[m][2]);
+    }
+    ASSERT_EQ(j->left_in_dev_shm, 0);
+  }
+}
+
 /* The parent plays rank 1 from another host: it publishes a segment under a foreign host identity. The real rank 0
  * must refuse shm with COHORT_ERR_INVALID naming both hosts, tell the store why, and leave nothing in /dev/shm. */
 TEST(a_rank_on_another_host_is_refused) {
@@ -543,6 +674,9 @@ int main(int argc, char **argv) {
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
       TEST_CASE(a_rank_on_another_host_is_refused),
+      TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),
+      TEST_CASE(hier_allreduce_is_bitwise_the_same_on_every_rank),
+      TEST_CASE(hier_mismatched_counts_fail_on_every_rank),
   };
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
