@@ -138,6 +138,8 @@ static int check_create_and_layout(cohort_comm *comm) {
     CHECK(want[bi][bk->num_params] == -1);
     CHECK(bk->count == count);
     CHECK(((uintptr_t)bk->data & 63) == 0);
+    /* Where the transport has a shared arena (shm), the buckets live in it: their allreduce is zero copy. */
+    CHECK(cohort_in_arena(comm, bk->data, count * sizeof(float)) == (strcmp(cohort_transport_name(comm), "shm") == 0));
   }
   CHECK(cohort_ddp_bucket_at(ddp, 4) == NULL);
   /* broadcast_buffers (the default): every prepare() hands rank 0's buffers (e.g. batchnorm statistics) to all. */
@@ -192,6 +194,9 @@ static int check_ready_order_and_rebuild(cohort_comm *comm) {
       CHECK(cohort_ddp_bucket_at(ddp, 0)->num_params == 1 && cohort_ddp_bucket_at(ddp, 0)->params[0] == 2);
       CHECK(cohort_ddp_bucket_at(ddp, 1)->num_params == NP - 1);
       for (int j = 0; j < NP - 1; j++) CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
+      const cohort_ddp_bucket *b1 = cohort_ddp_bucket_at(ddp, 1); /* the new layout is in the arena too */
+      CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) ==
+            (strcmp(cohort_transport_name(comm), "shm") == 0));
     }
   }
   cohort_ddp_stats s;

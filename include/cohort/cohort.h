@@ -111,6 +111,8 @@ const char *cohort_transport_name(const cohort_comm *comm);
  */
 void *cohort_alloc(cohort_comm *comm, size_t bytes);
 void cohort_free(cohort_comm *comm, void *ptr);
+/* 1 when [ptr, ptr + bytes) lies in this rank's shared arena (collectives on it are zero copy), else 0. Any thread. */
+int cohort_in_arena(const cohort_comm *comm, const void *ptr, size_t bytes);
 
 /* Makes every later call on comm (on every rank) fail with COHORT_ERR_REMOTE naming this rank and reason. */
 void cohort_comm_abort(cohort_comm *comm, const char *reason);

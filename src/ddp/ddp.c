@@ -186,8 +186,11 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
   if (st != COHORT_OK) goto fail;
   cohort__ddp_default_hook(ddp, &ddp->hook);
   ddp->hook_is_average = cohort__ddp_hook_is_average(&ddp->hook);
-  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes, overlap %s",
+  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes, in %s, overlap %s",
                   ddp->num_params, ddp->arena_count * sizeof(float), ddp->num_buckets, ddp->opt.bucket_bytes,
+                  cohort_in_arena(ddp->comm, ddp->arena, ddp->arena_count * sizeof(float))
+                      ? "the shared arena (zero copy)"
+                      : "private memory",
                   ddp->overlap ? "on" : "off");
   *out = ddp;
   return COHORT_OK;

@@ -60,8 +60,9 @@ struct cohort_ddp {
 
   int num_buckets;
   ddp_bucket *buckets;
-  float *arena; /* every bucket's data, back to back */
+  float *arena; /* every bucket's data, back to back, on a cache line */
   size_t arena_count;
+  void *arena_block; /* what cohort_alloc returned for it (the communicator's shared arena, or malloc) */
 
   /* the step */
   unsigned char *ready;

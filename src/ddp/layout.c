@@ -5,7 +5,11 @@
  * gradients in a sequential model) up to the byte cap; a small first bucket lets the first allreduce start early
  * in backward (PyTorch's 1 MiB first bucket). All buckets share one allocation and each starts on a cache line, so
  * the reduction kernels see aligned data and no two buckets share a line that two threads write.
+ *
+ * That allocation comes from cohort_alloc: where ranks share a host it lies in the rank's shared arena, so every
+ * bucket's allreduce is zero copy (the peers read its gradients, and write the averages, in place).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,9 +28,22 @@ void cohort__ddp_layout_free(cohort_ddp *ddp) {
   free(ddp->buckets);
   ddp->buckets = NULL;
   ddp->num_buckets = 0;
-  free(ddp->arena);
+  cohort_free(ddp->comm, ddp->arena_block);
+  ddp->arena_block = NULL;
   ddp->arena = NULL;
   ddp->arena_count = 0;
+}
+
+/* count floats on a cache line, zeroed. cohort_alloc's arena blocks are page-aligned but its malloc fallback is not,
+ * hence the spare line. */
+static cohort_status arena_alloc(cohort_ddp *ddp, size_t count) {
+  size_t bytes = count * sizeof(float);
+  ddp->arena_block = cohort_alloc(ddp->comm, bytes + 64);
+  if (!ddp->arena_block) return COHORT_ERR_SYSTEM;
+  ddp->arena = (float *)(((uintptr_t)ddp->arena_block + 63) & ~(uintptr_t)63);
+  memset(ddp->arena, 0, bytes);
+  ddp->arena_count = count;
+  return COHORT_OK;
 }
 
 cohort_status cohort__ddp_layout(cohort_ddp *ddp, const int *order) {
@@ -69,9 +86,7 @@ cohort_status cohort__ddp_layout(cohort_ddp *ddp, const int *order) {
     total += p->count;
   }
   total = round_up(total);
-  ddp->arena = aligned_alloc(64, (total ? total : ALIGN_FLOATS) * sizeof(float));
-  if (!ddp->arena) goto oom;
-  memset(ddp->arena, 0, (total ? total : ALIGN_FLOATS) * sizeof(float));
+  if (arena_alloc(ddp, total ? total : ALIGN_FLOATS) != COHORT_OK) goto oom;
   ddp->arena_count = total;
   size_t at = 0;
   for (int b = 0; b < nb; b++) {
@@ -116,7 +131,7 @@ cohort_status cohort__ddp_rebuild(cohort_ddp *ddp) {
   int *order = malloc((size_t)n * sizeof *order);
   int *current = malloc((size_t)n * sizeof *current);
   float **old_grads = malloc((size_t)n * sizeof *old_grads);
-  float *old_arena = NULL;
+  void *old_block = NULL;
   cohort_status st = COHORT_OK;
   if (!order || !current || !old_grads) {
     st = cohort__error(COHORT_ERR_SYSTEM, "out of memory rebuilding the buckets");
@@ -132,14 +147,15 @@ cohort_status cohort__ddp_rebuild(cohort_ddp *ddp) {
   /* Keep the old memory while the new is laid out, then move every gradient over: the optimizer has yet to read
    * this step's averages. */
   for (int i = 0; i < n; i++) old_grads[i] = cohort_ddp_grad(ddp, i);
-  old_arena = ddp->arena;
+  old_block = ddp->arena_block; /* the layout below frees only what ddp still points to */
+  ddp->arena_block = NULL;
   ddp->arena = NULL;
   if ((st = cohort__ddp_layout(ddp, order)) != COHORT_OK) goto done;
   for (int i = 0; i < n; i++) memcpy(cohort_ddp_grad(ddp, i), old_grads[i], ddp->params[i].count * sizeof(float));
   st = cohort__ddp_bind_model(ddp);
 
 done:
-  free(old_arena);
+  cohort_free(ddp->comm, old_block);
   free(order);
   free(current);
   free(old_grads);

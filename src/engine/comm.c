@@ -119,6 +119,10 @@ void cohort_free(cohort_comm *c, void *ptr) {
   free(ptr);
 }
 
+int cohort_in_arena(const cohort_comm *c, const void *ptr, size_t bytes) {
+  return c && ptr && c->transport->ops->in_arena && c->transport->ops->in_arena(c->transport, ptr, bytes);
+}
+
 /* ---- in-process groups ---- */
 
 struct cohort_inproc_group {

@@ -85,6 +85,8 @@ typedef struct cohort__transport_ops {
    * is not its own. */
   void *(*alloc)(cohort__transport *t, size_t bytes);
   int (*release)(cohort__transport *t, void *ptr);
+  /* Optional, any thread: 1 when [ptr, ptr + bytes) lies in that memory (a collective on it is zero copy). */
+  int (*in_arena)(cohort__transport *t, const void *ptr, size_t bytes);
 } cohort__transport_ops;
 
 /* The common head of every transport. */
