@@ -601,7 +601,15 @@ TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   want_transport = "tcp+shm";
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
   check_exact("hier_exact", 6, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
-  check_exact("hier_exact", 4, HIER_ENV ";COHORT_ALGO=hier"); /* forced: refused unless the job is layered */
+  check_exact("hier_exact", 4, HIER_ENV ";COHORT_ALGO=hier");
+  /* Forced on one node (no layers): refused by cohort_init, saying what it needs. */
+  job *j = run_job("small_rings", 2, "COHORT_ALGO=hier");
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < 2; r++) {
+    ASSERT_EQ(j->status[r], COHORT_ERR_INVALID);
+    ASSERT_CONTAINS(j->msg[r], "COHORT_ALGO=hier: this 2-rank communicator (transport shm) is not layered");
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
 /* Rank 2 (node 1) disagrees: its node peer finds out through the flags, node 0 through the frames across. */

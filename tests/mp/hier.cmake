@@ -2,7 +2,7 @@
 # 2 nodes x 2 ranks and 3 nodes x 2 ranks get the layered transport ("tcp+shm": TCP across nodes, shm within) and
 # the hierarchical allreduce (src/coll/hier.c); a run that fell back to plain TCP would print "(tcp)", which fails
 # it, as would "(shm)". 2 nodes x 1 rank has nothing to share within a node, and 2 + 1 ranks are not the same number
-# per node: plain TCP and the flat algorithms. COHORT_ALGO=ring forces the flat ring over the layered transport.
+# per node: plain TCP and the flat algorithms. COHORT_ALGO=ring or rd forces a flat algorithm over the layered transport.
 set(as_nodes ${CMAKE_CURRENT_LIST_DIR}/as_nodes.sh)
 add_test(NAME mp.hier.2x2 COMMAND $<TARGET_FILE:cohortrun> -np 4 ${as_nodes} 2 $<TARGET_FILE:test_collectives>)
 set_tests_properties(mp.hier.2x2 PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\((tcp|shm)\\)")
@@ -13,6 +13,9 @@ set_tests_properties(mp.hier.2x1 PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAI
 add_test(NAME mp.hier.ring COMMAND $<TARGET_FILE:cohortrun> -np 4 ${as_nodes} 2 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.hier.ring PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\((tcp|shm)\\)"
                      ENVIRONMENT "COHORT_ALGO=ring")
+add_test(NAME mp.hier.rd COMMAND $<TARGET_FILE:cohortrun> -np 4 ${as_nodes} 2 $<TARGET_FILE:test_collectives> --quick)
+set_tests_properties(mp.hier.rd PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL_REGULAR_EXPRESSION "\\((tcp|shm)\\)"
+                     ENVIRONMENT "COHORT_ALGO=rd")
 add_test(NAME mp.hier.irregular COMMAND $<TARGET_FILE:cohortrun> -np 3 ${as_nodes} 2 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.hier.irregular PROPERTIES LABELS "mp;sanitize" TIMEOUT 900
                      FAIL_REGULAR_EXPRESSION "\\((tcp\\+shm|shm)\\)")
