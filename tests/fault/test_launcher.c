@@ -726,9 +726,6 @@ TEST(max_restarts_starts_a_new_generation) {
   result_free(&r);
   expect_refused((const char *[]){"-np", "2", "--max-restarts", "-1", worker(), NULL},
                  "--max-restarts needs a number of restarts (0 to 1000), got '-1'");
-  expect_refused(
-      (const char *[]){"--nnodes", "1:2", "--node-rank", "0", "-np", "1", "--master-port", "2000", worker(), NULL},
-      "--nnodes 1:2: an elastic range of nodes is not supported; give a fixed number (e.g. --nnodes 2)");
 }
 
 /* COHORT_HEARTBEAT_S: rank 1 stops making collectives after 10 allreduces (it sleeps in its own code) while ranks
@@ -971,6 +968,74 @@ TEST(bad_multi_node_setups_are_named) {
   result_free(&r2);
 }
 
+/* --nnodes MIN:MAX: a bad range is one usage line (exit 2); nodes that disagree on the range are refused by both,
+ * each naming both ranges (the elastic rendezvous itself is tested across namespaces, test_cluster_elastic.sh). */
+TEST(elastic_ranges_are_checked) {
+  const char *w = worker();
+  setenv("COHORT_SECRET", "0123456789abcdef", 1);
+  expect_refused((const char *[]){"--nnodes", "3:2", "--node-rank", "0", "-np", "1", "--master-port", "2000", w, NULL},
+                 "cohortrun: --nnodes 3:2: MIN (3) is larger than MAX (2); write MIN:MAX, e.g. --nnodes 2:3");
+  expect_refused((const char *[]){"--nnodes", "0:2", "--node-rank", "0", "-np", "1", "--master-port", "2000", w, NULL},
+                 "cohortrun: --nnodes needs N or MIN:MAX with 1 <= MIN <= MAX <= 4096 (e.g. --nnodes 2:4), got "
+                 "'0:2'");
+  expect_refused((const char *[]){"--nnodes", "a:b", "--node-rank", "0", "-np", "1", "--master-port", "2000", w, NULL},
+                 "got 'a:b'");
+  expect_refused((const char *[]){"--nnodes", "2:", "--node-rank", "0", "-np", "1", "--master-port", "2000", w, NULL},
+                 "got '2:'");
+  expect_refused((const char *[]){"--nnodes", "1:2", "--node-rank", "2", "-np", "1", "--master-port", "2000", w, NULL},
+                 "--node-rank 2 is outside 0..1 (--nnodes 1:2)");
+  expect_refused((const char *[]){"--nnodes", "1:2", "--node-rank", "0", "-np", "1", "--rdzv-last-call", "x",
+                                  "--master-port", "2000", w, NULL},
+                 "--rdzv-last-call needs a number of seconds");
+  unsetenv("COHORT_SECRET");
+
+  char port[16], expect[600];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=5", NULL};
+  proc p, q;
+  result r, r2;
+  double t0 = cohort__now_s();
+  const char *b0[] = {launcher(),      "--nnodes", "2:3", "--node-rank", "0", "-np", "1",
+                      "--master-port", port,       w,     "lines",       "1", NULL};
+  const char *b1[] = {launcher(),      "--nnodes", "2:4", "--node-rank", "1", "-np", "1",
+                      "--master-port", port,       w,     "lines",       "1", NULL};
+  start_node(&p, env, b0);
+  start_node(&q, env, b1);
+  proc_finish(&p, 20.0, t0, &r);
+  proc_finish(&q, 20.0, t0, &r2);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_EQ(r2.code, 1);
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --nnodes: this node (node 0) has --nnodes 2:3, node 1 (host %s) has --nnodes 2:4; "
+           "give every node the same value\n",
+           host());
+  ASSERT_CONTAINS(r.err, expect);
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --nnodes: this node (node 1) has --nnodes 2:4, node 0 (host %s) has --nnodes 2:3",
+           host());
+  ASSERT_CONTAINS(r2.err, expect);
+  ASSERT_EQ(r.out_len + r2.out_len, 0);
+  result_free(&r);
+  result_free(&r2);
+
+  /* A fixed --nnodes 3 against an elastic 2:3: refused the same way. */
+  t0 = cohort__now_s();
+  b1[2] = "3";
+  start_node(&p, env, b0);
+  start_node(&q, env, b1);
+  proc_finish(&p, 20.0, t0, &r);
+  proc_finish(&q, 20.0, t0, &r2);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_EQ(r2.code, 1);
+  snprintf(expect, sizeof expect,
+           "cohortrun: mismatched --nnodes: this node (node 1) has --nnodes 3, node 0 (host %s) has --nnodes 2:3",
+           host());
+  ASSERT_CONTAINS(r2.err, expect);
+  ASSERT_CONTAINS(r.err, "has --nnodes 2:3, node 1 (host ");
+  result_free(&r);
+  result_free(&r2);
+}
+
 /* -H and --hostfile start the other nodes over ssh. Without an sshd here, a stand-in `ssh` first in PATH runs the
  * remote command on this host: everything but the network hop is real (the command line, the quoting, the secret
  * over stdin, node 1's own cohortrun). */
@@ -1031,4 +1096,5 @@ COHORT_TEST_MAIN(
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
     TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
-    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
+    TEST_CASE(hosts_start_the_other_nodes_over_ssh))

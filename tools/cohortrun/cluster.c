@@ -18,28 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster_internal.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "launcher.h"
-#include "store/store.h"
-
-#define CLUSTER_SILENT_S 2.0
-
-typedef struct peer {
-  char host[256];
-  int64_t hb;         /* the last heartbeat seen */
-  int64_t changed_ns; /* when it last changed */
-  int done;
-} peer;
-
-struct cohort__cluster {
-  cohort__store *store;
-  char where[300]; /* "A:P", for messages */
-  int nnodes, node_rank;
-  int gen; /* the generation the failure keys are scoped to (COHORT_RESTART_COUNT) */
-  peer *peers;
-  int stopped; /* a stop was already reported by poll */
-};
 
 static char *dup_printf(const char *fmt, const char *a, int b, const char *c) {
   size_t n = strlen(fmt) + strlen(a) + strlen(c) + 32;
@@ -48,18 +29,27 @@ static char *dup_printf(const char *fmt, const char *a, int b, const char *c) {
   return s;
 }
 
-static cohort_status parse_node(const char *value, int *nnodes, int *nproc, int *restarts, char *host,
-                                size_t host_len) {
+void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len) {
+  if (c->elastic)
+    snprintf(out, len, "%d:%d", c->nnodes_min, c->nnodes);
+  else
+    snprintf(out, len, "%d", c->nnodes);
+}
+
+cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t nnodes_len, int *nproc, int *restarts,
+                                         char *host, size_t host_len) {
   const char *h = strstr(value, " host=");
-  if (sscanf(value, "nnodes=%d nproc=%d restarts=%d", nnodes, nproc, restarts) != 3 || !h)
+  char text[32] = "";
+  if (sscanf(value, "nnodes=%31s nproc=%d restarts=%d", text, nproc, restarts) != 3 || !h)
     return cohort__error(COHORT_ERR_PROTOCOL, "malformed node announcement '%s' in the store", value);
+  snprintf(nnodes, nnodes_len, "%s", text);
   snprintf(host, host_len, "%s", h + 6);
   return COHORT_OK;
 }
 
-cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
-                                   int node_rank, int nproc, int max_restarts, const char *host,
-                                   cohort__cluster **out) {
+cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
+                                   const cohort__launch_opts *opts, const char *host, cohort__cluster **out) {
+  const int nnodes = opts->nnodes, node_rank = opts->node_rank, nproc = opts->np, max_restarts = opts->max_restarts;
   *out = NULL;
   cohort_status st = COHORT_OK;
   char key[64], value[400];
@@ -73,6 +63,15 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   }
   c->nnodes = nnodes;
   c->node_rank = node_rank;
+  c->elastic = opts->elastic;
+  c->nnodes_min = opts->nnodes_min;
+  c->nproc = nproc;
+  c->max_restarts = max_restarts;
+  c->last_call_s = opts->last_call_s;
+  c->size = nnodes;
+  c->rank = node_rank;
+  char mine[32];
+  cohort__cluster_nnodes_text(c, mine, sizeof mine);
   snprintf(c->where, sizeof c->where, "%s:%d", addr, port);
   st = cohort__store_connect_tcp(addr, port, secret, timeout_s, &c->store);
   if (st == COHORT_ERR_AUTH) {
@@ -103,8 +102,14 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     goto fail;
   }
   snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
-  snprintf(value, sizeof value, "nnodes=%d nproc=%d restarts=%d host=%s", nnodes, nproc, max_restarts, host);
+  snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d host=%s", mine, nproc, max_restarts, host);
   if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
+  snprintf(c->peers[node_rank].host, sizeof c->peers[node_rank].host, "%s", host);
+  if (c->elastic) {
+    if ((st = cohort__elastic_join(c, timeout_s)) != COHORT_OK) goto fail;
+    *out = c;
+    return COHORT_OK;
+  }
   /* Node 0 first: its word on --nnodes is the reference, so a node that expects more nodes than exist finds out
    * at once instead of waiting for a node that will never come. */
   for (int n = 0; n < nnodes; n++) {
@@ -119,17 +124,18 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
       goto fail;
     }
     if (st != COHORT_OK) goto fail;
-    int their_nnodes = 0, their_nproc = 0, their_restarts = 0;
-    if ((st = parse_node(got, &their_nnodes, &their_nproc, &their_restarts, c->peers[n].host,
-                         sizeof c->peers[n].host)) != COHORT_OK)
+    char their_nnodes[32];
+    int their_nproc = 0, their_restarts = 0;
+    if ((st = cohort__cluster_parse_node(got, their_nnodes, sizeof their_nnodes, &their_nproc, &their_restarts,
+                                         c->peers[n].host, sizeof c->peers[n].host)) != COHORT_OK)
       goto fail;
     free(got);
     got = NULL;
-    if (their_nnodes != nnodes) {
+    if (strcmp(their_nnodes, mine) != 0) {
       st = cohort__error(COHORT_ERR_MISMATCH,
-                         "mismatched --nnodes: this node (node %d) has --nnodes %d, node %d (host "
-                         "%s) has --nnodes %d; give every node the same value",
-                         node_rank, nnodes, n, c->peers[n].host, their_nnodes);
+                         "mismatched --nnodes: this node (node %d) has --nnodes %s, node %d (host "
+                         "%s) has --nnodes %s; give every node the same value",
+                         node_rank, mine, n, c->peers[n].host, their_nnodes);
       goto fail;
     }
     if (their_nproc != nproc) {
@@ -148,6 +154,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
       goto fail;
     }
     c->peers[n].changed_ns = cohort__now_ns();
+    c->peers[n].member = 1;
   }
   *out = c;
   return COHORT_OK;
@@ -200,8 +207,11 @@ int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
   if (cohort__store_add(c->store, key, 1, &v) != COHORT_OK ||
       cohort__store_check(c->store, failed_key, &exists) != COHORT_OK) {
     if (c->stopped) return 0;
-    *report = dup_printf("cohortrun: lost the connection to the rendezvous store of node 0 at %s (node %d: %s): "
-                         "node 0's cohortrun or its host is gone\n",
+    *report = dup_printf(c->elastic ? "cohortrun: lost the connection to the rendezvous store of node 0 at %s (node "
+                                      "%d: %s): node 0's cohortrun or its host is gone, and an elastic job cannot "
+                                      "outlive node 0, which serves its store\n"
+                                    : "cohortrun: lost the connection to the rendezvous store of node 0 at %s (node "
+                                      "%d: %s): node 0's cohortrun or its host is gone\n",
                          c->where, c->node_rank, cohort_last_error());
     c->stopped = 1;
     return 1;
@@ -212,9 +222,18 @@ int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
     return 1;
   }
   int64_t now = cohort__now_ns();
+  if (c->elastic) {
+    if (!c->stopped && cohort__elastic_poll(c, now, report)) {
+      c->stopped = 1;
+      c->changed = 1;
+      *code = 0;
+      return 1;
+    }
+    return 0;
+  }
   for (int n = 0; n < c->nnodes; n++) {
     peer *p = &c->peers[n];
-    if (n == c->node_rank || p->done) continue;
+    if (n == c->node_rank || p->done || !p->member) continue;
     snprintf(key, sizeof key, "cohortrun/done/%d", n);
     if (cohort__store_check(c->store, key, &p->done) != COHORT_OK) continue;
     if (p->done) continue;
@@ -317,9 +336,14 @@ void cohort__cluster_done(cohort__cluster *c, int code) {
 /* Done or gone (silent after a stop). */
 int cohort__cluster_all_done(cohort__cluster *c) {
   for (int n = 0; n < c->nnodes; n++)
-    if (n != c->node_rank && !c->peers[n].done) return 0;
+    if (n != c->node_rank && c->peers[n].member && !c->peers[n].done && !c->peers[n].lost) return 0;
   return 1;
 }
+
+int cohort__cluster_rank(const cohort__cluster *c) { return c->rank; }
+int cohort__cluster_size(const cohort__cluster *c) { return c->size; }
+int cohort__cluster_gen(const cohort__cluster *c) { return c->gen; }
+int cohort__cluster_changed(const cohort__cluster *c) { return c->changed; }
 
 void cohort__cluster_leave(cohort__cluster *c) {
   if (!c) return;

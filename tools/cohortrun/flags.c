@@ -104,7 +104,8 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
   opts->master_addr = "127.0.0.1";
   opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
   int np_given = 0, node_rank_given = 0;
-  opts->nnodes = 1;
+  opts->nnodes = opts->nnodes_min = 1;
+  opts->last_call_s = COHORT_LAUNCH_LAST_CALL_DEFAULT_S;
   int i = 1;
   for (; i < argc; i++) {
     const char *arg = argv[i];
@@ -143,22 +144,29 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(st);
       const char *colon = strchr(value, ':');
       if (colon) {
-        /* torchrun's MIN:MAX. A fixed size written that way (2:2) is accepted; a range would need an elastic
-         * rendezvous, which cohortrun does not have (docs/cohortrun.md "Limits"). */
+        /* torchrun's MIN:MAX: an elastic job of MIN to MAX nodes (2:2 is simply 2). */
         char min_text[32];
         snprintf(min_text, sizeof min_text, "%.*s", (int)(colon - value) < 31 ? (int)(colon - value) : 31, value);
         long max = 0;
-        COHORT_CHECK(parse_long("--nnodes", min_text, 1, 4096, "a number of nodes", &v));
-        COHORT_CHECK(parse_long("--nnodes", colon + 1, 1, 4096, "a number of nodes", &max));
-        if (v != max)
+        if (parse_long("--nnodes", min_text, 1, 4096, "a number of nodes", &v) != COHORT_OK ||
+            parse_long("--nnodes", colon + 1, 1, 4096, "a number of nodes", &max) != COHORT_OK)
           return cohort__error(COHORT_ERR_INVALID,
-                               "--nnodes %s: an elastic range of nodes is not supported; give a fixed number (e.g. "
-                               "--nnodes %ld) and use --max-restarts to survive failures",
-                               value, max);
+                               "--nnodes needs N or MIN:MAX with 1 <= MIN <= MAX <= 4096 (e.g. --nnodes 2:4), got '%s'",
+                               value);
+        if (v > max)
+          return cohort__error(COHORT_ERR_INVALID,
+                               "--nnodes %s: MIN (%ld) is larger than MAX (%ld); write MIN:MAX, e.g. --nnodes %ld:%ld",
+                               value, v, max, max, v);
+        opts->nnodes_min = (int)v;
+        v = max;
       } else {
         COHORT_CHECK(parse_long("--nnodes", value, 1, 4096, "a number of nodes", &v));
+        opts->nnodes_min = (int)v;
       }
       opts->nnodes = (int)v;
+    } else if (match_valued(argc, argv, &i, "--rdzv-last-call", &value, &st)) {
+      COHORT_CHECK(st);
+      COHORT_CHECK(parse_seconds("--rdzv-last-call", value, &opts->last_call_s));
     } else if (match_valued(argc, argv, &i, "--node-rank", &value, &st) ||
                match_valued(argc, argv, &i, "--node_rank", &value, &st)) {
       COHORT_CHECK(st);
@@ -205,16 +213,21 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     if (np_given || opts->nnodes > 1 || node_rank_given)
       return cohort__error(COHORT_ERR_INVALID, "-H/--hostfile give the nodes and their workers: leave out -np, "
                                                "--nproc-per-node, --nnodes and --node-rank");
-    opts->nnodes = opts->nhosts;
+    opts->nnodes = opts->nnodes_min = opts->nhosts;
     if (!opts->master_addr_given) opts->master_addr = opts->hosts[0];
     if (i >= argc) return cohort__error(COHORT_ERR_INVALID, "no program given: cohortrun -H HOSTS PROGRAM [ARGS...]");
     opts->argv = argv + i;
     return COHORT_OK;
   }
   if (!np_given) return cohort__error(COHORT_ERR_INVALID, "-np N is required (the number of workers)");
-  if (opts->node_rank >= opts->nnodes)
+  opts->elastic = opts->nnodes_min < opts->nnodes;
+  if (opts->node_rank >= opts->nnodes) {
+    if (opts->elastic)
+      return cohort__error(COHORT_ERR_INVALID, "--node-rank %d is outside 0..%d (--nnodes %d:%d)", opts->node_rank,
+                           opts->nnodes - 1, opts->nnodes_min, opts->nnodes);
     return cohort__error(COHORT_ERR_INVALID, "--node-rank %d is outside 0..%d (--nnodes %d)", opts->node_rank,
                          opts->nnodes - 1, opts->nnodes);
+  }
   if (opts->nnodes > 1) {
     if (!node_rank_given) return cohort__error(COHORT_ERR_INVALID, "--nnodes %d needs --node-rank I", opts->nnodes);
     if (!opts->master_port_given || opts->master_port == 0)

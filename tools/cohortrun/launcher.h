@@ -27,6 +27,7 @@
 /* More workers than this would need more descriptors (two pipes each) than a default ulimit -n grants. */
 #define COHORT_LAUNCH_NP_MAX 256
 #define COHORT_LAUNCH_GRACE_DEFAULT_S 3.0
+#define COHORT_LAUNCH_LAST_CALL_DEFAULT_S 3.0
 /* The secret is this many random bytes, written as twice as many hex digits. */
 #define COHORT_LAUNCH_SECRET_BYTES 32
 
@@ -38,7 +39,10 @@ typedef struct cohort__launch_opts {
   double grace_s;      /* between SIGTERM (or a forwarded signal) and SIGKILL */
   const char *log_dir; /* --log-dir: DIR/rank-N.log per rank; NULL for none */
   int max_restarts;    /* --max-restarts K: generations after the first that a failure may start */
-  int nnodes;          /* --nnodes: cohortruns in the job, one per node (1: this host only) */
+  int nnodes;          /* --nnodes: cohortruns in the job, one per node (1: this host only); MAX of MIN:MAX */
+  int nnodes_min;      /* MIN of --nnodes MIN:MAX (= nnodes when fixed) */
+  int elastic;         /* nnodes_min < nnodes: membership may change between generations (elastic.c) */
+  double last_call_s;  /* --rdzv-last-call: with MIN..MAX-1 nodes, start once no newcomer came for this long */
   int node_rank;       /* --node-rank: this node; its ranks are node_rank*np .. node_rank*np+np-1 */
   int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
   char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
@@ -114,8 +118,24 @@ cohort_status cohort__launch_ssh_node(const cohort__launch_opts *opts, int node,
 typedef struct cohort__cluster cohort__cluster;
 /* Connects (within timeout_s), announces this node and waits for all nnodes. A wrong secret, an unreachable store,
  * a node that never comes, and mismatched --nnodes are each one clear error. */
-cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s, int nnodes,
-                                   int node_rank, int nproc, int max_restarts, const char *host, cohort__cluster **out);
+cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
+                                   const cohort__launch_opts *opts, const char *host, cohort__cluster **out);
+/* The current generation: this node's place among its nodes, how many nodes, and its number (COHORT_RESTART_COUNT).
+ * With a fixed --nnodes: --node-rank, --nnodes and the restarts so far. */
+int cohort__cluster_rank(const cohort__cluster *c);
+int cohort__cluster_size(const cohort__cluster *c);
+int cohort__cluster_gen(const cohort__cluster *c);
+/* Elastic: 1 when the current generation was stopped for a change of membership (not a failure). */
+int cohort__cluster_changed(const cohort__cluster *c);
+/* Elastic: why the current generation started (node 0's words, e.g. "node 2 (host h) left the job; ..."). */
+const char *cohort__cluster_why(const cohort__cluster *c);
+/* Elastic, once this node's workers of the current generation are reaped after a stop: node 0 decides the next
+ * generation (who is in it, whether the stop was a failure that uses up one of --max-restarts), the others wait
+ * for its decision. Returns 1 with the next generation current, or 0 when the job ends: *end_code is the exit
+ * code and *message (malloc'd, one line without "cohortrun: ", may be NULL) says why. */
+int cohort__cluster_regroup(cohort__cluster *c, double timeout_s, int *end_code, char **message);
+/* Elastic, node 0, at the very end: tells the nodes still waiting to be taken in that the job is over. */
+void cohort__cluster_finish(cohort__cluster *c, int code);
 /* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);
 /* Bumps this node's heartbeat and looks for a reason to stop: another node's root cause, a node gone silent, the

@@ -406,8 +406,10 @@ static void free_relays(job *j) {
   }
 }
 
-/* DIR/rank-N.log for every rank, truncated: a log holds one run of cohortrun (restarts included, marked). */
-static cohort_status open_logs(const char *dir, int rank0, int np, int *fds) {
+/* DIR/rank-N.log for every rank, truncated: a log holds one run of cohortrun (restarts included, marked). In an
+ * elastic job a node's ranks change from one generation to the next, so its files are named by node and local rank
+ * instead (node >= 0): DIR/node-I-local-L.log. */
+static cohort_status open_logs(const char *dir, int rank0, int np, int node, int *fds) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot create directory '%s'", dir);
   struct stat st;
@@ -415,7 +417,10 @@ static cohort_status open_logs(const char *dir, int rank0, int np, int *fds) {
     return cohort__error(COHORT_ERR_INVALID, "--log-dir: '%s' is not a directory", dir);
   for (int r = 0; r < np; r++) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank0 + r);
+    if (node >= 0)
+      snprintf(path, sizeof path, "%s/node-%d-local-%d.log", dir, node, r);
+    else
+      snprintf(path, sizeof path, "%s/rank-%d.log", dir, rank0 + r);
     fds[r] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
     if (fds[r] < 0) return cohort__error_errno(COHORT_ERR_INVALID, errno, "--log-dir: cannot open '%s'", path);
   }
@@ -701,8 +706,7 @@ int main(int argc, char **argv) {
   if (j.opts.nnodes > 1) {
     double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
     if (!(timeout_s > 0)) timeout_s = 300;
-    cohort_status st = cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, j.opts.nnodes,
-                                            j.opts.node_rank, j.opts.np, j.opts.max_restarts, j.host, &j.cluster);
+    cohort_status st = cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, &j.opts, j.host, &j.cluster);
     if (st != COHORT_OK) {
       fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
       /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
@@ -720,7 +724,8 @@ int main(int argc, char **argv) {
   }
   for (int r = 0; r < j.opts.np; r++)
     log_fds[r] = -1;
-  if (j.opts.log_dir && open_logs(j.opts.log_dir, j.rank0, j.opts.np, log_fds) != COHORT_OK) {
+  if (j.opts.log_dir &&
+      open_logs(j.opts.log_dir, j.rank0, j.opts.np, j.opts.elastic ? j.opts.node_rank : -1, log_fds) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     rc = 2;
     goto done;
@@ -732,6 +737,25 @@ int main(int argc, char **argv) {
               sysconf(_SC_NPROCESSORS_ONLN));
   }
   for (int gen = 0;; gen++) {
+    if (j.opts.elastic) {
+      /* The generation's membership decides this node's ranks and the world size. */
+      gen = cohort__cluster_gen(j.cluster);
+      j.rank0 = cohort__cluster_rank(j.cluster) * j.opts.np;
+      j.world = cohort__cluster_size(j.cluster) * j.opts.np;
+      fprintf(stderr,
+              "cohortrun: node %d: generation %d (COHORT_RESTART_COUNT=%d): %s; %d node%s, world size %d, this "
+              "node runs ranks %d..%d\n",
+              j.opts.node_rank, gen, gen, cohort__cluster_why(j.cluster), cohort__cluster_size(j.cluster),
+              cohort__cluster_size(j.cluster) == 1 ? "" : "s", j.world, j.rank0, j.rank0 + j.opts.np - 1);
+      for (int r = 0; gen > 0 && r < j.opts.np; r++)
+        if (log_fds[r] >= 0) {
+          char mark[96];
+          int n =
+              snprintf(mark, sizeof mark, "---- cohortrun: generation %d, COHORT_RESTART_COUNT=%d ----\n", gen, gen);
+          if (write(log_fds[r], mark, (size_t)n) != n) { /* the relay reports a failing log when it next writes */
+          }
+        }
+    }
     spawn_status = start_workers(&j, program, secret, port, gen, log_fds, spawn_error, sizeof spawn_error);
     run_loop(&j);
     if (spawn_status != COHORT_OK) {
@@ -740,7 +764,14 @@ int main(int argc, char **argv) {
       rc = spawn_status == COHORT_ERR_INVALID ? 2 : 1;
       break;
     }
-    if (j.remote_report && !(j.root >= 0 && j.root_is_job_root)) {
+    int changed = j.cluster && cohort__cluster_changed(j.cluster);
+    if (changed && !(j.root >= 0 && j.root_is_job_root)) {
+      /* Elastic: a node left or joined. Not a failure: a new generation follows (node 0 decides it below). */
+      if (j.remote_report) fputs(j.remote_report, stderr);
+      fprintf(stderr, "cohortrun: node %d: stopped its %d rank%s for a new generation\n", j.opts.node_rank,
+              j.stopped_count, j.stopped_count == 1 ? "" : "s");
+      rc = 1;
+    } else if (j.remote_report && !(j.root >= 0 && j.root_is_job_root)) {
       /* Another node's failure (or loss) stopped this one: its report, after this node's shutdown noise. */
       fputs(j.remote_report, stderr);
       fprintf(stderr, "cohortrun: node %d: stopped its %d rank%s because of the failure above\n", j.opts.node_rank,
@@ -751,8 +782,29 @@ int main(int argc, char **argv) {
       print_summary(&j);
       rc = exit_code(&j);
     }
-    int job_failed = j.root >= 0 || j.remote_report;
-    if (!job_failed || j.interrupted || gen >= j.opts.max_restarts) break;
+    int job_failed = j.root >= 0 || j.remote_report || changed;
+    if (!job_failed || j.interrupted) break;
+    if (j.opts.elastic) {
+      /* Whether this was a failure (which uses up a restart) or a change of membership (which does not), and who
+       * is in the next generation, is node 0's decision; every node follows it. */
+      double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
+      if (!(timeout_s > 0)) timeout_s = 300;
+      int end_code = 1;
+      char *why = NULL;
+      if (!cohort__cluster_regroup(j.cluster, timeout_s, &end_code, &why)) {
+        fprintf(stderr, "cohortrun: node %d: %s\n", j.opts.node_rank, why ? why : "the job ended");
+        free(why);
+        rc = end_code ? end_code : rc;
+        break;
+      }
+      free(why);
+      free(j.remote_report);
+      j.remote_report = NULL;
+      j.remote_code = 0;
+      j.root_is_job_root = 0;
+      goto next_generation;
+    }
+    if (gen >= j.opts.max_restarts) break;
     if (j.cluster) {
       /* Every node starts the next generation together, once all of them have stopped this one: a node whose
        * workers came up early would only wait for the others at the workers' rendezvous, and a node that cannot
@@ -786,7 +838,9 @@ int main(int argc, char **argv) {
         if (write(log_fds[r], mark, (size_t)n) != n) { /* the relay reports a failing log when it next writes */
         }
       }
-    /* A signal during the stop still counts: it was read by run_loop and leaves j.interrupted set. */
+  next_generation:
+      /* A signal during the stop still counts: it was read by run_loop and leaves j.interrupted set. */
+      ;
   }
 
   if (j.cluster) {
@@ -803,6 +857,7 @@ int main(int argc, char **argv) {
       }
       free(report);
     }
+    cohort__cluster_finish(j.cluster, rc);
   }
 
 done:

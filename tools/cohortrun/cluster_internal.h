@@ -1,0 +1,59 @@
+/*
+ * cluster_internal.h: the state that cluster.c (joining, watching, restarting a fixed set of nodes) and elastic.c
+ * (generations of a changing set of nodes, --nnodes MIN:MAX) share. Not thread-safe: cohortrun's main thread only.
+ *
+ * A node is known by its id, the --node-rank it was started with (0..MAX-1; id 0 serves the store). With a fixed
+ * --nnodes every id is a member of every generation and the node rank is the id. In an elastic job a generation's
+ * members are a subset of the ids, and a node's rank in that generation is its place among them in id order.
+ */
+#ifndef COHORT_TOOLS_COHORTRUN_CLUSTER_INTERNAL_H
+#define COHORT_TOOLS_COHORTRUN_CLUSTER_INTERNAL_H
+
+#include <stdint.h>
+
+#include "launcher.h"
+#include "store/store.h"
+
+/* A node that has not bumped its heartbeat for this long is gone. */
+#define CLUSTER_SILENT_S 2.0
+
+typedef struct peer {
+  char host[256];
+  int64_t hb;         /* the last heartbeat seen */
+  int64_t changed_ns; /* when it last changed */
+  int done;
+  int member;    /* in the current generation */
+  int announced; /* elastic: its announcement was read and agrees with node 0's flags */
+  int refused;   /* elastic: its flags disagree; never taken in */
+  int lost;      /* elastic: went silent or ended; never taken in again */
+} peer;
+
+struct cohort__cluster {
+  cohort__store *store;
+  char where[300]; /* "A:P", for messages */
+  int nnodes;      /* fixed: the nodes; elastic: MAX (peers has this many slots, one per id) */
+  int node_rank;   /* this node's id */
+  int gen;         /* the generation the failure keys are scoped to (COHORT_RESTART_COUNT) */
+  peer *peers;
+  int stopped; /* a stop was already reported by poll */
+  /* elastic (--nnodes MIN:MAX) */
+  int elastic, nnodes_min, nproc, max_restarts;
+  double last_call_s;
+  int size, rank;    /* this generation: how many nodes, and this node's place among them */
+  int restarts_used; /* failures restarted so far (membership changes do not count) */
+  int changed;       /* the current generation was stopped by a change of membership */
+  char why[2100];    /* why the current generation started (the coordinator's words) */
+};
+
+/* "N" or "MIN:MAX", as announced and compared. */
+void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len);
+/* Parses a node announcement "nnodes=T nproc=K restarts=R host=H". */
+cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t nnodes_len, int *nproc, int *restarts,
+                                         char *host, size_t host_len);
+/* elastic.c: the part of joining that follows the announcement (node 0 forms generation 0, the others wait for a
+ * generation that takes them in), and the per-poll work of an elastic job (silent members, newcomers). */
+cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s);
+/* Returns 1 with *report set when the generation must stop for a change of membership. */
+int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report);
+
+#endif

@@ -1,0 +1,526 @@
+/* elastic.c: --nnodes MIN:MAX, a job whose nodes may leave and join between generations (docs/cohortrun.md,
+ * "Elastic jobs").
+ *
+ * Node 0 (the node started with --node-rank 0, which serves the store) is the coordinator: it alone decides which
+ * nodes make up each generation, and writes that decision to the store; every other node only follows it. This
+ * keeps the protocol free of votes and races, at the price torchrun's static store also pays: the job cannot
+ * outlive node 0.
+ *
+ * Keys (under "cohortrun/e/"), beside those of cluster.c (node/I, claim/I, hb/I, done/I, gG/failed, gG/failure):
+ *   gG            generation G's record, written once by node 0: "ids=0,2,3 restarts=R why=TEXT" (its members by
+ *                 id, the failures restarted so far, why it started), or "end=CODE why=TEXT" (the job is over)
+ *   latest        the number of the last record written, so that a newcomer knows which generation to wait for
+ *   gG/changed    a counter: the node that takes it to 1 says why generation G stops for a change of membership
+ *   gG/change     that reason (a node went silent, a newcomer is waiting)
+ *   gG/ready/I    node I has stopped and reaped its workers of generation G and waits for the next record
+ *
+ * A node that is not in a record (a newcomer while the job runs, a node beyond MAX) keeps beating and waits for a
+ * later record that takes it in. Node 0 notices a waiting newcomer from its announcement (node/I) on its regular
+ * poll, and stops the running generation if there is room for it.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster_internal.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+/* How often the nodes look at the store while they wait between generations. */
+#define WAIT_STEP_S 0.1
+
+static int beat(cohort__cluster *c) {
+  char key[64];
+  int64_t v = 0;
+  snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
+  return cohort__store_add(c->store, key, 1, &v) == COHORT_OK;
+}
+
+/* Reads peer n's heartbeat; returns 1 when it has been silent for more than CLUSTER_SILENT_S. */
+static int silent(cohort__cluster *c, int n, int64_t now) {
+  char key[64];
+  int64_t v = 0;
+  peer *p = &c->peers[n];
+  snprintf(key, sizeof key, "cohortrun/hb/%d", n);
+  if (cohort__store_add(c->store, key, 0, &v) != COHORT_OK) return 0;
+  if (v != p->hb) {
+    p->hb = v;
+    p->changed_ns = now;
+    return 0;
+  }
+  return (double)(now - p->changed_ns) / 1e9 > CLUSTER_SILENT_S;
+}
+
+static int said_done(cohort__cluster *c, int n) {
+  char key[64];
+  int done = 0;
+  snprintf(key, sizeof key, "cohortrun/done/%d", n);
+  return cohort__store_check(c->store, key, &done) == COHORT_OK && done;
+}
+
+/* Node 0: reads the announcements of ids it has not seen yet. A node whose flags disagree is refused: before the
+ * first generation that ends the job (as with a fixed --nnodes, both nodes say so); later it is only left out. */
+static cohort_status scan_newcomers(cohort__cluster *c, int64_t now, int first, int *found) {
+  char key[64], mine[32], theirs[32];
+  cohort__cluster_nnodes_text(c, mine, sizeof mine);
+  for (int n = 1; n < c->nnodes; n++) {
+    peer *p = &c->peers[n];
+    if (p->announced || p->refused || p->lost) continue;
+    int exists = 0;
+    snprintf(key, sizeof key, "cohortrun/node/%d", n);
+    if (cohort__store_check(c->store, key, &exists) != COHORT_OK || !exists) continue;
+    void *got = NULL;
+    size_t len = 0;
+    int nproc = 0, restarts = 0;
+    if (cohort__store_get(c->store, key, 1.0, &got, &len) != COHORT_OK) continue;
+    cohort_status st =
+        cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, p->host, sizeof p->host);
+    free(got);
+    if (st != COHORT_OK) return st;
+    if (strcmp(theirs, mine) != 0)
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nnodes: this node (node 0) has --nnodes %s, node %d (host %s) has --nnodes %s; "
+                         "give every node the same value",
+                         mine, n, p->host, theirs);
+    else if (nproc != c->nproc)
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nproc-per-node: this node (node 0) has %d, node %d (host %s) has %d; give "
+                         "every node the same value",
+                         c->nproc, n, p->host, nproc);
+    else if (restarts != c->max_restarts)
+      st = cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --max-restarts: this node (node 0) has %d, node %d (host %s) has %d; give every "
+                         "node the same value",
+                         c->max_restarts, n, p->host, restarts);
+    if (st != COHORT_OK) {
+      if (first) return st;
+      fprintf(stderr, "cohortrun: node 0: left out node %d: %s\n", n, cohort_last_error());
+      p->refused = 1;
+      continue;
+    }
+    p->announced = 1;
+    p->hb = -1;
+    p->changed_ns = now;
+    *found = 1;
+  }
+  return COHORT_OK;
+}
+
+/* Announced, alive, not yet lost: a node that may be taken into the next generation. Marks the silent as lost. */
+static int available(cohort__cluster *c, int n, int64_t now) {
+  peer *p = &c->peers[n];
+  if (n == 0) return 1;
+  if (!p->announced || p->lost || p->refused) return 0;
+  if (said_done(c, n) || silent(c, n, now)) {
+    p->lost = 1;
+    return 0;
+  }
+  return 1;
+}
+
+static cohort_status publish(cohort__cluster *c, int gen, const char *record) {
+  char key[64], latest[16];
+  snprintf(key, sizeof key, "cohortrun/e/g%d", gen);
+  COHORT_CHECK(cohort__store_set(c->store, key, record, strlen(record)));
+  int n = snprintf(latest, sizeof latest, "%d", gen);
+  return cohort__store_set(c->store, "cohortrun/e/latest", latest, (size_t)n);
+}
+
+static void publish_end(cohort__cluster *c, int gen, int code, const char *why) {
+  char record[4400];
+  snprintf(record, sizeof record, "end=%d why=%s", code, why);
+  publish(c, gen, record);
+}
+
+/* Node 0: generation gen of the nodes in take[] (ids, ascending). */
+static cohort_status publish_members(cohort__cluster *c, int gen, const int *take, int count, const char *why) {
+  char record[4400];
+  int len = snprintf(record, sizeof record, "ids=");
+  for (int k = 0; k < count; k++)
+    len += snprintf(record + len, sizeof record - (size_t)len, "%s%d", k ? "," : "", take[k]);
+  snprintf(record + len, sizeof record - (size_t)len, " restarts=%d why=%s", c->restarts_used, why);
+  return publish(c, gen, record);
+}
+
+/* Makes record (of generation gen) the current generation if it names this node: 1 if it does, 0 if not. */
+static int apply(cohort__cluster *c, int gen, const char *record) {
+  const char *ids = record + 4, *why = strstr(record, " why=");
+  int restarts = 0;
+  const char *r = strstr(record, " restarts=");
+  if (r) restarts = atoi(r + 10);
+  int in = 0;
+  for (const char *p = ids; *p && *p != ' ';) {
+    if (atoi(p) == c->node_rank) in = 1;
+    while (*p && *p != ',' && *p != ' ')
+      p++;
+    if (*p == ',') p++;
+  }
+  if (!in) return 0;
+  int64_t now = cohort__now_ns();
+  for (int n = 0; n < c->nnodes; n++)
+    c->peers[n].member = 0;
+  c->size = 0;
+  for (const char *p = ids; *p && *p != ' ';) {
+    int id = atoi(p);
+    if (id >= 0 && id < c->nnodes) {
+      if (id == c->node_rank) c->rank = c->size;
+      c->peers[id].member = 1;
+      c->peers[id].done = 0;
+      c->peers[id].changed_ns = now;
+      c->size++;
+    }
+    while (*p && *p != ',' && *p != ' ')
+      p++;
+    if (*p == ',') p++;
+  }
+  c->gen = gen;
+  c->restarts_used = restarts;
+  c->stopped = 0;
+  c->changed = 0;
+  snprintf(c->why, sizeof c->why, "%s", why ? why + 5 : "");
+  return 1;
+}
+
+/* Every node but 0: waits (beating) for a record from generation gen on that takes this node in. An end record is
+ * COHORT_ERR_REMOTE with its reason, and *end_code set. deadline_ns 0: no limit but the store's life. */
+static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, int *end_code) {
+  char key[64];
+  for (;;) {
+    if (!beat(c))
+      return cohort__error(COHORT_ERR_REMOTE,
+                           "node %d: lost the connection to the rendezvous store of node 0 at %s while waiting for a "
+                           "generation: node 0's cohortrun or its host is gone, and an elastic job cannot outlive "
+                           "node 0, which serves its store",
+                           c->node_rank, c->where);
+    void *got = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "cohortrun/e/g%d", gen);
+    cohort_status st = cohort__store_get(c->store, key, WAIT_STEP_S, &got, &len);
+    if (st == COHORT_ERR_TIMEOUT) {
+      if (deadline_ns && cohort__now_ns() > deadline_ns)
+        return cohort__error(COHORT_ERR_TIMEOUT,
+                             "node %d: node 0 did not start a generation within COHORT_TIMEOUT (waiting for "
+                             "generation %d)",
+                             c->node_rank, gen);
+      continue;
+    }
+    if (st != COHORT_OK) continue; /* the loss of the store shows at the next beat */
+    if (strncmp(got, "end=", 4) == 0) {
+      *end_code = atoi((char *)got + 4);
+      const char *why = strstr(got, " why=");
+      st = cohort__error(COHORT_ERR_REMOTE, "%s", why ? why + 5 : "the job ended");
+      free(got);
+      return st;
+    }
+    int in = apply(c, gen, got);
+    free(got);
+    if (in) return COHORT_OK;
+    gen++; /* a generation without this node: wait for a later one */
+  }
+}
+
+/* Node 0: the ids of the next generation, old members first (they keep their places), then newcomers by id, at
+ * most MAX, sorted by id. */
+static int choose(cohort__cluster *c, int64_t now, int *take) {
+  int count = 0, chosen[4096] = {0};
+  for (int pass = 0; pass < 2; pass++)
+    for (int n = 0; n < c->nnodes && count < c->nnodes; n++) {
+      peer *p = &c->peers[n];
+      if (chosen[n] || (pass == 0 && !p->member && n != 0) || !available(c, n, now)) continue;
+      chosen[n] = 1;
+      count++;
+    }
+  int k = 0;
+  for (int n = 0; n < c->nnodes; n++)
+    if (chosen[n]) take[k++] = n;
+  return count;
+}
+
+static void list_ids(const int *ids, int count, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (int k = 0; k < count && at < len; k++)
+    at += (size_t)snprintf(out + at, len - at, "%s%d", k ? "," : "", ids[k]);
+}
+
+/* Node 0, before the first generation: waits for MAX nodes, or for MIN once no newcomer came for the last call. */
+static cohort_status form_first(cohort__cluster *c, double timeout_s) {
+  int64_t start = cohort__now_ns(), last_new = start;
+  int64_t deadline = start + (int64_t)(timeout_s * 1e9);
+  int take[4096];
+  c->peers[0].announced = 1;
+  for (;;) {
+    int64_t now = cohort__now_ns();
+    if (!beat(c)) return cohort__error(COHORT_ERR_REMOTE, "node 0: cannot reach its own store at %s", c->where);
+    int found = 0;
+    COHORT_CHECK(scan_newcomers(c, now, 1, &found));
+    if (found) last_new = now;
+    int count = 0;
+    for (int n = 0; n < c->nnodes; n++)
+      count += available(c, n, now);
+    if (count == c->nnodes || (count >= c->nnodes_min && (double)(now - last_new) / 1e9 >= c->last_call_s)) break;
+    if (now > deadline) {
+      cohort_status st = cohort__error(COHORT_ERR_TIMEOUT,
+                                       "only %d of at least %d nodes (--nnodes %d:%d) joined within %g s "
+                                       "(COHORT_TIMEOUT): were their cohortruns started, with the same --master-addr, "
+                                       "--master-port and --nnodes?",
+                                       count, c->nnodes_min, c->nnodes_min, c->nnodes, timeout_s);
+      publish_end(c, 0, 1, cohort_last_error());
+      return st;
+    }
+    usleep((useconds_t)(WAIT_STEP_S * 1e6));
+  }
+  int count = choose(c, cohort__now_ns(), take);
+  char ids[600], why[700];
+  list_ids(take, count, ids, sizeof ids);
+  snprintf(why, sizeof why, "the first generation: nodes %s", ids);
+  COHORT_CHECK(publish_members(c, 0, take, count, why));
+  char record[4400];
+  void *got = NULL;
+  size_t len = 0;
+  COHORT_CHECK(cohort__store_get(c->store, "cohortrun/e/g0", 1.0, &got, &len));
+  snprintf(record, sizeof record, "%s", (char *)got);
+  free(got);
+  apply(c, 0, record);
+  return COHORT_OK;
+}
+
+cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s) {
+  if (c->node_rank == 0) return form_first(c, timeout_s);
+  /* Node 0's word on the flags first, so that a node that disagrees finds out at once. */
+  void *got = NULL;
+  size_t len = 0;
+  char theirs[32], mine[32], host[256];
+  int nproc = 0, restarts = 0;
+  cohort__cluster_nnodes_text(c, mine, sizeof mine);
+  cohort_status st = cohort__store_get(c->store, "cohortrun/node/0", timeout_s, &got, &len);
+  if (st == COHORT_ERR_TIMEOUT)
+    return cohort__error(st, "node 0 did not join within %g s (COHORT_TIMEOUT): was its cohortrun started?", timeout_s);
+  COHORT_CHECK(st);
+  st = cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, host, sizeof host);
+  free(got);
+  COHORT_CHECK(st);
+  snprintf(c->peers[0].host, sizeof c->peers[0].host, "%s", host);
+  if (strcmp(theirs, mine) != 0)
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nnodes: this node (node %d) has --nnodes %s, node 0 (host %s) has --nnodes %s; "
+                         "give every node the same value",
+                         c->node_rank, mine, host, theirs);
+  if (nproc != c->nproc)
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --nproc-per-node: this node (node %d) has %d, node 0 (host %s) has %d; give "
+                         "every node the same value",
+                         c->node_rank, c->nproc, host, nproc);
+  if (restarts != c->max_restarts)
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "mismatched --max-restarts: this node (node %d) has %d, node 0 (host %s) has %d; give every "
+                         "node the same value",
+                         c->node_rank, c->max_restarts, host, restarts);
+  /* Join the generation being formed, or wait for the one after the latest. */
+  int gen = 0;
+  if (cohort__store_get(c->store, "cohortrun/e/latest", 0.001, &got, &len) == COHORT_OK) {
+    gen = atoi(got) + 1;
+    free(got);
+  }
+  int end_code = 1;
+  int64_t deadline = gen == 0 ? cohort__now_ns() + (int64_t)(timeout_s * 1e9) + 5000000000LL : 0;
+  return follow(c, gen, deadline, &end_code);
+}
+
+/* Asks every node to stop generation G for a change of membership (once: the first reason wins). */
+static char *publish_change(cohort__cluster *c, const char *why) {
+  char key[64];
+  int64_t first = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d/changed", c->gen);
+  if (cohort__store_add(c->store, key, 1, &first) == COHORT_OK && first == 1) {
+    snprintf(key, sizeof key, "cohortrun/e/g%d/change", c->gen);
+    cohort__store_set(c->store, key, why, strlen(why));
+    return strdup(why);
+  }
+  void *got = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d/change", c->gen);
+  if (cohort__store_get(c->store, key, 2.0, &got, &len) != COHORT_OK) return strdup(why);
+  return got;
+}
+
+int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report) {
+  char key[64], text[700];
+  int exists = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d/changed", c->gen);
+  if (cohort__store_check(c->store, key, &exists) == COHORT_OK && exists) {
+    *report = publish_change(c, "cohortrun: the membership changed\n");
+    return 1;
+  }
+  for (int n = 0; n < c->nnodes; n++) {
+    peer *p = &c->peers[n];
+    if (n == c->node_rank || !p->member || p->done) continue;
+    if (said_done(c, n)) {
+      p->done = 1;
+      continue;
+    }
+    if (silent(c, n, now)) {
+      p->lost = 1;
+      snprintf(text, sizeof text,
+               "cohortrun: node %d (host %s) went silent for %g s: its cohortrun was killed or its host is gone, and "
+               "its ranks with it; the others go on without it\n",
+               n, p->host, CLUSTER_SILENT_S);
+      *report = publish_change(c, text);
+      return 1;
+    }
+  }
+  if (c->node_rank != 0 || c->size >= c->nnodes) return 0;
+  int found = 0;
+  scan_newcomers(c, now, 0, &found);
+  for (int n = 1; n < c->nnodes; n++) {
+    peer *p = &c->peers[n];
+    if (p->member || !available(c, n, now)) continue;
+    snprintf(text, sizeof text,
+             "cohortrun: node %d (host %s) joined the job: a new generation of %d nodes takes it in\n", n, p->host,
+             c->size + 1);
+    *report = publish_change(c, text);
+    return 1;
+  }
+  return 0;
+}
+
+/* Node 0 between generations: waits until every member of generation G is ready or gone, then writes G+1. */
+static int coordinate(cohort__cluster *c, double timeout_s, int *end_code, char **message) {
+  char key[64], why[2048], ids[600];
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  int *ready = calloc((size_t)c->nnodes, sizeof *ready);
+  int take[4096];
+  if (!ready) {
+    *message = strdup("cohortrun: node 0: out of memory\n");
+    return 0;
+  }
+  ready[0] = 1;
+  for (;;) {
+    int64_t now = cohort__now_ns();
+    beat(c);
+    int waiting = 0;
+    for (int n = 1; n < c->nnodes; n++) {
+      peer *p = &c->peers[n];
+      if (!p->member || ready[n] || p->lost) continue;
+      int exists = 0;
+      snprintf(key, sizeof key, "cohortrun/e/g%d/ready/%d", c->gen, n);
+      if (cohort__store_check(c->store, key, &exists) == COHORT_OK && exists)
+        ready[n] = 1;
+      else if (!available(c, n, now))
+        p->lost = 1;
+      else
+        waiting++;
+    }
+    if (!waiting) break;
+    if (now > deadline) { /* alive but never ready: it cannot be waited for forever */
+      for (int n = 1; n < c->nnodes; n++)
+        if (c->peers[n].member && !ready[n]) c->peers[n].lost = 1;
+      break;
+    }
+    usleep((useconds_t)(WAIT_STEP_S * 1e6 / 2));
+  }
+  int found = 0;
+  scan_newcomers(c, cohort__now_ns(), 0, &found);
+  /* Why this generation ended: a member lost (whatever its ranks' peers reported first) or a newcomer is a change
+   * of membership; otherwise a worker failed, which is what --max-restarts counts. */
+  int lost[4096], nlost = 0;
+  for (int n = 1; n < c->nnodes; n++)
+    if (c->peers[n].member && c->peers[n].lost) lost[nlost++] = n;
+  int exists = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d/changed", c->gen);
+  int changed = nlost > 0 || (cohort__store_check(c->store, key, &exists) == COHORT_OK && exists);
+  int code = 1;
+  if (!changed) {
+    void *got = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "cohortrun/g%d/failure", c->gen);
+    if (cohort__store_get(c->store, key, 1.0, &got, &len) == COHORT_OK) {
+      code = atoi(got);
+      free(got);
+    }
+    if (c->restarts_used >= c->max_restarts) {
+      snprintf(why, sizeof why, "no restart: the failure above used up --max-restarts %d", c->max_restarts);
+      publish_end(c, c->gen + 1, code, why);
+      free(ready);
+      *end_code = code;
+      *message = strdup(why);
+      return 0;
+    }
+    c->restarts_used++;
+  }
+  int count = choose(c, cohort__now_ns(), take);
+  free(ready);
+  list_ids(take, count, ids, sizeof ids);
+  if (nlost > 0) {
+    char gone[600];
+    list_ids(lost, nlost, gone, sizeof gone);
+    snprintf(why, sizeof why, "node%s %s (host %s%s) left the job; nodes %s go on", nlost == 1 ? "" : "s", gone,
+             c->peers[lost[0]].host, nlost > 1 ? ", ..." : "", ids);
+  } else if (changed) {
+    int joined[4096], njoined = 0;
+    for (int k = 0; k < count; k++)
+      if (!c->peers[take[k]].member) joined[njoined++] = take[k];
+    if (njoined > 0) {
+      char came[600];
+      list_ids(joined, njoined, came, sizeof came);
+      snprintf(why, sizeof why, "node%s %s (host %s%s) joined; nodes %s", njoined == 1 ? "" : "s", came,
+               c->peers[joined[0]].host, njoined > 1 ? ", ..." : "", ids);
+    } else {
+      snprintf(why, sizeof why, "a membership change: nodes %s", ids);
+    }
+  } else {
+    snprintf(why, sizeof why, "restart %d of %d after a failure: nodes %s", c->restarts_used, c->max_restarts, ids);
+  }
+  if (count < c->nnodes_min) {
+    char text[4096];
+    snprintf(text, sizeof text, "%s: only %d node%s left (%s), fewer than MIN %d of --nnodes %d:%d, so the job ends",
+             why, count, count == 1 ? "" : "s", ids, c->nnodes_min, c->nnodes_min, c->nnodes);
+    publish_end(c, c->gen + 1, 1, text);
+    *end_code = 1;
+    *message = strdup(text);
+    return 0;
+  }
+  if (publish_members(c, c->gen + 1, take, count, why) != COHORT_OK) {
+    *end_code = 1;
+    *message = strdup("node 0 cannot write the next generation to its own store");
+    return 0;
+  }
+  char record[4400];
+  void *got = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d", c->gen + 1);
+  if (cohort__store_get(c->store, key, 1.0, &got, &len) != COHORT_OK) {
+    *end_code = 1;
+    *message = strdup("node 0 cannot read the next generation from its own store");
+    return 0;
+  }
+  snprintf(record, sizeof record, "%s", (char *)got);
+  free(got);
+  apply(c, c->gen + 1, record);
+  return 1;
+}
+
+int cohort__cluster_regroup(cohort__cluster *c, double timeout_s, int *end_code, char **message) {
+  *end_code = 1;
+  *message = NULL;
+  if (c->node_rank == 0) return coordinate(c, timeout_s, end_code, message);
+  char key[64];
+  snprintf(key, sizeof key, "cohortrun/e/g%d/ready/%d", c->gen, c->node_rank);
+  cohort__store_set(c->store, key, "1", 1);
+  if (follow(c, c->gen + 1, 0, end_code) == COHORT_OK) return 1;
+  *message = strdup(cohort_last_error());
+  return 0;
+}
+
+const char *cohort__cluster_why(const cohort__cluster *c) { return c->why; }
+
+void cohort__cluster_finish(cohort__cluster *c, int code) {
+  if (!c || !c->elastic || c->node_rank != 0) return;
+  char key[64];
+  int exists = 0;
+  snprintf(key, sizeof key, "cohortrun/e/g%d", c->gen + 1);
+  if (cohort__store_check(c->store, key, &exists) != COHORT_OK || exists) return;
+  publish_end(c, c->gen + 1, code, code == 0 ? "the job finished before this node was taken in" : "the job ended");
+  /* A waiting node reads the record within one step of its wait. */
+  usleep((useconds_t)(3 * WAIT_STEP_S * 1e6));
+}
