@@ -110,6 +110,45 @@ static cohort_status get_f64(const cohort_ckpt *ck, const char *name, double *ou
   return COHORT_OK;
 }
 
+/*
+ * A checkpoint written at world size W1, resumed at W2 (an elastic job whose nodes changed). Within an epoch the
+ * sampler hands rank r the positions r, r + W, r + 2W, ... of one padded permutation, so W1 ranks with cursor c have
+ * consumed exactly its first c x W1 positions, whatever W1 was. The new ranks go on from there, rounded down to a
+ * whole global batch of the new world (so that the step count stays whole; at most one global batch is seen twice,
+ * none is skipped). The step becomes the new world's step at that point, so that the schedule (warmup, cosine over
+ * the planned length, which is counted in the new world's steps) continues from the same fraction of the run, and
+ * the peak rate follows the new global batch by the linear scaling rule lr_at already applies. The optimizer state
+ * (momentum) and the model are taken over as they are.
+ */
+static int rescale_position(train_job *job, int saved_world, cohort_sampler_state *ss) {
+  const train_config *cfg = job->cfg;
+  const int64_t per_rank_step = (int64_t)cfg->batch * cfg->accumulate;
+  const int64_t global_batch = per_rank_step * job->world;
+  if (saved_world < 1 || ss->world_size != saved_world) {
+    fprintf(stderr,
+            "fmnist-train: rank %d: cannot resume from %s: its sampler was saved for %llu ranks, its settings "
+            "say %d\n",
+            job->rank, cfg->checkpoint, (unsigned long long)ss->world_size, saved_world);
+    return -1;
+  }
+  int64_t consumed = (int64_t)ss->cursor * saved_world;
+  int64_t steps_in = consumed / global_batch;
+  int64_t cursor = steps_in * per_rank_step;
+  int64_t per_rank = (int64_t)cohort_sampler_num_samples(job->sampler);
+  if (cursor > per_rank) cursor = per_rank;
+  double lr_from = cfg->lr * (double)(per_rank_step * saved_world) / TRAIN_LR_REFERENCE_BATCH;
+  double lr_to = cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH;
+  ss->world_size = job->world;
+  ss->cursor = (uint64_t)cursor;
+  job->step = (int64_t)ss->epoch * job->steps_per_epoch + steps_in;
+  if (job->rank == 0) {
+    printf("world size changed %d -> %d: lr rescaled %.6g -> %.6g, resuming epoch %llu at sample %lld\n", saved_world,
+           job->world, lr_from, lr_to, (unsigned long long)ss->epoch + 1, (long long)(steps_in * global_batch));
+    fflush(stdout);
+  }
+  return 0;
+}
+
 int train_state_load(train_job *job) {
   const train_config *cfg = job->cfg;
   const char *path = cfg->checkpoint;
@@ -125,6 +164,7 @@ int train_state_load(train_job *job) {
   /* Settings first: a checkpoint of another configuration is refused before anything is overwritten. */
   config_entry ce[8];
   int nce = config_entries(job, ce);
+  double saved_world = job->world;
   for (int i = 0; i < nce; i++) {
     double v;
     if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
@@ -132,6 +172,11 @@ int train_state_load(train_job *job) {
               ce[i].name);
       rc = -1;
       goto out;
+    }
+    /* Another world size is an elastic job that lost or gained nodes: resumed below, with the rate rescaled. */
+    if (!strcmp(ce[i].name, "config.world") && v >= 1 && v == floor(v)) {
+      saved_world = v;
+      continue;
     }
     if (v != ce[i].value) {
       fprintf(stderr,
@@ -178,6 +223,10 @@ int train_state_load(train_job *job) {
   }
   cohort_sampler_state ss;
   TRY("reading the sampler state", cohort_ckpt_get_bytes(ck, "sampler", &ss, sizeof ss));
+  if ((int)saved_world != job->world && rescale_position(job, (int)saved_world, &ss) != 0) {
+    rc = -1;
+    goto out;
+  }
   /* The sampler lives with this rank: the state rank 0 saved applies to every rank once the rank is its own. */
   TRY("restoring the sampler", cohort_loader_restore(job->loader, &ss));
   if (job->step < 0 || job->epoch < 0 || (uint64_t)job->epoch != ss.epoch) {
