@@ -1,8 +1,10 @@
 /* progress.c: rank 0's progress report. On a terminal one line is rewritten in place (\r) a few times a second; on
- * a pipe or a file (cohortrun, CI logs) a plain line every --log-every steps, since carriage returns there only make
- * one enormous line. */
+ * a pipe or a file (CI logs) a plain line every --log-every steps, since carriage returns there only make one
+ * enormous line. Under cohortrun stdout is a pipe, but COHORT_TTY=1 says cohortrun's own stdout is a terminal: its
+ * relay draws the carriage-return line in place there. */
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "train.h"
@@ -10,7 +12,7 @@
 
 struct train_progress {
   int enabled;
-  int live;          /* stdout is a terminal */
+  int live;          /* stdout is a terminal, or cohortrun's is */
   int line_open;     /* a live line is on screen without its newline */
   int64_t log_every; /* plain mode */
   int64_t total_steps;
@@ -30,7 +32,8 @@ train_progress *train_progress_create(int enabled, int64_t log_every, int64_t to
   train_progress *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->enabled = enabled;
-  p->live = enabled && isatty(STDOUT_FILENO);
+  const char *relayed_tty = getenv("COHORT_TTY");
+  p->live = enabled && (isatty(STDOUT_FILENO) || (relayed_tty && strcmp(relayed_tty, "1") == 0));
   p->log_every = log_every > 0 ? log_every : 50;
   p->total_steps = total_steps;
   p->epochs = epochs;

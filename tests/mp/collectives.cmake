@@ -23,3 +23,7 @@ set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300 EN
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)
+# cohortrun on a terminal draws a worker's carriage-return line in place (tools/cohortrun/output.c).
+add_test(NAME mp.launcher.live_line COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_live_line.sh ${COHORTRUN}
+                                            $<TARGET_FILE:fmnist-train>)
+set_tests_properties(mp.launcher.live_line PROPERTIES LABELS "mp;sanitize" TIMEOUT 120)

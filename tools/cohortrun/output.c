@@ -4,6 +4,12 @@
  * builds every complete line of it, prefixed, in a second buffer, and hands that to the kernel in one write. So a
  * chatty worker costs one read, one memchr pass, one copy and one write per 64 KiB, and since cohortrun's loop is
  * single-threaded and each write holds whole lines, lines of different workers can never interleave.
+ *
+ * Live lines: when cohortrun's stdout is a terminal, a worker may redraw one line in place with carriage returns
+ * (fmnist-train's progress line; cohortrun sets COHORT_TTY=1 for it). The relay then shows the newest
+ * carriage-return segment of the unfinished line at once, prefixed, as the terminal's live line; any complete line
+ * (of any worker) first erases it and then draws it again below, so the live line stays at the bottom. A finished
+ * line with carriage returns is written as its last drawn segment. Logs and tails keep the raw bytes.
  */
 #include <errno.h>
 #include <poll.h>
@@ -33,7 +39,35 @@ struct cohort__relay {
   size_t held_len, held_cap;
   char *out; /* the prefixed lines of one chunk */
   size_t out_len, out_cap;
+  int live; /* out_fd is a terminal: carriage-return lines are drawn in place */
 };
+
+/* The one live line on the terminal (cohortrun's loop is single-threaded): who drew it, and its prefixed text. */
+static struct {
+  const cohort__relay *owner; /* NULL: none shown */
+  int fd;
+  char text[512];
+  size_t len;
+} live_line;
+
+#define ERASE_LINE "\r\033[K"
+
+/* The text a carriage-return line shows: the last segment after a '\r' that is not empty. */
+static void last_drawn(const char *line, size_t len, const char **seg, size_t *seg_len) {
+  const char *end = line + len;
+  while (end > line) {
+    const char *cr = memrchr(line, '\r', (size_t)(end - line));
+    const char *start = cr ? cr + 1 : line;
+    if (end > start || !cr) {
+      *seg = start;
+      *seg_len = (size_t)(end - start);
+      return;
+    }
+    end = cr;
+  }
+  *seg = line;
+  *seg_len = 0;
+}
 
 static cohort_status reserve(char **buf, size_t *cap, size_t need, int rank) {
   if (need <= *cap) return COHORT_OK;
@@ -67,10 +101,55 @@ static void write_all(cohort__relay *r, const char *buf, size_t len) {
 }
 
 static void append(cohort__relay *r, const char *line, size_t len, int add_newline) {
+  if (r->live && memchr(line, '\r', len)) { /* a finished live line: what it last showed */
+    int had_newline = len > 0 && line[len - 1] == '\n';
+    last_drawn(line, len - (size_t)had_newline, &line, &len);
+    add_newline = 1;
+  }
   memcpy(r->out + r->out_len, r->prefix, r->prefix_len);
   memcpy(r->out + r->out_len + r->prefix_len, line, len);
   r->out_len += r->prefix_len + len;
   if (add_newline) r->out[r->out_len++] = '\n';
+}
+
+static void draw_live(void) {
+  if (live_line.owner && write(live_line.fd, live_line.text, live_line.len) < 0) live_line.owner = NULL;
+}
+
+static void erase_live(void) {
+  if (live_line.owner && write(live_line.fd, ERASE_LINE, sizeof ERASE_LINE - 1) < 0) live_line.owner = NULL;
+}
+
+/* Complete lines go above the live line: erase it, write them, draw it again. */
+static void write_lines(cohort__relay *r, const char *buf, size_t len) {
+  erase_live();
+  write_all(r, buf, len);
+  draw_live();
+}
+
+/* The unfinished line of r (rest bytes) holds carriage returns: it becomes the live line. */
+static void show_live(cohort__relay *r, const char *rest, size_t len) {
+  const char *seg;
+  size_t seg_len;
+  last_drawn(rest, len, &seg, &seg_len);
+  if (seg_len == 0) return;
+  size_t room = sizeof live_line.text - (sizeof ERASE_LINE - 1) - r->prefix_len;
+  if (seg_len > room) seg_len = room;
+  erase_live();
+  memcpy(live_line.text, ERASE_LINE, sizeof ERASE_LINE - 1);
+  memcpy(live_line.text + sizeof ERASE_LINE - 1, r->prefix, r->prefix_len);
+  memcpy(live_line.text + sizeof ERASE_LINE - 1 + r->prefix_len, seg, seg_len);
+  live_line.len = sizeof ERASE_LINE - 1 + r->prefix_len + seg_len;
+  live_line.owner = r;
+  live_line.fd = r->out_fd;
+  draw_live();
+}
+
+/* r's live line is finished (its newline came, or r is gone): the next lines replace it. */
+static void end_live(const cohort__relay *r) {
+  if (live_line.owner != r) return;
+  erase_live();
+  live_line.owner = NULL;
 }
 
 cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, int log_fd, int keep_tail, cohort__relay **out) {
@@ -87,6 +166,7 @@ cohort_status cohort__relay_create(int rank, int in_fd, int out_fd, int log_fd, 
   r->log_fd = log_fd;
   int n = snprintf(r->prefix, sizeof r->prefix, "[%d] ", rank);
   r->prefix_len = (size_t)n;
+  r->live = isatty(out_fd);
   *out = r;
   return COHORT_OK;
 }
@@ -136,7 +216,8 @@ static cohort_status flush_held(cohort__relay *r) {
   COHORT_CHECK(reserve(&r->out, &r->out_cap, r->prefix_len + r->held_len + 1, r->rank));
   r->out_len = 0;
   append(r, r->held, r->held_len, 1);
-  write_all(r, r->out, r->out_len);
+  end_live(r);
+  write_lines(r, r->out, r->out_len);
   r->held_len = 0;
   return COHORT_OK;
 }
@@ -182,9 +263,21 @@ cohort_status cohort__relay_pump(cohort__relay *r, int *open) {
     append(r, line, rest, 1);
     rest = 0;
   }
-  if (r->out_len) write_all(r, r->out, r->out_len);
+  if (r->out_len && r->live && line != r->held) end_live(r); /* r's own line finished: it is in out now */
+  if (r->out_len) write_lines(r, r->out, r->out_len);
+  /* A line redrawn in place keeps only its newest segment: its held bytes stay small however long it lives. */
+  const char *cr = r->live && rest ? memrchr(line, '\r', rest) : NULL;
+  if (cr && cr + 1 == end && cr > line) { /* "text\r" style: the segment before the trailing '\r' is the newest */
+    const char *before = memrchr(line, '\r', (size_t)(cr - line));
+    cr = before ? before : cr;
+  }
+  if (cr && cr > line) {
+    rest = (size_t)(end - cr);
+    line = (char *)cr;
+  }
   if (rest && line != r->held) memmove(r->held, line, rest);
   r->held_len = rest;
+  if (cr) show_live(r, r->held, rest);
   return COHORT_OK;
 }
 
@@ -192,6 +285,7 @@ void cohort__relay_destroy(cohort__relay *relay) {
   if (!relay) return;
   /* Nothing more can come; a half line is still the worker's output. */
   flush_held(relay);
+  end_live(relay);
   close_input(relay);
   free(relay->held);
   free(relay->out);

@@ -22,7 +22,8 @@ static const char *const job_vars[] = {"RANK",
                                        "COHORT_SECRET",
                                        "COHORT_LAUNCHER_STORE",
                                        "COHORT_RESTART_COUNT",
-                                       "COHORT_HEARTBEAT_FD"};
+                                       "COHORT_HEARTBEAT_FD",
+                                       "COHORT_TTY"};
 #define JOB_VAR_COUNT (sizeof job_vars / sizeof job_vars[0])
 
 static int is_job_var(const char *entry) {
@@ -63,9 +64,11 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
   snprintf(num[0], sizeof num[0], "%d", wenv->rank);
   snprintf(num[1], sizeof num[1], "%d", wenv->world_size);
   snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
-  /* Same order as job_vars. */
-  const char *values[JOB_VAR_COUNT] = {num[0], num[1],       num[4], num[5], wenv->master_addr,
-                                       num[2], wenv->secret, "1",    num[3], num[6]};
+  /* COHORT_TTY: the worker's stdout is a pipe to cohortrun, but when cohortrun's own stdout is a terminal the relay
+   * shows carriage-return lines live (output.c), so a progress line may be drawn in place. Same order as job_vars. */
+  const char *tty = isatty(STDOUT_FILENO) ? "1" : "0";
+  const char *values[JOB_VAR_COUNT] = {num[0], num[1], num[4], num[5], wenv->master_addr, num[2], wenv->secret,
+                                       "1",    num[3], num[6], tty};
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
     envp[i] = format_var(job_vars[i], values[i]);
     if (!envp[i]) {
