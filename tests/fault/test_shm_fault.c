@@ -261,6 +261,12 @@ static int child(const char *mode) {
     st = cohort_allreduce(c, buf, buf, rank == 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_small")) {
     st = cohort_allreduce(c, buf, buf, rank == 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_node")) { /* all of node 1 (ranks 2 and 3 of 2 x 2) disagrees with node 0 */
+    st = cohort_allreduce(c, buf, buf, rank >= 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_node_small")) {
+    st = cohort_allreduce(c, buf, buf, rank >= 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_node_op")) {
+    st = cohort_allreduce(c, buf, buf, n, COHORT_F32, rank >= 2 ? COHORT_MAX : COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_coll")) {
     st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
                    : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
@@ -612,12 +618,17 @@ TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
-/* Rank 2 (node 1) disagrees: its node peer finds out through the flags, node 0 through the frames across. */
+/* Rank 2 (node 1) disagrees: its node peer finds out through the flags, node 0 through the frames across. Then the
+ * whole of node 1 disagrees with node 0 (count, large and small, or op): only the frames across can tell. */
 TEST(hier_mismatched_counts_fail_on_every_rank) {
   want_transport = "tcp+shm";
-  static const char *const modes[2][3] = {{"mismatch_count", "count=262144", "rank 2 called allreduce(count=131072"},
-                                          {"mismatch_small", "count=1000", "rank 2 called allreduce(count=500"}};
-  for (int m = 0; m < 2; m++) {
+  static const char *const modes[][3] = {
+      {"mismatch_count", "count=262144", "rank 2 called allreduce(count=131072"},
+      {"mismatch_small", "count=1000", "rank 2 called allreduce(count=500"},
+      {"mismatch_node", "count=262144", "count=131072"},
+      {"mismatch_node_small", "count=1000", "count=500"},
+      {"mismatch_node_op", "allreduce(count=262144, f32, sum, hier)", "allreduce(count=262144, f32, max, hier)"}};
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     job *j = run_job(modes[m][0], 4, HIER_ENV);
     ASSERT_TRUE(j != NULL);
     for (int r = 0; r < 4; r++) {
