@@ -19,3 +19,7 @@ set_tests_properties(mp.hier.rd PROPERTIES LABELS "mp;sanitize" TIMEOUT 900 FAIL
 add_test(NAME mp.hier.irregular COMMAND $<TARGET_FILE:cohortrun> -np 3 ${as_nodes} 2 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.hier.irregular PROPERTIES LABELS "mp;sanitize" TIMEOUT 900
                      FAIL_REGULAR_EXPRESSION "\\((tcp\\+shm|shm)\\)")
+# The same through the launcher's own multi-node layout: two cohortruns, --nnodes 2, COHORT_NODE_ID a and b.
+add_test(NAME mp.hier.two_cohortruns COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_hier_nodes.sh $<TARGET_FILE:cohortrun>
+                                             $<TARGET_FILE:test_collectives> --quick)
+set_tests_properties(mp.hier.two_cohortruns PROPERTIES LABELS "mp;sanitize" TIMEOUT 600 PASS_REGULAR_EXPRESSION "PASS")
