@@ -140,7 +140,8 @@ def mlp():
     xs, ys = torch.rand(5, 16, 1, 28, 28), torch.randint(0, 10, (5, 16))
     put("mlp.train.x", xs)
     put("mlp.train.y", ys)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)  # betas (0.9, 0.999), eps 1e-8, weight_decay 0.01
+    # betas (0.9, 0.999), eps 1e-8; a weight decay large enough that its term (lr * wd * w ~ 2e-5 a step) is seen
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.5)
     losses = []
     for s in range(5):
         opt.zero_grad()

@@ -124,6 +124,40 @@ static int params_close(cohort_model *m, const char *prefix, double tol) {
   return ok;
 }
 
+/*
+ * Parameters after AdamW steps. Adam divides each gradient element by its own running magnitude, so an element whose
+ * gradient is a near-cancellation (a sum of terms that is ~0 in exact arithmetic) moves by up to lr per step in a
+ * direction that float rounding picks, and rounding differs between BLAS kernels (OpenBLAS picks its sgemm by CPU;
+ * torch has its own). Measured on an AMD EPYC: 6 of fc1's 200704 weights differed from torch by more than 1e-6
+ * (worst 1.2e-5, a hundredth of one step), all others by at most 3.4e-8. So: at most one element in 10,000 of a
+ * tensor may exceed tol, and none may be off by more than one step (lr); any real error in the update rule moves
+ * far more elements than that.
+ */
+static int params_close_adam(cohort_model *m, const char *prefix, double tol, double lr) {
+  char name[128];
+  int ok = 1;
+  for (int i = 0; i < cohort_model_num_params(m); i++) {
+    const cohort_param *p = cohort_model_param(m, i);
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    const record *r = find(name);
+    if (!r || r->numel != p->numel) return 0;
+    double scale = 0.0, worst = 0.0;
+    size_t over = 0, at = 0;
+    for (size_t j = 0; j < r->numel; j++) scale = fmax(scale, fabs(r->data[j]));
+    for (size_t j = 0; j < r->numel; j++) {
+      double e = fabs((double)p->value[j] - r->data[j]);
+      over += e > tol * scale;
+      if (e > worst) worst = e, at = j;
+    }
+    if (over * 10000 > r->numel || worst > lr) {
+      fprintf(stderr, "%s: %zu of %zu elements differ from torch by more than %g of the largest (%g); worst: element %zu "
+              "is %.9g, torch has %.9g\n", name, over, r->numel, tol, scale, at, p->value[at], r->data[at]);
+      ok = 0;
+    }
+  }
+  return ok;
+}
+
 static int grads_close(cohort_model *m, const char *prefix, double tol) {
   char name[128];
   int ok = 1;
@@ -295,7 +329,7 @@ TEST(mlp_adamw_5_steps) {
   cohort_optim *o;
   ASSERT_OK(cohort_model_create_mlp(0, 784, 256, 10, &m));
   ASSERT_TRUE(load_params(m, "mlp.param."));
-  cohort_adamw_config cfg = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+  cohort_adamw_config cfg = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.5f};
   ASSERT_OK(cohort_optim_adamw_create(m, &cfg, &o));
   const record *xr = find("mlp.train.x"), *yr = find("mlp.train.y"), *losses = find("mlp.train.loss");
   ASSERT_TRUE(xr && yr && losses);
@@ -309,7 +343,7 @@ TEST(mlp_adamw_5_steps) {
     ok &= loss_close(what, train_step(m, o, &x, labels, 0, NULL), losses->data[s]);
   }
   ASSERT_TRUE(ok);
-  ASSERT_TRUE(params_close(m, "mlp.final.", 1e-4));
+  ASSERT_TRUE(params_close_adam(m, "mlp.final.", 1e-4, cfg.lr));
   cohort_optim_destroy(o);
   cohort_model_destroy(m);
 }
