@@ -35,6 +35,11 @@ static cohort_status layered_wait(cohort__transport *t, cohort__req *req) {
   return layers(t)->wide->ops->wait(layers(t)->wide, req);
 }
 
+/* A rank in another collective over the mesh (a broadcast, say) while its node peers run the hierarchical
+ * allreduce over shm would wait for frames that never come, and they for its flags: its mesh waits look at the
+ * calls the node peers publish, so the disagreement is seen (and the abort reaches everyone). */
+static cohort_status check_node_calls(void *node) { return cohort__shm_check_node_calls(node); }
+
 /* Both parts: a node peer may be waiting on a shm flag, a remote one on a frame. */
 static void layered_abort(cohort__transport *t, cohort_status status, const char *message) {
   cohort__layers *l = layers(t);
@@ -96,6 +101,7 @@ cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport 
     return st;
   }
   cohort__shm_set_world_offset(node, wide->rank - node->rank);
+  cohort__tcp_set_idle_check(wide, check_node_calls, node);
   *out = &t->base;
   return COHORT_OK;
 }

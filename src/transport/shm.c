@@ -736,6 +736,10 @@ static int shm_in_arena(cohort__transport *base, const void *ptr, size_t bytes) 
   return t->me && cohort__shm_arena_offset(t, ptr, bytes) >= 0;
 }
 
+cohort_status cohort__shm_check_node_calls(cohort__transport *t) {
+  return check_peer_node_calls((shm_transport *)t);
+}
+
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
   ((shm_transport *)t)->world_offset = world_offset;
 }

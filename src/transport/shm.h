@@ -32,6 +32,10 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
  * rank r here is rank r + world_offset of the job, which is how messages name it. */
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset);
 
+/* Whether a node peer has published a node collective of t's current call number that differs from it
+ * (COHORT_ERR_MISMATCH naming both, and t aborted), for a rank that waits elsewhere (on the TCP mesh). */
+cohort_status cohort__shm_check_node_calls(cohort__transport *t);
+
 /* Completes one reduced slice of a node allreduce in place: slice holds count elements, the node's reduction (AVG
  * as SUM) of elements [first, first + count) of the vector. Called once per chunk on every rank, with count 0 for an
  * empty slice, so that the ranks that complete the same slices on other nodes make the same calls. */

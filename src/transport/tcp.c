@@ -102,6 +102,8 @@ typedef struct tcp_transport {
   int64_t lost_deadline_ns;
   int lost_peer;
   char lost_why[96];
+  cohort_status (*idle_check)(void *arg); /* cohort__tcp_set_idle_check */
+  void *idle_arg;
 } tcp_transport;
 
 #define LOST_GRACE_NS 200000000LL
@@ -466,6 +468,10 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       last_progress = cohort__now_ns();
       continue;
     }
+    if (t->idle_check) {
+      cohort_status st = t->idle_check(t->idle_arg);
+      if (st != COHORT_OK) return fail(t, st, "%s", cohort_last_error());
+    }
     int64_t idle = cohort__now_ns() - last_progress;
     if (idle > timeout_ns) {
       char who[256];
@@ -484,6 +490,12 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       COHORT_CHECK(poll_events(t, t->lost_deadline_ns ? 10 : 100));
     }
   }
+}
+
+void cohort__tcp_set_idle_check(cohort__transport *base, cohort_status (*check)(void *arg), void *arg) {
+  tcp_transport *t = (tcp_transport *)base;
+  t->idle_check = check;
+  t->idle_arg = arg;
 }
 
 /* ---- posting ---- */

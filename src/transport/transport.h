@@ -111,6 +111,9 @@ cohort_status cohort__tcp_listen(const char *bind_addr, int *listen_fd, char *ad
 /* Connects the mesh; takes ownership of listen_fd (closed once every peer is connected). */
 cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const *peer_addrs,
                                  const cohort__tcp_options *options, cohort__transport **out);
+/* Optional: check(arg) runs whenever a wait of t finds nothing to do; a failure it returns fails the wait (and the
+ * transport). The layered transport uses it to see node peers that run another collective over shared memory. */
+void cohort__tcp_set_idle_check(cohort__transport *t, cohort_status (*check)(void *arg), void *arg);
 
 /* The in-process transport: see inproc.c. */
 typedef struct cohort__inproc_hub cohort__inproc_hub;

@@ -270,6 +270,9 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "mismatch_coll")) {
     st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
                    : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_coll_last")) { /* on 2 x 2: rank 3 waits for rank 2's frames, rank 2 for its flags */
+    st = rank == cohort_size(c) - 1 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
+                                    : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "exact")) {
     st = exact(c, 0);
   } else if (!strcmp(mode, "hier_exact")) {
@@ -627,9 +630,14 @@ TEST(hier_mismatched_counts_fail_on_every_rank) {
       {"mismatch_small", "count=1000", "rank 2 called allreduce(count=500"},
       {"mismatch_node", "count=262144", "count=131072"},
       {"mismatch_node_small", "count=1000", "count=500"},
-      {"mismatch_node_op", "allreduce(count=262144, f32, sum, hier)", "allreduce(count=262144, f32, max, hier)"}};
+      {"mismatch_node_op", "allreduce(count=262144, f32, sum, hier)", "allreduce(count=262144, f32, max, hier)"},
+      /* A broadcast against the hierarchical allreduce: rank 2 (node 1) gets frames of the allreduce from rank 0;
+       * rank 3 gets none (its broadcast waits on rank 2, which waits on its flags): it must see rank 2's published
+       * call, not wait for COHORT_OP_TIMEOUT (60 s here). */
+      {"mismatch_coll", "allreduce(count=262144, f32, sum, hier)", "broadcast(count=262144"},
+      {"mismatch_coll_last", "allreduce(count=262144, f32, sum, hier)", "broadcast(count=262144"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    job *j = run_job(modes[m][0], 4, HIER_ENV);
+    job *j = run_job(modes[m][0], 4, HIER_ENV ";COHORT_OP_TIMEOUT=60");
     ASSERT_TRUE(j != NULL);
     for (int r = 0; r < 4; r++) {
       ASSERT_TRUE(ran_over_shm(j, r));
