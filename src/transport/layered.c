@@ -40,6 +40,10 @@ static cohort_status layered_wait(cohort__transport *t, cohort__req *req) {
  * calls the node peers publish, so the disagreement is seen (and the abort reaches everyone). */
 static cohort_status check_node_calls(void *node) { return cohort__shm_check_node_calls(node); }
 
+/* The other way round: a rank waiting on a node peer's flag reads the mesh too, so that an ABORT from another node
+ * reaches it even when that node peer never comes (it left: its links closed, which its peers across saw). */
+static cohort_status poll_wide(void *wide) { return cohort__tcp_poll(wide); }
+
 /* Both parts: a node peer may be waiting on a shm flag, a remote one on a frame. */
 static void layered_abort(cohort__transport *t, cohort_status status, const char *message) {
   cohort__layers *l = layers(t);
@@ -102,6 +106,7 @@ cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport 
   }
   cohort__shm_set_world_offset(node, wide->rank - node->rank);
   cohort__tcp_set_idle_check(wide, check_node_calls, node);
+  cohort__shm_set_idle_check(node, poll_wide, wide);
   *out = &t->base;
   return COHORT_OK;
 }

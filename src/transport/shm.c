@@ -503,6 +503,10 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
     if (now >= next_check) {
       next_check = now + LIVENESS_NS;
       COHORT_CHECK(check_frames_of_node_call(t));
+      if (t->idle_check) {
+        cohort_status st = t->idle_check(t->idle_arg);
+        if (st != COHORT_OK) return cohort__shm_fail(t, st, "%s", cohort_last_error());
+      }
       if (peer_gone(t, p)) {
         if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
         COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
@@ -742,6 +746,12 @@ cohort_status cohort__shm_check_node_calls(cohort__transport *t) {
 
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
   ((shm_transport *)t)->world_offset = world_offset;
+}
+
+void cohort__shm_set_idle_check(cohort__transport *base, cohort_status (*check)(void *arg), void *arg) {
+  shm_transport *t = (shm_transport *)base;
+  t->idle_check = check;
+  t->idle_arg = arg;
 }
 
 static const cohort__transport_ops shm_ops = {

@@ -32,6 +32,12 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
  * rank r here is rank r + world_offset of the job, which is how messages name it. */
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset);
 
+/* Optional: check(arg) runs every few milliseconds while a node collective of t waits on a peer's flag; a failure it
+ * returns fails the wait (and t, so the node peers hear of it). The layered transport polls the TCP mesh with it: a
+ * failure that only the mesh shows (an ABORT from another node) must not leave a rank waiting on a node peer that
+ * will never come (one that has left, say) until COHORT_OP_TIMEOUT. */
+void cohort__shm_set_idle_check(cohort__transport *t, cohort_status (*check)(void *arg), void *arg);
+
 /* Whether a node peer has published a node collective of t's current call number that differs from it
  * (COHORT_ERR_MISMATCH naming both, and t aborted), for a rank that waits elsewhere (on the TCP mesh). */
 cohort_status cohort__shm_check_node_calls(cohort__transport *t);

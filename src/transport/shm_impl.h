@@ -122,6 +122,8 @@ typedef struct shm_transport {
   size_t nblocks, blocks_cap;
   const void **operands; /* [size]: the inputs of one reduction (shm_coll.c) */
   int world_offset;      /* our rank in the job minus our rank here: messages name ranks as the job knows them */
+  cohort_status (*idle_check)(void *arg); /* cohort__shm_set_idle_check */
+  void *idle_arg;
   int64_t spin_ns, timeout_ns;
   double op_timeout_s;
   size_t pending; /* posted requests not yet complete */

@@ -498,6 +498,16 @@ void cohort__tcp_set_idle_check(cohort__transport *base, cohort_status (*check)(
   t->idle_arg = arg;
 }
 
+cohort_status cohort__tcp_poll(cohort__transport *base) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
+    return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
+  int progressed = 0;
+  COHORT_CHECK(poll_events(t, 0));
+  return progress_once(t, &progressed);
+}
+
 /* ---- posting ---- */
 
 static void tcp_set_call(cohort__transport *base, const cohort__call *call) { ((tcp_transport *)base)->call = *call; }

@@ -114,6 +114,10 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
 /* Optional: check(arg) runs whenever a wait of t finds nothing to do; a failure it returns fails the wait (and the
  * transport). The layered transport uses it to see node peers that run another collective over shared memory. */
 void cohort__tcp_set_idle_check(cohort__transport *t, cohort_status (*check)(void *arg), void *arg);
+/* Reads what has arrived on t without waiting (frames of the current call stay held for their receives, as in a
+ * wait): an ABORT from a peer, or a link lost while something was expected of it, fails t. Returns t's status. For
+ * the thread that drives t while it waits on something else (the node layer of the layered transport). */
+cohort_status cohort__tcp_poll(cohort__transport *t);
 
 /* The in-process transport: see inproc.c. */
 typedef struct cohort__inproc_hub cohort__inproc_hub;

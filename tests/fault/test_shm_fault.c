@@ -35,6 +35,8 @@
  *   hier_exact      every dtype and op on 2 nodes x 2 ranks: bitwise the reference combined as the algorithm does,
  *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2).
  *   mismatches      counts that differ between the nodes, or within one: COHORT_ERR_MISMATCH everywhere.
+ *   destroyed_peer  rank 1 destroys its communicator and lives on while the others allreduce: rank 0, waiting on its
+ *                   shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -256,6 +258,18 @@ static int child(const char *mode) {
        * both wait on the silent rank and the timeout must name it on each. */
       st = killed ? cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_MAX)
                   : cohort_broadcast(c, buf, 1000, COHORT_F32, 1);
+    }
+  } else if (!strcmp(mode, "destroyed_peer")) {
+    /* The victim leaves after one allreduce: it destroys its communicator (its TCP links close) and lives on. */
+    for (int it = 0; it < 2 && st == COHORT_OK; it++) {
+      if (rank == victim && it == 1) {
+        printf("KILLED t=%.6f\n", cohort__now_s());
+        fflush(stdout);
+        cohort_comm_destroy(c);
+        sleep(60); /* the parent kills it once the others have answered */
+        _exit(0);
+      }
+      st = cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
     }
   } else if (!strcmp(mode, "mismatch_count")) {
     st = cohort_allreduce(c, buf, buf, rank == 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
@@ -606,6 +620,25 @@ TEST(hier_killed_rank_on_either_node_is_reported_within_two_seconds) {
     }
 }
 
+/* Rank 1 destroys its communicator after one allreduce and lives on, while the others run a second one. Rank 3
+ * (its peer across) sees its TCP links close; rank 0 waits on its shm flags, which will never move: it must learn
+ * of the failure from the TCP side within 2 s, not after COHORT_OP_TIMEOUT. */
+TEST(hier_peer_that_left_is_reported_on_its_own_node_too) {
+  want_transport = "tcp+shm";
+  job *j = run_job("destroyed_peer", 4, HIER_ENV ";COHORT_OP_TIMEOUT=10");
+  ASSERT_TRUE(j != NULL);
+  ASSERT_TRUE(j->killed_at > 0);
+  for (int r = 0; r < 4; r++) {
+    if (r == 1) continue;
+    ASSERT_TRUE(ran_over_shm(j, r));
+    ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
+    ASSERT_CONTAINS(j->msg[r], "rank 1 ");
+    fprintf(stderr, "  rank %d reported it %.3f s after rank 1 left\n", r, j->t[r] - j->killed_at);
+    ASSERT_TRUE(j->t[r] - j->killed_at < 2.0);
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
 TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   want_transport = "tcp+shm";
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
@@ -702,6 +735,7 @@ int main(int argc, char **argv) {
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
       TEST_CASE(a_rank_on_another_host_is_refused),
       TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),
+      TEST_CASE(hier_peer_that_left_is_reported_on_its_own_node_too),
       TEST_CASE(hier_allreduce_is_bitwise_the_same_on_every_rank),
       TEST_CASE(hier_mismatched_counts_fail_on_every_rank),
   };
