@@ -48,7 +48,9 @@ cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t
 }
 
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
-                                   const cohort__launch_opts *opts, const char *host, cohort__cluster **out) {
+                                   const cohort__launch_opts *opts, const char *host, int *end_code,
+                                   cohort__cluster **out) {
+  *end_code = 1;
   const int nnodes = opts->nnodes, node_rank = opts->node_rank, nproc = opts->np, max_restarts = opts->max_restarts;
   *out = NULL;
   cohort_status st = COHORT_OK;
@@ -106,7 +108,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
   snprintf(c->peers[node_rank].host, sizeof c->peers[node_rank].host, "%s", host);
   if (c->elastic) {
-    if ((st = cohort__elastic_join(c, timeout_s)) != COHORT_OK) goto fail;
+    if ((st = cohort__elastic_join(c, timeout_s, end_code)) != COHORT_OK) goto fail;
     *out = c;
     return COHORT_OK;
   }
@@ -223,7 +225,7 @@ int cohort__cluster_poll(cohort__cluster *c, char **report, int *code) {
   }
   int64_t now = cohort__now_ns();
   if (c->elastic) {
-    if (!c->stopped && cohort__elastic_poll(c, now, report)) {
+    if (cohort__elastic_poll(c, now, report)) {
       c->stopped = 1;
       c->changed = 1;
       *code = 0;
@@ -328,6 +330,7 @@ cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
 
 void cohort__cluster_done(cohort__cluster *c, int code) {
   char key[64], value[16];
+  c->finished = 1;
   snprintf(key, sizeof key, "cohortrun/done/%d", c->node_rank);
   int n = snprintf(value, sizeof value, "%d", code);
   cohort__store_set(c->store, key, value, (size_t)n);

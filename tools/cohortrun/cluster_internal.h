@@ -42,6 +42,7 @@ struct cohort__cluster {
   int size, rank;    /* this generation: how many nodes, and this node's place among them */
   int restarts_used; /* failures restarted so far (membership changes do not count) */
   int changed;       /* the current generation was stopped by a change of membership */
+  int finished;      /* this node said done: no more generations, newcomers are not taken in */
   char why[2100];    /* why the current generation started (the coordinator's words) */
 };
 
@@ -52,7 +53,7 @@ cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t
                                          char *host, size_t host_len);
 /* elastic.c: the part of joining that follows the announcement (node 0 forms generation 0, the others wait for a
  * generation that takes them in), and the per-poll work of an elastic job (silent members, newcomers). */
-cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s);
+cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *end_code);
 /* Returns 1 with *report set when the generation must stop for a change of membership. */
 int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report);
 

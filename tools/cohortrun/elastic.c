@@ -188,10 +188,10 @@ static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, in
   for (;;) {
     if (!beat(c))
       return cohort__error(COHORT_ERR_REMOTE,
-                           "node %d: lost the connection to the rendezvous store of node 0 at %s while waiting for a "
+                           "lost the connection to the rendezvous store of node 0 at %s while waiting for a "
                            "generation: node 0's cohortrun or its host is gone, and an elastic job cannot outlive "
                            "node 0, which serves its store",
-                           c->node_rank, c->where);
+                           c->where);
     void *got = NULL;
     size_t len = 0;
     snprintf(key, sizeof key, "cohortrun/e/g%d", gen);
@@ -199,9 +199,8 @@ static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, in
     if (st == COHORT_ERR_TIMEOUT) {
       if (deadline_ns && cohort__now_ns() > deadline_ns)
         return cohort__error(COHORT_ERR_TIMEOUT,
-                             "node %d: node 0 did not start a generation within COHORT_TIMEOUT (waiting for "
-                             "generation %d)",
-                             c->node_rank, gen);
+                             "node 0 did not start a generation within COHORT_TIMEOUT (waiting for generation %d)",
+                             gen);
       continue;
     }
     if (st != COHORT_OK) continue; /* the loss of the store shows at the next beat */
@@ -285,7 +284,7 @@ static cohort_status form_first(cohort__cluster *c, double timeout_s) {
   return COHORT_OK;
 }
 
-cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s) {
+cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *end_code) {
   if (c->node_rank == 0) return form_first(c, timeout_s);
   /* Node 0's word on the flags first, so that a node that disagrees finds out at once. */
   void *got = NULL;
@@ -322,9 +321,8 @@ cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s) {
     gen = atoi(got) + 1;
     free(got);
   }
-  int end_code = 1;
   int64_t deadline = gen == 0 ? cohort__now_ns() + (int64_t)(timeout_s * 1e9) + 5000000000LL : 0;
-  return follow(c, gen, deadline, &end_code);
+  return follow(c, gen, deadline, end_code);
 }
 
 /* Asks every node to stop generation G for a change of membership (once: the first reason wins). */
@@ -347,6 +345,17 @@ static char *publish_change(cohort__cluster *c, const char *why) {
 int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report) {
   char key[64], text[700];
   int exists = 0;
+  if (c->stopped || c->finished) { /* only keep track of who is done or gone, for node 0's wait at the end */
+    for (int n = 0; n < c->nnodes; n++) {
+      peer *p = &c->peers[n];
+      if (n == c->node_rank || !p->member || p->done || p->lost) continue;
+      if (said_done(c, n))
+        p->done = 1;
+      else if (silent(c, n, now))
+        p->lost = 1;
+    }
+    return 0;
+  }
   snprintf(key, sizeof key, "cohortrun/e/g%d/changed", c->gen);
   if (cohort__store_check(c->store, key, &exists) == COHORT_OK && exists) {
     *report = publish_change(c, "cohortrun: the membership changed\n");
@@ -516,11 +525,25 @@ const char *cohort__cluster_why(const cohort__cluster *c) { return c->why; }
 
 void cohort__cluster_finish(cohort__cluster *c, int code) {
   if (!c || !c->elastic || c->node_rank != 0) return;
-  char key[64];
+  char key[64], why[200];
   int exists = 0;
   snprintf(key, sizeof key, "cohortrun/e/g%d", c->gen + 1);
   if (cohort__store_check(c->store, key, &exists) != COHORT_OK || exists) return;
-  publish_end(c, c->gen + 1, code, code == 0 ? "the job finished before this node was taken in" : "the job ended");
-  /* A waiting node reads the record within one step of its wait. */
-  usleep((useconds_t)(3 * WAIT_STEP_S * 1e6));
+  /* Node 0's workers may have finished while another node's failed: the job did not succeed then. */
+  void *got = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "cohortrun/g%d/failed", c->gen);
+  if (code == 0 && cohort__store_check(c->store, key, &exists) == COHORT_OK && exists) {
+    snprintf(key, sizeof key, "cohortrun/g%d/failure", c->gen);
+    if (cohort__store_get(c->store, key, 1.0, &got, &len) == COHORT_OK) {
+      code = atoi(got);
+      free(got);
+    }
+    if (code == 0) code = 1;
+  }
+  if (code == 0)
+    snprintf(why, sizeof why, "the job finished");
+  else
+    snprintf(why, sizeof why, "the job ended with exit code %d on node 0", code);
+  publish_end(c, c->gen + 1, code, why);
 }

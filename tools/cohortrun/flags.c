@@ -32,6 +32,12 @@ void cohort__launch_usage(FILE *out) {
           "                        several nodes, all nodes restart together (give every node the same K)\n"
           "  --nnodes N            nodes in the job, one cohortrun each (default 1); with N > 1 also:\n"
           "  --node-rank I         this node, 0..N-1; node 0 serves the store at --master-addr:--master-port\n"
+          "  --nnodes MIN:MAX      elastic: node 0 starts a generation with MAX nodes, or with at least MIN once\n"
+          "                        no other node came for --rdzv-last-call S seconds (default %g); a node that\n"
+          "                        leaves (silent 2 s) or joins later makes a new generation (new WORLD_SIZE,\n"
+          "                        RANK, COHORT_RESTART_COUNT) without using up --max-restarts; below MIN the\n"
+          "                        job ends (exit 1); losing node 0 (it serves the store) ends it too.\n"
+          "                        Node ranks follow --node-rank order among the generation's nodes.\n"
           "  --nproc-per-node K    workers on this node (the same as -np; RANK = I*K + LOCAL_RANK)\n"
           "                        (torchrun spellings --nproc_per_node, --node_rank, --master_addr, --master_port\n"
           "                        are accepted; multi-node needs COHORT_SECRET exported, the same on every node)\n"
@@ -58,7 +64,7 @@ void cohort__launch_usage(FILE *out) {
           "exit codes: 0 all workers succeeded; 1 cohortrun itself failed; 2 bad command line or program;\n"
           "otherwise the failing worker's code, or 128+signal.\n"
           "The COHORT_* knobs the library reads are listed in docs/env.md.\n",
-          COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S);
+          COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S, COHORT_LAUNCH_LAST_CALL_DEFAULT_S);
 }
 
 static cohort_status parse_long(const char *flag, const char *text, long min, long max, const char *what, long *out) {

@@ -116,10 +116,12 @@ cohort_status cohort__launch_ssh_node(const cohort__launch_opts *opts, int node,
 /* A multi-node job (cluster.c): every node's cohortrun joins node 0's store, announces itself, checks that all
  * agree on --nnodes and --nproc-per-node, and then watches the others (heartbeats, a shared root cause). */
 typedef struct cohort__cluster cohort__cluster;
-/* Connects (within timeout_s), announces this node and waits for all nnodes. A wrong secret, an unreachable store,
- * a node that never comes, and mismatched --nnodes are each one clear error. */
+/* Connects (within timeout_s), announces this node and waits for all nnodes (elastic: for a generation that takes
+ * it in; one that ends the job first is COHORT_ERR_REMOTE with the job's exit code in *end_code, else 1). A wrong
+ * secret, an unreachable store, a node that never comes, and mismatched --nnodes are each one clear error. */
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
-                                   const cohort__launch_opts *opts, const char *host, cohort__cluster **out);
+                                   const cohort__launch_opts *opts, const char *host, int *end_code,
+                                   cohort__cluster **out);
 /* The current generation: this node's place among its nodes, how many nodes, and its number (COHORT_RESTART_COUNT).
  * With a fixed --nnodes: --node-rank, --nnodes and the restarts so far. */
 int cohort__cluster_rank(const cohort__cluster *c);
@@ -134,7 +136,8 @@ const char *cohort__cluster_why(const cohort__cluster *c);
  * for its decision. Returns 1 with the next generation current, or 0 when the job ends: *end_code is the exit
  * code and *message (malloc'd, one line without "cohortrun: ", may be NULL) says why. */
 int cohort__cluster_regroup(cohort__cluster *c, double timeout_s, int *end_code, char **message);
-/* Elastic, node 0, at the very end: tells the nodes still waiting to be taken in that the job is over. */
+/* Elastic, node 0, once it starts no more generations: tells the nodes that wait for one (after a failure of
+ * theirs, or to be taken in) that the job is over, with code (or the generation's failure code if code is 0). */
 void cohort__cluster_finish(cohort__cluster *c, int code);
 /* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);

@@ -706,9 +706,13 @@ int main(int argc, char **argv) {
   if (j.opts.nnodes > 1) {
     double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
     if (!(timeout_s > 0)) timeout_s = 300;
-    cohort_status st = cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, &j.opts, j.host, &j.cluster);
+    int end_code = 1;
+    cohort_status st =
+        cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, &j.opts, j.host, &end_code, &j.cluster);
     if (st != COHORT_OK) {
       fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      /* Elastic: the job ended before a generation took this node in; it ends with the job's code. */
+      if (st == COHORT_ERR_REMOTE) rc = end_code;
       /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
        * instead of only losing its connection. */
       if (server && st == COHORT_ERR_MISMATCH) usleep(1000000);
@@ -846,6 +850,8 @@ int main(int argc, char **argv) {
   if (j.cluster) {
     /* Node 0's store must outlive the other nodes' use of it: wait until every node is done (or gone). */
     cohort__cluster_done(j.cluster, rc);
+    /* Elastic: no generation follows; the nodes waiting for one (a failure elsewhere, newcomers) end now. */
+    cohort__cluster_finish(j.cluster, rc);
     while (j.opts.node_rank == 0 && !cohort__cluster_all_done(j.cluster)) {
       usleep(CLUSTER_POLL_NS / 1000);
       char *report = NULL;
@@ -857,7 +863,8 @@ int main(int argc, char **argv) {
       }
       free(report);
     }
-    cohort__cluster_finish(j.cluster, rc);
+    /* Newcomers read the end record within a step of their wait: keep the store up for them. */
+    if (j.opts.elastic && j.opts.node_rank == 0) usleep(300000);
   }
 
 done:
