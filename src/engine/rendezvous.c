@@ -193,7 +193,9 @@ static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int 
   long spin = 0;
   cohort__transport *node = NULL;
   cohort_status st = spin_us(local_size, &spin);
-  if (st == COHORT_OK) st = cohort__shm_rendezvous(rank % per_node, per_node, store, prefix, deadline, spin, &node);
+  if (st == COHORT_OK)
+    st =
+        cohort__shm_rendezvous(rank % per_node, per_node, rank - rank % per_node, store, prefix, deadline, spin, &node);
   if (st != COHORT_OK) {
     (*out)->ops->destroy(*out);
     *out = NULL;
@@ -202,6 +204,59 @@ static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int 
   cohort__transport *wide = *out;
   *out = NULL;
   return cohort__layered_create(wide, node, per_node, out);
+}
+
+/* After add_node_layer (whose outcome on this rank is mine): every rank counts in under "<prefix>node/done" and waits
+ * for all, and a rank whose node layer failed first leaves its reason under "<prefix>node/error". So either every rank
+ * has its layered transport or every rank fails, with the failing node's reason (a node cannot go on with a mesh
+ * whose other half gave up); and no rank returns (rank 0 stops no store) while another still needs the store, as
+ * the "connected" counter ensures for the mesh. */
+static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank, int size, int64_t deadline,
+                                         cohort_status mine) {
+  char err_key[COHORT_STORE_KEY_MAX], key[COHORT_STORE_KEY_MAX], text[COHORT__MESSAGE_MAX];
+  snprintf(err_key, sizeof err_key, "%snode/error", r->prefix);
+  snprintf(key, sizeof key, "%snode/done", r->prefix);
+  snprintf(text, sizeof text, "%s", mine == COHORT_OK ? "" : cohort_last_error());
+  if (mine != COHORT_OK) {
+    char why[COHORT__MESSAGE_MAX + 32];
+    snprintf(why, sizeof why, "%d %d %s", (int)mine, rank, text);
+    int reported = 0; /* the first reason stays: a later one may be its consequence */
+    if (cohort__store_check(store, err_key, &reported) == COHORT_OK && !reported)
+      cohort__store_set(store, err_key, why, strlen(why)); /* best effort: the counter below still lets everyone go */
+  }
+  int64_t joined = 0;
+  cohort_status st = cohort__store_add(store, key, 1, &joined);
+  while (st == COHORT_OK && joined < size) {
+    if (cohort__now_ns() > deadline) {
+      st = cohort__error(COHORT_ERR_TIMEOUT,
+                         "rendezvous: only %lld of %d ranks finished setting up shared memory within their node in "
+                         "%ld s",
+                         (long long)joined, size, r->timeout_s);
+      break;
+    }
+    usleep(1000);
+    st = cohort__store_add(store, key, 0, &joined);
+  }
+  if (mine != COHORT_OK) return cohort__error(mine, "%s", text);
+  if (st != COHORT_OK) return st;
+  int failed = 0;
+  COHORT_CHECK(cohort__store_check(store, err_key, &failed));
+  if (!failed) return COHORT_OK;
+  char *why = NULL;
+  size_t len = 0;
+  COHORT_CHECK(cohort__store_get(store, err_key, 1.0, (void **)&why, &len));
+  int status = 0, who = -1, used = 0;
+  char *v = realloc(why, len + 1); /* store values are not terminated */
+  if (!v) {
+    free(why);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  v[len] = '\0';
+  if (sscanf(v, "%d %d %n", &status, &who, &used) < 2 || status <= COHORT_OK || status > COHORT_ERR_PROTOCOL)
+    status = COHORT_ERR_REMOTE;
+  st = cohort__error((cohort_status)status, "%s (reported by rank %d)", v + used, who);
+  free(v);
+  return st;
 }
 
 cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out, cohort__store **store_out,
@@ -248,7 +303,7 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   if (use_shm) { /* one host: rings and staging buffers in shared memory (shm.h) */
     long spin = 0;
     if ((st = spin_us(local_size, &spin)) != COHORT_OK ||
-        (st = cohort__shm_rendezvous(rank, size, store, r.prefix, deadline, spin, out)) != COHORT_OK)
+        (st = cohort__shm_rendezvous(rank, size, 0, store, r.prefix, deadline, spin, out)) != COHORT_OK)
       goto fail;
     free(node_of);
     *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
@@ -319,7 +374,14 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
     free(addrs[p]);
   free(addrs);
   addrs = NULL;
-  if (per_node && (st = add_node_layer(&r, store, rank, per_node, local_size, deadline, out)) != COHORT_OK) goto fail;
+  if (per_node) {
+    st = add_node_layer(&r, store, rank, per_node, local_size, deadline, out);
+    if ((st = agree_on_node_layer(&r, store, rank, size, deadline, st)) != COHORT_OK) {
+      if (*out) (*out)->ops->destroy(*out);
+      *out = NULL;
+      goto fail;
+    }
+  }
   free(node_of);
   *store_out = store;
   *server_out = server;

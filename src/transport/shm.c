@@ -843,16 +843,16 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   if (fd < 0)
     return cohort__error_errno(COHORT_ERR_SYSTEM, errno,
                                "rank %d cannot open rank %d's segment /dev/shm%s (do the ranks share /dev/shm?)",
-                               t->base.rank, p, name);
+                               WORLD(t, t->base.rank), WORLD(t, p), name);
   if (fstat(fd, &sb) != 0 || sb.st_size < (off_t)sizeof(seg_hdr)) {
     close(fd);
-    return cohort__error(COHORT_ERR_PROTOCOL, "rank %d's segment /dev/shm%s is too short (%lld bytes)", p, name,
-                         (long long)sb.st_size);
+    return cohort__error(COHORT_ERR_PROTOCOL, "rank %d's segment /dev/shm%s is too short (%lld bytes)", WORLD(t, p),
+                         name, (long long)sb.st_size);
   }
   void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED)
-    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "mapping rank %d's segment /dev/shm%s", p, name);
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "mapping rank %d's segment /dev/shm%s", WORLD(t, p), name);
   pe->seg = m;
   pe->seg_len = (size_t)sb.st_size;
   seg_hdr *s = m;
@@ -864,17 +864,19 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   if (!sane || s->rank != p || s->size != t->base.size || s->ctl_offset != ctl || s->data_offset != data ||
       s->stage_offset != stage || s->arena_offset != arena || s->total_bytes != total || total != (uint64_t)sb.st_size)
     return cohort__error(COHORT_ERR_PROTOCOL,
-                         "rank %d's segment /dev/shm%s is not a cohort segment of rank %d in a job of %d ranks", p,
-                         name, p, t->base.size);
+                         "rank %d's segment /dev/shm%s is not a cohort segment of rank %d among %d ranks", WORLD(t, p),
+                         name, WORLD(t, p), t->base.size);
   /* The node collectives cut the vector into chunks of this size on every rank alike. */
   if (s->stage_bytes != t->me->stage_bytes)
     return cohort__error(COHORT_ERR_INVALID,
-                         "ranks disagree on COHORT_SHM_CHUNK_BYTES: rank %d uses %llu, rank %d uses %llu", p,
-                         (unsigned long long)s->stage_bytes, t->base.rank, (unsigned long long)t->me->stage_bytes);
+                         "ranks disagree on COHORT_SHM_CHUNK_BYTES: rank %d uses %llu, rank %d uses %llu", WORLD(t, p),
+                         (unsigned long long)s->stage_bytes, WORLD(t, t->base.rank),
+                         (unsigned long long)t->me->stage_bytes);
   pe->pid = pid;
   pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pe->pidfd < 0) {
-    if (errno == ESRCH) return cohort__error(COHORT_ERR_REMOTE, "rank %d (pid %d) exited during shm setup", p, pid);
+    if (errno == ESRCH)
+      return cohort__error(COHORT_ERR_REMOTE, "rank %d (pid %d) exited during shm setup", WORLD(t, p), pid);
     COHORT_LOG_DEBUG("pidfd_open(%d): %s; watching /proc instead", pid, strerror(errno));
   }
   pe->out_ctl = ring_ctl_of(s, t->base.rank);
@@ -909,7 +911,7 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
     st = cohort__error_errno(COHORT_ERR_SYSTEM, err,
                              "reserving %llu bytes in /dev/shm for rank %d's rings and staging buffers "
                              "(COHORT_SHM_RING_BYTES=%llu per peer, COHORT_SHM_CHUNK_BYTES=%llu twice)",
-                             (unsigned long long)total, t->base.rank, (unsigned long long)ring_bytes,
+                             (unsigned long long)total, WORLD(t, t->base.rank), (unsigned long long)ring_bytes,
                              (unsigned long long)stage_bytes);
   } else {
     void *m = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -941,8 +943,8 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
   return st;
 }
 
-cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix, int64_t deadline_ns,
-                                     long spin_us, cohort__transport **out) {
+cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, const char *prefix,
+                                     int64_t deadline_ns, long spin_us, cohort__transport **out) {
   long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0, arena_bytes = 0;
   COHORT_CHECK(cohort__env_long("COHORT_SHM_ARENA_BYTES", 0, 1L << 44, &arena_bytes));
   COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
@@ -961,6 +963,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &shm_ops, .rank = rank, .size = size};
+  t->world_offset = world_offset;
   t->me_fd = -1;
   pthread_mutex_init(&t->arena_mu, NULL);
   t->spin_ns = spin_us * 1000;
@@ -995,12 +998,12 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
       st = cohort__error(COHORT_ERR_TIMEOUT,
                          "shm rendezvous timed out: rank %d never published its segment "
                          "(COHORT_TIMEOUT sets the wait)",
-                         p);
+                         WORLD(t, p));
     if (st != COHORT_OK) goto fail;
     int pid = 0, used = 0;
     char peer_name[96], peer_host[HOST_ID_MAX];
     if (sscanf(v, "%d %95s %n", &pid, peer_name, &used) != 2 || pid <= 0 || strncmp(peer_name, "/cohort-shm-", 12)) {
-      st = cohort__error(COHORT_ERR_PROTOCOL, "rank %d published a malformed shm address '%s'", p, v);
+      st = cohort__error(COHORT_ERR_PROTOCOL, "rank %d published a malformed shm address '%s'", WORLD(t, p), v);
       free(v);
       goto fail;
     }
@@ -1010,7 +1013,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
       st = cohort__error(COHORT_ERR_INVALID,
                          "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
                          "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
-                         rank, host, p, peer_host);
+                         WORLD(t, rank), host, WORLD(t, p), peer_host);
       goto fail;
     }
     if ((st = map_peer(t, p, peer_name, pid)) != COHORT_OK) goto fail;
@@ -1037,13 +1040,22 @@ cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, c
 
 fail:
   if (!strstr(cohort_last_error(), "shm setup failed on")) {
-    /* Tell the others, so that they fail now rather than at COHORT_TIMEOUT. */
+    /* A peer that failed first has removed its segment, so what we saw since (a segment we could not open, say) may
+     * be only the consequence: its reason, when there is one, is the cause. */
     char text[COHORT__ABORT_TEXT_MAX], why[COHORT__ABORT_TEXT_MAX + 32];
     snprintf(text, sizeof text, "%s", cohort_last_error());
-    snprintf(why, sizeof why, "%d rank %d: %s", (int)st, rank, text);
+    int found = 0;
+    cohort_status theirs = peer_setup_failure(store, err_key, &found);
+    if (found && theirs != COHORT_OK) {
+      st = theirs;
+      goto cleanup;
+    }
+    /* Tell the others, so that they fail now rather than at COHORT_TIMEOUT. */
+    snprintf(why, sizeof why, "%d rank %d: %s", (int)st, WORLD(t, rank), text);
     cohort__store_set(store, err_key, why, strlen(why));
     cohort__error(st, "%s", text); /* the store call may have replaced the message */
   }
+cleanup:
   if (created) shm_unlink(name);
   shm_destroy(&t->base);
   return st;

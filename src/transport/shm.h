@@ -17,7 +17,8 @@
 #include "store/store.h"
 #include "transport/transport.h"
 
-/* Builds the shm transport of rank of size over store (keys under prefix). deadline_ns bounds the whole setup
+/* Builds the shm transport of rank of size over store (keys under prefix); the job knows rank r as r + world_offset
+ * (see cohort__shm_set_world_offset), which is how messages name it. deadline_ns bounds the whole setup
  * (COHORT_TIMEOUT); spin_us is how long a waiting rank polls before it sleeps on its futex. Reads
  * COHORT_SHM_RING_BYTES and COHORT_OP_TIMEOUT. Fails with COHORT_ERR_INVALID when the ranks are not on one host. */
 #define COHORT__SHM_HOST_ID_MAX 256
@@ -25,11 +26,12 @@
  * namespace, and COHORT_NODE_ID when set (so that tests can simulate several hosts on one). */
 void cohort__shm_host_identity(char *out, size_t len);
 
-cohort_status cohort__shm_rendezvous(int rank, int size, cohort__store *store, const char *prefix, int64_t deadline_ns,
-                                     long spin_us, cohort__transport **out);
+cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, const char *prefix,
+                                     int64_t deadline_ns, long spin_us, cohort__transport **out);
 
 /* A transport among the ranks of one node of a multi-node job (the hierarchical allreduce, src/coll/hier.c):
- * rank r here is rank r + world_offset of the job, which is how messages name it. */
+ * rank r here is rank r + world_offset of the job, which is how messages name it (cohort__shm_rendezvous takes the
+ * same offset, so that setup errors name job ranks too; 0 for a job on one host). */
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset);
 
 /* Optional: check(arg) runs every few milliseconds while a node collective of t waits on a peer's flag; a failure it

@@ -35,6 +35,8 @@
  *   hier_exact      every dtype and op on 2 nodes x 2 ranks: bitwise the reference combined as the algorithm does,
  *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2).
  *   mismatches      counts that differ between the nodes, or within one: COHORT_ERR_MISMATCH everywhere.
+ *   node_setup      rank 3's COHORT_SHM_CHUNK_BYTES differs from rank 2's (node 1): cohort_init fails on all four
+ *                   ranks with the same status, naming ranks 2 and 3.
  *   destroyed_peer  rank 1 destroys its communicator and lives on while the others allreduce: rank 0, waiting on its
  *                   shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
@@ -234,6 +236,8 @@ static int child(const char *mode) {
     snprintf(node, sizeof node, "sim%d", rank / atoi(per_node));
     setenv("COHORT_NODE_ID", node, 1);
   }
+  /* Node 1's two ranks disagree on the staging size (rank 3 differs): its shm setup fails. */
+  if (!strcmp(mode, "node_setup_fails") && rank == 3) setenv("COHORT_SHM_CHUNK_BYTES", "131072", 1);
   cohort_comm *c = NULL;
   cohort_status st = cohort_init(&c);
   if (st != COHORT_OK) {
@@ -639,6 +643,23 @@ TEST(hier_peer_that_left_is_reported_on_its_own_node_too) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
+/* The shm setup within node 1 fails (ranks 2 and 3 disagree on COHORT_SHM_CHUNK_BYTES): cohort_init must fail on
+ * every rank alike, node 0's too (not hand them a layered transport whose other half is gone), and the message must
+ * name the ranks as the job numbers them (2 and 3), not as node 1's shm transport does (0 and 1). */
+TEST(hier_node_setup_failure_fails_init_everywhere_naming_job_ranks) {
+  job *j = run_job("node_setup_fails", 4, HIER_ENV ";COHORT_TIMEOUT=20");
+  ASSERT_TRUE(j != NULL);
+  for (int r = 0; r < 4; r++) {
+    ASSERT_TRUE(j->have[r]);
+    ASSERT_EQ(j->status[r], COHORT_ERR_INVALID);
+    ASSERT_CONTAINS(j->msg[r], "shared memory within node 1");
+    ASSERT_CONTAINS(j->msg[r], "rank 3 uses 131072");
+    ASSERT_CONTAINS(j->msg[r], "rank 2 uses 524288");
+    ASSERT_TRUE(j->t[r] > 0);
+  }
+  ASSERT_EQ(j->left_in_dev_shm, 0);
+}
+
 TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   want_transport = "tcp+shm";
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
@@ -736,6 +757,7 @@ int main(int argc, char **argv) {
       TEST_CASE(a_rank_on_another_host_is_refused),
       TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),
       TEST_CASE(hier_peer_that_left_is_reported_on_its_own_node_too),
+      TEST_CASE(hier_node_setup_failure_fails_init_everywhere_naming_job_ranks),
       TEST_CASE(hier_allreduce_is_bitwise_the_same_on_every_rank),
       TEST_CASE(hier_mismatched_counts_fail_on_every_rank),
   };
