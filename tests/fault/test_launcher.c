@@ -1036,6 +1036,82 @@ TEST(elastic_ranges_are_checked) {
   result_free(&r2);
 }
 
+/* An elastic job on loopback (the same rendezvous as across namespaces, so that the sanitizers see it too): three
+ * nodes of --nnodes 2:3, node 2's cohortrun killed -> nodes 0 and 1 start generation 1 at world 2 and finish; a
+ * node that joins later takes part in generation 2 at world 3; then a failure with no restart left ends all. */
+TEST(elastic_nodes_leave_and_join) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  /* Generation 0 waits to be stopped; later ones say who they are and finish. */
+  const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then exec sleep 30; fi; "
+                       "echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"; "
+                       "[ $COHORT_RESTART_COUNT = 1 ] && exec sleep 30; exit 0";
+  proc n[4];
+  result r[4];
+  const char *argv[4][16];
+  char id[4][4];
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 4; i++) {
+    snprintf(id[i], sizeof id[i], "%d", i == 3 ? 2 : i);
+    const char *a[] = {launcher(), "--nnodes",         "2:4", "--node-rank", id[i], "-np",  "1", "--master-port",
+                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",  script, NULL};
+    memcpy(argv[i], a, sizeof a);
+  }
+  argv[3][4] = "3";
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv[i]);
+  usleep(1500000); /* generation 0 of 3 nodes is running */
+  kill(n[2].pid, SIGKILL);
+  proc_finish(&n[2], 20.0, t0, &r[2]);
+  ASSERT_EQ(r[2].code, 128 + SIGKILL);
+  usleep(3500000); /* nodes 0 and 1 noticed (2 s of silence) and run generation 1 */
+  start_node(&n[3], env, argv[3]);
+  proc_finish(&n[0], 30.0, t0, &r[0]);
+  proc_finish(&n[1], 30.0, t0, &r[1]);
+  proc_finish(&n[3], 30.0, t0, &r[3]);
+  char expect[700];
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ(r[i].code, 0);
+    snprintf(expect, sizeof expect,
+             "cohortrun: node %d: generation 1 (COHORT_RESTART_COUNT=1): node 2 (host %s) left the job; nodes 0,1 go "
+             "on; 2 nodes, world size 2, this node runs ranks %d..%d\n",
+             i, host(), i, i);
+    ASSERT_CONTAINS(r[i].err, expect);
+    snprintf(expect, sizeof expect, "[%d] gen 1 rank %d of 2\n[%d] gen 2 rank %d of 3\n", i, i, i, i);
+    ASSERT_CONTAINS(r[i].out, expect);
+  }
+  ASSERT_EQ(r[3].code, 0);
+  snprintf(expect, sizeof expect,
+           "cohortrun: node 3: generation 2 (COHORT_RESTART_COUNT=2): node 3 (host %s) joined; nodes 0,1,3; 3 nodes, "
+           "world size 3, this node runs ranks 2..2\n",
+           host());
+  ASSERT_CONTAINS(r[3].err, expect);
+  ASSERT_CONTAINS(r[3].out, "[2] gen 2 rank 2 of 3\n");
+  for (int i = 0; i < 4; i++)
+    result_free(&r[i]);
+
+  /* --max-restarts 0: a worker failure on node 1 (not a change of membership) ends both nodes with its code. */
+  snprintf(port, sizeof port, "%d", free_port());
+  const char *fails = "sleep 0.5; [ $RANK = 1 ] && exit 3; exec sleep 30";
+  t0 = cohort__now_s();
+  for (int i = 0; i < 2; i++) {
+    const char *a[] = {launcher(),      "--nnodes", "1:2",     "--node-rank", id[i], "-np", "1",
+                       "--master-port", port,       "/bin/sh", "-c",          fails, NULL};
+    memcpy(argv[i], a, sizeof a);
+    start_node(&n[i], env, argv[i]);
+  }
+  proc_finish(&n[0], 30.0, t0, &r[0]);
+  proc_finish(&n[1], 30.0, t0, &r[1]);
+  for (int i = 0; i < 2; i++) {
+    if (r[i].code != 3) fprintf(stderr, "  node %d: exit %d, stderr:\n%s", i, r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 3);
+    snprintf(expect, sizeof expect, "cohortrun: node %d: no restart: the failure above used up --max-restarts 0\n", i);
+    ASSERT_CONTAINS(r[i].err, expect);
+    result_free(&r[i]);
+  }
+}
+
 /* -H and --hostfile start the other nodes over ssh. Without an sshd here, a stand-in `ssh` first in PATH runs the
  * remote command on this host: everything but the network hop is real (the command line, the quoting, the secret
  * over stdin, node 1's own cohortrun). */
@@ -1097,4 +1173,4 @@ COHORT_TEST_MAIN(
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
     TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
     TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
-    TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(hosts_start_the_other_nodes_over_ssh))
