@@ -854,6 +854,19 @@ int main(int argc, char **argv) {
     cohort__cluster_finish(j.cluster, rc);
     while (j.opts.node_rank == 0 && !cohort__cluster_all_done(j.cluster)) {
       usleep(CLUSTER_POLL_NS / 1000);
+      /* Every worker is reaped; a SIGINT or SIGTERM now only ends this wait (a node that neither finishes nor goes
+       * silent would otherwise hold node 0 forever, deaf to signals: they are blocked for the signalfd). */
+      struct signalfd_siginfo si;
+      int sig = 0;
+      while (!sig && read(j.sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) sig = (int)si.ssi_signo;
+      if (sig) {
+        char name[32];
+        fprintf(stderr, "cohortrun: node 0: interrupted by %s while waiting for the other nodes to finish\n",
+                signal_name(sig, name, sizeof name));
+        if (rc == 0) rc = 128 + sig;
+        break;
+      }
       char *report = NULL;
       int code = 1;
       if (cohort__cluster_poll(j.cluster, &report, &code) && rc == 0) {
