@@ -448,6 +448,30 @@ static void describe_waiting(tcp_transport *t, char *buf, size_t len) {
     }
 }
 
+/* A frame of the current call from a peer that we expect nothing (more) from yet is held (or kept aside, when it came
+ * early) and compared with our call only once a receive is posted for it. Ranks that run different algorithms
+ * (COHORT_ALGO set differently on two nodes, say) may never post that receive while each waits on another rank: so
+ * when nothing moves, such frames are compared now. Every frame of one call carries the same call, so a frame of our
+ * call number that differs from it is a disagreement whoever it was meant for. */
+static cohort_status check_held_frames(tcp_transport *t) {
+  for (int i = 0; i < t->base.size * t->k; i++) {
+    channel *ch = &t->chans[i];
+    const cohort__frame *h = ch->rx_state == RX_HELD ? &ch->recv_hdr : NULL;
+    for (unexpected *u = ch->unexp_head; !h && u; u = u->next)
+      if (u->hdr.seq == t->call.seq) h = &u->hdr;
+    if (!h || h->seq != t->call.seq) continue;
+    cohort__call theirs;
+    cohort__frame_to_call(h, &theirs);
+    if (cohort__call_equal(&theirs, &t->call)) continue;
+    char a[256], b[256];
+    cohort__call_describe(&t->call, a, sizeof a);
+    cohort__call_describe(&theirs, b, sizeof b);
+    return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, a,
+                ch->peer, b);
+  }
+  return COHORT_OK;
+}
+
 static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
   tcp_transport *t = (tcp_transport *)base;
   int64_t last_progress = cohort__now_ns();
@@ -468,6 +492,7 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       last_progress = cohort__now_ns();
       continue;
     }
+    COHORT_CHECK(check_held_frames(t));
     if (t->idle_check) {
       cohort_status st = t->idle_check(t->idle_arg);
       if (st != COHORT_OK) return fail(t, st, "%s", cohort_last_error());
@@ -505,7 +530,8 @@ cohort_status cohort__tcp_poll(cohort__transport *base) {
     return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
   int progressed = 0;
   COHORT_CHECK(poll_events(t, 0));
-  return progress_once(t, &progressed);
+  COHORT_CHECK(progress_once(t, &progressed));
+  return check_held_frames(t);
 }
 
 /* ---- posting ---- */

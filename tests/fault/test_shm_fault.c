@@ -34,7 +34,8 @@
  *                   every survivor, on its node or the other, gets COHORT_ERR_REMOTE naming it within 2 s.
  *   hier_exact      every dtype and op on 2 nodes x 2 ranks: bitwise the reference combined as the algorithm does,
  *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2).
- *   mismatches      counts that differ between the nodes, or within one: COHORT_ERR_MISMATCH everywhere.
+ *   mismatches      counts that differ between the nodes, or within one, or the algorithm (one node forces the flat
+ *                   ring): COHORT_ERR_MISMATCH everywhere, at once.
  *   node_setup      rank 3's COHORT_SHM_CHUNK_BYTES differs from rank 2's (node 1): cohort_init fails on all four
  *                   ranks with the same status, naming ranks 2 and 3.
  *   destroyed_peer  rank 1 destroys its communicator and lives on while the others allreduce: rank 0, waiting on its
@@ -238,6 +239,8 @@ static int child(const char *mode) {
   }
   /* Node 1's two ranks disagree on the staging size (rank 3 differs): its shm setup fails. */
   if (!strcmp(mode, "node_setup_fails") && rank == 3) setenv("COHORT_SHM_CHUNK_BYTES", "131072", 1);
+  /* Node 1 forces the flat ring over the mesh while node 0 runs the hierarchical allreduce. */
+  if (!strcmp(mode, "mismatch_node_algo") && rank >= 2) setenv("COHORT_ALGO", "ring", 1);
   cohort_comm *c = NULL;
   cohort_status st = cohort_init(&c);
   if (st != COHORT_OK) {
@@ -283,6 +286,8 @@ static int child(const char *mode) {
     st = cohort_allreduce(c, buf, buf, rank >= 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_node_small")) {
     st = cohort_allreduce(c, buf, buf, rank >= 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_node_algo")) {
+    st = cohort_allreduce(c, buf, buf, 1000, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_node_op")) {
     st = cohort_allreduce(c, buf, buf, n, COHORT_F32, rank >= 2 ? COHORT_MAX : COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_coll")) {
@@ -687,11 +692,17 @@ TEST(hier_mismatched_counts_fail_on_every_rank) {
       {"mismatch_node_op", "allreduce(count=262144, f32, sum, hier)", "allreduce(count=262144, f32, max, hier)"},
       /* A broadcast against the hierarchical allreduce: rank 2 (node 1) gets frames of the allreduce from rank 0;
        * rank 3 gets none (its broadcast waits on rank 2, which waits on its flags): it must see rank 2's published
-       * call, not wait for COHORT_OP_TIMEOUT (60 s here). */
+       * call, not wait for COHORT_OP_TIMEOUT (10 s here). */
       {"mismatch_coll", "allreduce(count=262144, f32, sum, hier)", "broadcast(count=262144"},
-      {"mismatch_coll_last", "allreduce(count=262144, f32, sum, hier)", "broadcast(count=262144"}};
+      {"mismatch_coll_last", "allreduce(count=262144, f32, sum, hier)", "broadcast(count=262144"},
+      /* Node 1 runs the flat ring (COHORT_ALGO=ring): its frames reach ranks that expect nothing from their sender
+       * (rank 3 sends to rank 0, which waits on rank 2); such a frame of this call must be compared at once, not
+       * held until COHORT_OP_TIMEOUT (10 s here, the limit below is 5 s). */
+      {"mismatch_node_algo", "allreduce(count=1000, f32, sum, hier)", "allreduce(count=1000, f32, sum, ring)"}};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    job *j = run_job(modes[m][0], 4, HIER_ENV ";COHORT_OP_TIMEOUT=60");
+    double t0 = cohort__now_s();
+    job *j = run_job(modes[m][0], 4, HIER_ENV ";COHORT_OP_TIMEOUT=10");
+    ASSERT_TRUE(cohort__now_s() - t0 < 5.0);
     ASSERT_TRUE(j != NULL);
     for (int r = 0; r < 4; r++) {
       ASSERT_TRUE(ran_over_shm(j, r));
