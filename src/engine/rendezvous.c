@@ -206,6 +206,56 @@ static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int 
   return cohort__layered_create(wide, node, per_node, out);
 }
 
+/* Knobs that shape the exchange across nodes without being part of the call its frames carry: COHORT_SHM_CHUNK_BYTES
+ * cuts the vector into the slices that the nodes exchange, COHORT_SMALL_BYTES picks ring or recursive doubling for
+ * them (both under the one algorithm "hier"). Nodes that differ would fail their first allreduce with a frame size
+ * that blames another knob; instead every rank compares its values with rank 0's, which rank 0 publishes before its
+ * own node setup (so that a failure there cannot keep the others waiting), and says which knob differs. */
+static cohort_status read_knobs(char *out, size_t len) {
+  long chunk = 0, small = 0;
+  COHORT_CHECK(cohort__env_long("COHORT_SHM_CHUNK_BYTES", 4096, 1L << 30, &chunk));
+  COHORT_CHECK(cohort__env_long("COHORT_SMALL_BYTES", 0, 1L << 40, &small));
+  snprintf(out, len, "%ld %ld", chunk, small);
+  return COHORT_OK;
+}
+
+static cohort_status publish_knobs(rdv *r, cohort__store *store) {
+  char key[COHORT_STORE_KEY_MAX], mine[64];
+  COHORT_CHECK(read_knobs(mine, sizeof mine));
+  snprintf(key, sizeof key, "%snode/knobs", r->prefix);
+  return cohort__store_set(store, key, mine, strlen(mine));
+}
+
+static cohort_status check_knobs(rdv *r, cohort__store *store, int rank, int64_t deadline) {
+  char key[COHORT_STORE_KEY_MAX], mine[64], theirs[64];
+  COHORT_CHECK(read_knobs(mine, sizeof mine));
+  snprintf(key, sizeof key, "%snode/knobs", r->prefix);
+  char *v = NULL;
+  size_t len = 0;
+  double left = (double)(deadline - cohort__now_ns()) * 1e-9;
+  cohort_status st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&v, &len);
+  if (st == COHORT_ERR_TIMEOUT)
+    return cohort__error(COHORT_ERR_TIMEOUT, "rendezvous timed out after %ld s: rank 0 never published %s at %s",
+                         r->timeout_s, key, r->where);
+  COHORT_CHECK(st);
+  snprintf(theirs, sizeof theirs, "%.*s", (int)(len < sizeof theirs ? len : sizeof theirs - 1), v);
+  free(v);
+  long chunk = 0, small = 0, chunk0 = -1, small0 = -1;
+  if (sscanf(mine, "%ld %ld", &chunk, &small) != 2 || sscanf(theirs, "%ld %ld", &chunk0, &small0) != 2)
+    return cohort__error(COHORT_ERR_PROTOCOL, "rank 0 published malformed knobs '%s' under %s", theirs, key);
+  if (chunk0 != chunk)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "ranks disagree on COHORT_SHM_CHUNK_BYTES: rank %d uses %ld, rank 0 uses %ld (it cuts the "
+                         "vector into the slices that the nodes exchange: set it alike everywhere)",
+                         rank, chunk, chunk0);
+  if (small0 != small)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "ranks disagree on COHORT_SMALL_BYTES: rank %d uses %ld, rank 0 uses %ld (it picks the "
+                         "algorithm across nodes: set it alike everywhere)",
+                         rank, small, small0);
+  return COHORT_OK;
+}
+
 /* After add_node_layer (whose outcome on this rank is mine): every rank counts in under "<prefix>node/done" and waits
  * for all, and a rank whose node layer failed first leaves its reason under "<prefix>node/error". So either every rank
  * has its layered transport or every rank fails, with the failing node's reason (a node cannot go on with a mesh
@@ -375,7 +425,9 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   free(addrs);
   addrs = NULL;
   if (per_node) {
+    if (rank == 0 && (st = publish_knobs(&r, store)) != COHORT_OK) goto fail_transport;
     st = add_node_layer(&r, store, rank, per_node, local_size, deadline, out);
+    if (st == COHORT_OK && rank != 0) st = check_knobs(&r, store, rank, deadline);
     if ((st = agree_on_node_layer(&r, store, rank, size, deadline, st)) != COHORT_OK) {
       if (*out) (*out)->ops->destroy(*out);
       *out = NULL;

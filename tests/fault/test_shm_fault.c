@@ -38,6 +38,8 @@
  *                   ring): COHORT_ERR_MISMATCH everywhere, at once.
  *   node_setup      rank 3's COHORT_SHM_CHUNK_BYTES differs from rank 2's (node 1): cohort_init fails on all four
  *                   ranks with the same status, naming ranks 2 and 3.
+ *   knobs           node 1's COHORT_SHM_CHUNK_BYTES or COHORT_SMALL_BYTES differs from node 0's: cohort_init fails on
+ *                   every rank, naming the knob and both values.
  *   destroyed_peer  rank 1 destroys its communicator and lives on while the others allreduce: rank 0, waiting on its
  *                   shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
@@ -239,6 +241,9 @@ static int child(const char *mode) {
   }
   /* Node 1's two ranks disagree on the staging size (rank 3 differs): its shm setup fails. */
   if (!strcmp(mode, "node_setup_fails") && rank == 3) setenv("COHORT_SHM_CHUNK_BYTES", "131072", 1);
+  /* Node 1 cuts the vector into other chunks, or picks the algorithm across nodes by another size, than node 0. */
+  if (!strcmp(mode, "node_chunk_differs") && rank >= 2) setenv("COHORT_SHM_CHUNK_BYTES", "131072", 1);
+  if (!strcmp(mode, "node_small_differs") && rank >= 2) setenv("COHORT_SMALL_BYTES", "0", 1);
   /* Node 1 forces the flat ring over the mesh while node 0 runs the hierarchical allreduce. */
   if (!strcmp(mode, "mismatch_node_algo") && rank >= 2) setenv("COHORT_ALGO", "ring", 1);
   cohort_comm *c = NULL;
@@ -286,6 +291,9 @@ static int child(const char *mode) {
     st = cohort_allreduce(c, buf, buf, rank >= 2 ? n / 2 : n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_node_small")) {
     st = cohort_allreduce(c, buf, buf, rank >= 2 ? 500 : 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "node_chunk_differs") || !strcmp(mode, "node_small_differs")) {
+    st = cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
+    if (st == COHORT_OK) st = cohort_allreduce(c, buf, buf, 1000, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_node_algo")) {
     st = cohort_allreduce(c, buf, buf, 1000, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "mismatch_node_op")) {
@@ -293,7 +301,8 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "mismatch_coll")) {
     st = rank == 2 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
                    : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
-  } else if (!strcmp(mode, "mismatch_coll_last")) { /* on 2 x 2: rank 3 waits for rank 2's frames, rank 2 for its flags */
+  } else if (!strcmp(mode,
+                     "mismatch_coll_last")) { /* on 2 x 2: rank 3 waits for rank 2's frames, rank 2 for its flags */
     st = rank == cohort_size(c) - 1 ? cohort_broadcast(c, buf, n, COHORT_F32, 0)
                                     : cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
   } else if (!strcmp(mode, "exact")) {
@@ -665,6 +674,27 @@ TEST(hier_node_setup_failure_fails_init_everywhere_naming_job_ranks) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
+/* The nodes disagree on a knob that shapes the exchange across nodes but is not part of the call stamped on its
+ * frames (the chunking of COHORT_SHM_CHUNK_BYTES; the ring/rd choice of COHORT_SMALL_BYTES, under the one
+ * algorithm "hier"). cohort_init must refuse it on every rank, naming the knob and both values, rather than let
+ * the first allreduce fail with a frame size that blames COHORT_SEGMENT_BYTES. */
+TEST(hier_nodes_that_disagree_on_chunk_or_small_bytes_are_refused) {
+  static const char *const cases[][3] = {
+      {"node_chunk_differs", "COHORT_SHM_CHUNK_BYTES", "uses 131072, rank 0 uses 524288"},
+      {"node_small_differs", "COHORT_SMALL_BYTES", "uses 0, rank 0 uses 65536"}};
+  for (int k = 0; k < 2; k++) {
+    job *j = run_job(cases[k][0], 4, HIER_ENV ";COHORT_TIMEOUT=20");
+    ASSERT_TRUE(j != NULL);
+    for (int r = 0; r < 4; r++) {
+      ASSERT_TRUE(j->have[r]);
+      ASSERT_EQ(j->status[r], COHORT_ERR_INVALID);
+      ASSERT_CONTAINS(j->msg[r], cases[k][1]);
+      ASSERT_CONTAINS(j->msg[r], cases[k][2]);
+    }
+    ASSERT_EQ(j->left_in_dev_shm, 0);
+  }
+}
+
 TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   want_transport = "tcp+shm";
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
@@ -769,6 +799,7 @@ int main(int argc, char **argv) {
       TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),
       TEST_CASE(hier_peer_that_left_is_reported_on_its_own_node_too),
       TEST_CASE(hier_node_setup_failure_fails_init_everywhere_naming_job_ranks),
+      TEST_CASE(hier_nodes_that_disagree_on_chunk_or_small_bytes_are_refused),
       TEST_CASE(hier_allreduce_is_bitwise_the_same_on_every_rank),
       TEST_CASE(hier_mismatched_counts_fail_on_every_rank),
   };
