@@ -127,6 +127,40 @@ static void run_id_of(const char *secret, char *out, size_t len) {
     n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
 }
 
+/* The key each COHORT_TRANSPORT publishes first for rank p: auto its host identity, tcp its address, shm its
+ * segment. */
+static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}, {"shm", "shm"}};
+
+/* GETs "<prefix><what>/<p>" (what this rank's own transport needs from p) within the deadline (COHORT_ERR_TIMEOUT
+ * then, for the caller to name who is missing). Meanwhile, a rank that runs another COHORT_TRANSPORT never publishes
+ * that key: when the first key of another transport shows up for p instead, every rank would otherwise wait for
+ * COHORT_TIMEOUT and blame a rank that did arrive, so that is COHORT_ERR_INVALID at once. */
+static cohort_status await_rank_key(rdv *r, cohort__store *store, int rank, const char *transport, const char *what,
+                                    int p, int64_t deadline, void **value, size_t *len) {
+  char key[COHORT_STORE_KEY_MAX], sign[COHORT_STORE_KEY_MAX];
+  snprintf(key, sizeof key, "%s%s/%d", r->prefix, what, p);
+  for (;;) {
+    double left = (double)(deadline - cohort__now_ns()) * 1e-9;
+    cohort_status st = cohort__store_get(store, key, left > 0.05 ? 0.05 : left > 0 ? left : 0.001, value, len);
+    if (st != COHORT_ERR_TIMEOUT) return st;
+    if (left <= 0) return st;
+    for (size_t i = 0; i < sizeof first_key_of / sizeof first_key_of[0]; i++) {
+      if (strcmp(first_key_of[i][0], transport) == 0) continue;
+      int there = 0, exists = 0;
+      snprintf(sign, sizeof sign, "%s%s/%d", r->prefix, first_key_of[i][1], p);
+      COHORT_CHECK(cohort__store_check(store, sign, &there));
+      if (!there) continue;
+      /* An auto rank publishes its host first and then, past the layout, a shm segment or a TCP address as well:
+       * with ours there too, p runs what we run. */
+      COHORT_CHECK(cohort__store_check(store, key, &exists));
+      if (exists) break;
+      return cohort__error(COHORT_ERR_INVALID,
+                           "rank %d runs with COHORT_TRANSPORT=%s but rank %d with %s: set it alike on every rank", p,
+                           first_key_of[i][0], rank, transport);
+    }
+  }
+}
+
 /* COHORT_TRANSPORT=auto: every rank publishes its host identity (COHORT_NODE_ID included) and reads everyone's, so
  * that all ranks see the same list and choose alike. node_of[p] numbers the hosts in order of first appearance. */
 static cohort_status host_layout(rdv *r, cohort__store *store, int rank, int size, int64_t deadline, int *node_of,
@@ -141,9 +175,7 @@ static cohort_status host_layout(rdv *r, cohort__store *store, int rank, int siz
   *nodes = 0;
   for (int p = 0; p < size && st == COHORT_OK; p++) {
     size_t len = 0;
-    double left = (double)(deadline - cohort__now_ns()) * 1e-9;
-    snprintf(key, sizeof key, "%shost/%d", r->prefix, p);
-    st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&ids[p], &len);
+    st = await_rank_key(r, store, rank, "auto", "host", p, deadline, (void **)&ids[p], &len);
     if (st == COHORT_ERR_TIMEOUT) st = name_missing(r, store, size, "host");
     if (st != COHORT_OK) break;
     char *id = realloc(ids[p], len + 1); /* store values are not terminated */
@@ -383,10 +415,8 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
     goto fail;
   }
   for (int p = 0; p < size; p++) {
-    snprintf(key, sizeof key, "%speer/%d", r.prefix, p);
-    double left = (double)(deadline - cohort__now_ns()) * 1e-9;
     size_t len = 0;
-    st = cohort__store_get(store, key, left > 0 ? left : 0.001, (void **)&addrs[p], &len);
+    st = await_rank_key(&r, store, rank, transport, "peer", p, deadline, (void **)&addrs[p], &len);
     if (st == COHORT_ERR_TIMEOUT) st = name_missing(&r, store, size, "peer");
     if (st != COHORT_OK) goto fail;
   }
