@@ -315,10 +315,11 @@ cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *en
                          "mismatched --max-restarts: this node (node %d) has %d, node 0 (host %s) has %d; give every "
                          "node the same value",
                          c->node_rank, c->max_restarts, host, restarts);
-  /* Join the generation being formed, or wait for the one after the latest. */
+  /* Join the generation being formed, or the latest one written: node 0 may have taken this node in (it saw the
+   * announcement) before this node got here. follow() moves past records that leave this node out. */
   int gen = 0;
   if (cohort__store_get(c->store, "cohortrun/e/latest", 0.001, &got, &len) == COHORT_OK) {
-    gen = atoi(got) + 1;
+    gen = atoi(got);
     free(got);
   }
   int64_t deadline = gen == 0 ? cohort__now_ns() + (int64_t)(timeout_s * 1e9) + 5000000000LL : 0;
