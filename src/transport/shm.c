@@ -823,13 +823,35 @@ static cohort_status peer_setup_failure(cohort__store *store, const char *err_ke
   return st;
 }
 
-/* Waits for key, failing early if some rank has reported a setup failure under err_key. */
-static cohort_status await_key(cohort__store *store, const char *key, const char *err_key, int64_t deadline,
-                               void **value, size_t *len) {
+/* A rank that runs COHORT_TRANSPORT=auto or tcp publishes its host or its address under the job's prefix (not under a
+ * node's, where the layered transport runs this rendezvous) and never a segment: waiting for it would last until
+ * COHORT_TIMEOUT. */
+static cohort_status other_transport(shm_transport *t, cohort__store *store, const char *prefix, int p) {
+  static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}};
+  for (int i = 0; i < 2; i++) {
+    char key[160];
+    int there = 0;
+    snprintf(key, sizeof key, "%s%s/%d", prefix, first_key_of[i][1], p);
+    COHORT_CHECK(cohort__store_check(store, key, &there));
+    if (there)
+      return cohort__error(COHORT_ERR_INVALID,
+                           "rank %d runs with COHORT_TRANSPORT=%s but rank %d with shm: set it alike on every rank",
+                           WORLD(t, p), first_key_of[i][0], WORLD(t, t->base.rank));
+  }
+  return COHORT_OK;
+}
+
+/* Waits for key (rank p's segment), failing early if some rank has reported a setup failure under err_key, or when
+ * p runs another transport while we run COHORT_TRANSPORT=shm (auto ranks that found one host come here too, after
+ * publishing their hosts; the layered transport's node rendezvous has keys of its own, under "node/"). */
+static cohort_status await_key(shm_transport *t, cohort__store *store, const char *prefix, int p, const char *key,
+                               const char *err_key, int64_t deadline, void **value, size_t *len) {
+  int job_wide = !strstr(prefix, "/node/") && strcmp(cohort__env_str("COHORT_TRANSPORT"), "shm") == 0;
   for (;;) {
     int exists = 0;
     COHORT_CHECK(cohort__store_check(store, key, &exists));
     if (exists) return cohort__store_get(store, key, 1.0, value, len);
+    if (job_wide) COHORT_CHECK(other_transport(t, store, prefix, p));
     COHORT_CHECK(peer_setup_failure(store, err_key, &exists));
     if (cohort__now_ns() > deadline) return COHORT_ERR_TIMEOUT;
     usleep(1000);
@@ -993,7 +1015,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
     char *v = NULL;
     size_t len = 0;
     snprintf(key, sizeof key, "%sshm/%d", prefix, p);
-    st = await_key(store, key, err_key, deadline_ns, (void **)&v, &len);
+    st = await_key(t, store, prefix, p, key, err_key, deadline_ns, (void **)&v, &len);
     if (st == COHORT_ERR_TIMEOUT)
       st = cohort__error(COHORT_ERR_TIMEOUT,
                          "shm rendezvous timed out: rank %d never published its segment "

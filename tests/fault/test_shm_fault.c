@@ -40,10 +40,9 @@
  *                   ranks with the same status, naming ranks 2 and 3.
  *   knobs           node 1's COHORT_SHM_CHUNK_BYTES or COHORT_SMALL_BYTES differs from node 0's: cohort_init fails on
  *                   every rank, naming the knob and both values.
- *   transport       rank 3 runs COHORT_TRANSPORT=tcp, the others auto: every rank fails cohort_init at once, naming
- *                   the rank and the transport it runs.
- *   destroyed_peer  rank 1 destroys its communicator and lives on while the others allreduce: rank 0, waiting on its
- *                   shm flags, hears of it through TCP (rank 3's abort) within 2 s.
+ *   transport       rank 3 runs COHORT_TRANSPORT=tcp (then shm), the others auto: every rank fails cohort_init at once,
+ * naming the rank and the transport it runs. destroyed_peer  rank 1 destroys its communicator and lives on while the
+ * others allreduce: rank 0, waiting on its shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -248,6 +247,7 @@ static int child(const char *mode) {
   if (!strcmp(mode, "node_small_differs") && rank >= 2) setenv("COHORT_SMALL_BYTES", "0", 1);
   /* Rank 3 alone asks for plain TCP while the others leave COHORT_TRANSPORT=auto. */
   if (!strcmp(mode, "transport_differs") && rank == 3) setenv("COHORT_TRANSPORT", "tcp", 1);
+  if (!strcmp(mode, "transport_differs_shm") && rank == 3) setenv("COHORT_TRANSPORT", "shm", 1);
   /* Node 1 forces the flat ring over the mesh while node 0 runs the hierarchical allreduce. */
   if (!strcmp(mode, "mismatch_node_algo") && rank >= 2) setenv("COHORT_ALGO", "ring", 1);
   cohort_comm *c = NULL;
@@ -699,22 +699,25 @@ TEST(hier_nodes_that_disagree_on_chunk_or_small_bytes_are_refused) {
   }
 }
 
-/* Rank 3 runs COHORT_TRANSPORT=tcp, the others auto: the auto ranks wait for a host identity that rank 3 never
- * publishes, rank 3 for addresses that they publish only after the layout. Every rank must fail cohort_init at once
- * saying that the transports differ (not "rank 3 never arrived" after COHORT_TIMEOUT, 20 s here). */
+/* Rank 3 runs COHORT_TRANSPORT=tcp (then shm), the others auto: the auto ranks wait for a host identity that rank 3
+ * never publishes, rank 3 for addresses (segments) that they publish only after the layout, or never. Every rank must
+ * fail cohort_init at once saying that the transports differ (not "rank 3 never arrived" after COHORT_TIMEOUT, 20 s
+ * here). */
 TEST(ranks_that_disagree_on_the_transport_fail_init_at_once) {
-  double t0 = cohort__now_s();
-  job *j = run_job("transport_differs", 4, HIER_ENV ";COHORT_TIMEOUT=20");
-  ASSERT_TRUE(j != NULL);
-  ASSERT_TRUE(cohort__now_s() - t0 < 5.0);
-  for (int r = 0; r < 4; r++) {
-    ASSERT_TRUE(j->have[r]);
-    ASSERT_EQ(j->status[r], COHORT_ERR_INVALID);
-    ASSERT_CONTAINS(j->msg[r], "COHORT_TRANSPORT");
-    ASSERT_CONTAINS(j->msg[r],
-                    r == 3 ? "rank 0 runs with COHORT_TRANSPORT=auto" : "rank 3 runs with COHORT_TRANSPORT=tcp");
+  for (int shm = 0; shm < 2; shm++) { /* rank 3 runs tcp, then shm */
+    double t0 = cohort__now_s();
+    job *j = run_job(shm ? "transport_differs_shm" : "transport_differs", 4, HIER_ENV ";COHORT_TIMEOUT=20");
+    ASSERT_TRUE(j != NULL);
+    ASSERT_TRUE(cohort__now_s() - t0 < 5.0);
+    for (int r = 0; r < 4; r++) {
+      ASSERT_TRUE(j->have[r]);
+      ASSERT_EQ(j->status[r], COHORT_ERR_INVALID);
+      ASSERT_CONTAINS(j->msg[r], r == 3 ? "rank 0 runs with COHORT_TRANSPORT=auto"
+                                 : shm  ? "rank 3 runs with COHORT_TRANSPORT=shm"
+                                        : "rank 3 runs with COHORT_TRANSPORT=tcp");
+    }
+    ASSERT_EQ(j->left_in_dev_shm, 0);
   }
-  ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
 TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
