@@ -128,8 +128,8 @@ static void run_id_of(const char *secret, char *out, size_t len) {
 }
 
 /* The key each COHORT_TRANSPORT publishes first for rank p: auto its host identity, tcp its address, shm its
- * segment. */
-static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}, {"shm", "shm"}};
+ * arrival (shm.c). */
+static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}, {"shm", "shm/arrived"}};
 
 /* GETs "<prefix><what>/<p>" (what this rank's own transport needs from p) within the deadline (COHORT_ERR_TIMEOUT
  * then, for the caller to name who is missing). Meanwhile, a rank that runs another COHORT_TRANSPORT never publishes

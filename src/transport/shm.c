@@ -999,11 +999,38 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   for (int p = 0; p < size; p++)
     t->peers[p].pidfd = -1;
 
+  /* Arrive first, with no segment yet: a rank killed while it waits for its peers (cohortrun stopping a job whose
+   * other rank failed to start, say) then leaves nothing in /dev/shm, where a segment would keep its memory until
+   * reboot; the segments exist only for the moments in which every rank is there to map them. Everyone's host
+   * identity comes with it, so ranks on several hosts are refused before anything is created. */
+  cohort__shm_host_identity(host, sizeof host);
+  snprintf(key, sizeof key, "%sshm/arrived/%d", prefix, rank);
+  if ((st = cohort__store_set(store, key, host, strlen(host))) != COHORT_OK) goto fail;
+  for (int p = 0; p < size; p++) {
+    if (p == rank) continue;
+    char *v = NULL, peer_host[HOST_ID_MAX];
+    size_t len = 0;
+    snprintf(key, sizeof key, "%sshm/arrived/%d", prefix, p);
+    st = await_key(t, store, prefix, p, key, err_key, deadline_ns, (void **)&v, &len);
+    if (st == COHORT_ERR_TIMEOUT)
+      st = cohort__error(COHORT_ERR_TIMEOUT,
+                         "shm rendezvous timed out: rank %d never arrived (COHORT_TIMEOUT sets the wait)", WORLD(t, p));
+    if (st != COHORT_OK) goto fail;
+    snprintf(peer_host, sizeof peer_host, "%.*s", (int)(len < sizeof peer_host ? len : sizeof peer_host - 1), v);
+    free(v);
+    if (strcmp(peer_host, host) != 0) {
+      st = cohort__error(COHORT_ERR_INVALID,
+                         "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
+                         "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
+                         WORLD(t, rank), host, WORLD(t, p), peer_host);
+      goto fail;
+    }
+  }
+
   if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, round_up((uint64_t)arena_bytes, PAGE), name,
                        sizeof name)) != COHORT_OK)
     goto fail;
   created = 1;
-  cohort__shm_host_identity(host, sizeof host);
   char mine[HOST_ID_MAX + 160];
   snprintf(mine, sizeof mine, "%d %s %s", (int)getpid(), name, host);
   snprintf(key, sizeof key, "%sshm/%d", prefix, rank);

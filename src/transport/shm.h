@@ -2,10 +2,11 @@
  * shm.h: the shared-memory transport (shm.c), for a job whose ranks all run on one host (COHORT_TRANSPORT=shm).
  *
  * Setting it up is a rendezvous of its own over the store, so it lives beside the transport rather than in
- * engine/rendezvous.c: every rank creates one segment for its inbound rings, publishes its name, its pid and its
- * host identity under "<prefix>shm/<rank>", maps every peer's segment, and after a store barrier (which also
- * stands for the TCP path's "connected" barrier: no rank touches the store after it) unlinks its own, so nothing
- * is left in /dev/shm even if a rank is killed later.
+ * engine/rendezvous.c: every rank first publishes its arrival (its host identity) and waits for everyone's, so that
+ * nothing exists in /dev/shm while a rank may still be killed waiting for late peers; then every rank creates one
+ * segment for its inbound rings, publishes its name, its pid and its host identity under "<prefix>shm/<rank>", maps
+ * every peer's segment, and after a store barrier (which also stands for the TCP path's "connected" barrier: no rank
+ * touches the store after it) unlinks its own, so nothing is left in /dev/shm even if a rank is killed later.
  *
  * Thread-safety: as transport.h says (one driving thread; interrupt from any thread).
  */

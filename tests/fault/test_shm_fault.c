@@ -769,6 +769,28 @@ TEST(hier_mismatched_counts_fail_on_every_rank) {
   }
 }
 
+/* Ranks 0 and 1 of a 3-rank job wait for rank 2, which never comes, and are killed meanwhile (as cohortrun stops a
+ * job when another rank failed to start): nothing of theirs may stay in /dev/shm, where a segment would hold its
+ * memory until the next reboot. */
+TEST(ranks_killed_while_waiting_for_a_peer_leave_nothing_in_dev_shm) {
+  static job j;
+  memset(&j, 0, sizeof j);
+  j.size = 3;
+  ASSERT_TRUE(cohort__store_server_start("127.0.0.1", 0, SECRET, &j.server) == COHORT_OK);
+  j.port = cohort__store_server_port(j.server);
+  for (int r = 0; r < 2; r++)
+    start_rank(&j, "small_rings", r, "COHORT_TIMEOUT=30");
+  usleep(500000);
+  for (int r = 0; r < 2; r++) {
+    kill(j.pid[r], SIGKILL);
+    waitpid(j.pid[r], NULL, 0);
+    fclose(j.out[r]);
+  }
+  cohort__store_server_stop(j.server);
+  for (int r = 0; r < 2; r++)
+    ASSERT_EQ(shm_entries_of(j.pid[r]), 0);
+}
+
 /* The parent plays rank 1 from another host: it publishes a segment under a foreign host identity. The real rank 0
  * must refuse shm with COHORT_ERR_INVALID naming both hosts, tell the store why, and leave nothing in /dev/shm. */
 TEST(a_rank_on_another_host_is_refused) {
@@ -781,6 +803,8 @@ TEST(a_rank_on_another_host_is_refused) {
   ASSERT_OK(cohort__store_connect_tcp("127.0.0.1", j.port, SECRET, 10, &store));
   static const char foreign[] = "4242 /cohort-shm-4242-00000000000000000000000000000000 node-b/0000-boot/pid:[1]";
   ASSERT_OK(cohort__store_set(store, "cohort/shm-host-test/0/shm/1", foreign, strlen(foreign)));
+  static const char foreign_host[] = "node-b/0000-boot/pid:[1]"; /* its arrival, which comes first */
+  ASSERT_OK(cohort__store_set(store, "cohort/shm-host-test/0/shm/arrived/1", foreign_host, strlen(foreign_host)));
   start_rank(&j, "small_rings", 0, "COHORT_RUN_ID=shm-host-test;COHORT_TIMEOUT=10");
   j.size = 1; /* only rank 0 runs */
   collect(&j);
@@ -821,6 +845,7 @@ int main(int argc, char **argv) {
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
       TEST_CASE(a_rank_on_another_host_is_refused),
+      TEST_CASE(ranks_killed_while_waiting_for_a_peer_leave_nothing_in_dev_shm),
       TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),
       TEST_CASE(hier_peer_that_left_is_reported_on_its_own_node_too),
       TEST_CASE(hier_node_setup_failure_fails_init_everywhere_naming_job_ranks),
