@@ -35,6 +35,7 @@
   X("COHORT_STALL_S", "60", "seconds a rank waits for a bucket before the stall inspector names the ranks missing; 0: off") \
   X("COHORT_HEARTBEAT_S", "0", "cohortrun reports (and stops) a worker whose collectives make no progress for this many seconds; 0: off") \
   X("COHORT_HEARTBEAT_FD", "", "set by cohortrun: a memfd page in which a worker counts its collectives")       \
+  X("COHORT_TTY", "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0")        \
   X("COHORT_LOG_LEVEL", "warn", "error, warn, info or debug")
 
 #endif
