@@ -414,6 +414,34 @@ TEST(worker_killed_by_signal_is_named) {
   remove_dir(dir);
 }
 
+/* A rank killed before its peers mapped its shared segment cannot unlink it: cohortrun removes what a reaped worker
+ * left under its pid (/dev/shm/cohort-shm-PID-*), and nothing else. */
+TEST(segments_of_killed_workers_are_removed) {
+  char other[128];
+  snprintf(other, sizeof other, "/dev/shm/cohort-shm-%d-00ff", (int)getpid()); /* not a worker's: must stay */
+  FILE *f = fopen(other, "w");
+  ASSERT_TRUE(f != NULL);
+  fclose(f);
+  const char *argv[] = {launcher(), "-np", "2", "/bin/sh", "-c",
+                        "touch /dev/shm/cohort-shm-$$-00aa /dev/shm/cohort-shm-$$-00bb; echo $$; kill -9 $$", NULL};
+  result r;
+  run(argv, &r);
+  int other_kept = access(other, F_OK) == 0;
+  unlink(other);
+  ASSERT_TRUE(other_kept);
+  ASSERT_EQ(r.code, 128 + SIGKILL);
+  int pids[2], n = sscanf(r.out, "[%*d] %d\n[%*d] %d", &pids[0], &pids[1]);
+  ASSERT_TRUE(n >= 1);
+  for (int k = 0; k < n; k++) {
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/cohort-shm-%d-00aa", pids[k]);
+    ASSERT_TRUE(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "/dev/shm/cohort-shm-%d-00bb", pids[k]);
+    ASSERT_TRUE(access(path, F_OK) != 0);
+  }
+  result_free(&r);
+}
+
 TEST(workers_ignoring_sigterm_get_sigkill_after_the_grace) {
   char dir[64];
   make_dir(dir, sizeof dir);
@@ -1165,7 +1193,7 @@ COHORT_TEST_MAIN(
     TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
     TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
     TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
-    TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
+    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
     TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
     TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),

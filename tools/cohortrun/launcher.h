@@ -75,6 +75,10 @@ typedef struct cohort__launch_worker_env {
 cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out);
 void cohort__launch_env_free(char **envp);
 
+/* Unlinks what a reaped worker may have left in /dev/shm: the library names its segment /cohort-shm-PID-..., and
+ * unlinks it once every peer has mapped it, so only a worker killed in between leaves one. Returns how many. */
+int cohort__launch_remove_segments(pid_t pid);
+
 /* Starts one worker: stdout and stderr to fresh pipes (read ends returned non-blocking), stdin from /dev/null, its
  * own process group, SIGKILL when cohortrun dies, and child_mask as its signal mask. keep_fd >= 0 (a close-on-exec
  * descriptor of cohortrun's) is inherited by the program. Returns once the program has

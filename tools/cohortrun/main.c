@@ -184,6 +184,7 @@ static void reap(job *j) {
     if (pid <= 0) return;
     worker *w = find_worker(j, pid);
     if (!w || !w->running) continue;
+    cohort__launch_remove_segments(pid); /* a rank killed while its peers were still mapping its segment */
     w->running = 0;
     w->wait_status = status;
     j->running--;

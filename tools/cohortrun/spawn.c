@@ -1,8 +1,11 @@
 /* spawn.c: one worker's environment, and its fork/exec. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +14,20 @@
 #include "launcher.h"
 
 extern char **environ;
+
+int cohort__launch_remove_segments(pid_t pid) {
+  char prefix[48], name[300];
+  int n = snprintf(prefix, sizeof prefix, "cohort-shm-%d-", (int)pid), removed = 0;
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    removed += shm_unlink(name) == 0;
+  }
+  closedir(d);
+  return removed;
+}
 
 /* The variables cohortrun sets; inherited copies of them are dropped so a worker never sees two values. */
 static const char *const job_vars[] = {"RANK",
