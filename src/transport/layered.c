@@ -44,17 +44,18 @@ static cohort_status check_node_calls(void *node) { return cohort__shm_check_nod
  * reaches it even when that node peer never comes (it left: its links closed, which its peers across saw). */
 static cohort_status poll_wide(void *wide) { return cohort__tcp_poll(wide); }
 
-/* Both parts: a node peer may be waiting on a shm flag, a remote one on a frame. */
+/* Both parts: a node peer may be waiting on a shm flag, a remote one on a frame. The node part first: its abort is
+ * a few stores, while the mesh's ABORT frames may wait up to half a second on full socket buffers. */
 static void layered_abort(cohort__transport *t, cohort_status status, const char *message) {
   cohort__layers *l = layers(t);
-  l->wide->ops->abort(l->wide, status, message);
   l->node->ops->abort(l->node, status, message);
+  l->wide->ops->abort(l->wide, status, message);
 }
 
 static void layered_interrupt(cohort__transport *t, cohort_status status, const char *message) {
   cohort__layers *l = layers(t);
-  l->wide->ops->interrupt(l->wide, status, message);
   l->node->ops->interrupt(l->node, status, message);
+  l->wide->ops->interrupt(l->wide, status, message);
 }
 
 static void layered_destroy(cohort__transport *t) {
