@@ -38,21 +38,8 @@ void cohort__heartbeat_enter(int rank, uint32_t seq, int kind);
 void cohort__heartbeat_leave(void);
 /* "allreduce", "broadcast", ... for a kind of the page. Inline: cohortrun reads pages without linking the engine. */
 static inline const char *cohort__heartbeat_kind_name(uint32_t kind) {
-  switch (kind) {
-  case COHORT__COLL_ALLREDUCE:
-    return "allreduce";
-  case COHORT__COLL_BROADCAST:
-    return "broadcast";
-  case COHORT__COLL_ALLGATHER:
-    return "allgather";
-  case COHORT__COLL_REDUCE_SCATTER:
-    return "reduce_scatter";
-  case COHORT__COLL_BARRIER:
-    return "barrier";
-  case COHORT__COLL_INTERNAL:
-    return "internal";
-  }
-  return "collective";
+  const char *name = cohort__coll_name(kind);
+  return name ? name : "collective";
 }
 
 #endif

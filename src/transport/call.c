@@ -4,21 +4,8 @@
 #include "transport/transport.h"
 
 static const char *coll_name(int coll) {
-  switch (coll) {
-  case COHORT__COLL_ALLREDUCE:
-    return "allreduce";
-  case COHORT__COLL_BROADCAST:
-    return "broadcast";
-  case COHORT__COLL_ALLGATHER:
-    return "allgather";
-  case COHORT__COLL_REDUCE_SCATTER:
-    return "reduce_scatter";
-  case COHORT__COLL_BARRIER:
-    return "barrier";
-  case COHORT__COLL_INTERNAL:
-    return "internal";
-  }
-  return "unknown-collective";
+  const char *name = cohort__coll_name((uint32_t)coll);
+  return name ? name : "unknown-collective";
 }
 
 static const char *algo_name(int algo) {

@@ -911,6 +911,15 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
   return COHORT_OK;
 }
 
+/* Shared memory needs every rank on this host: peer p's host identity must be ours. */
+static cohort_status same_host(shm_transport *t, int rank, const char *host, int p, const char *peer_host) {
+  if (strcmp(peer_host, host) == 0) return COHORT_OK;
+  return cohort__error(COHORT_ERR_INVALID,
+                       "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
+                       "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
+                       WORLD(t, rank), host, WORLD(t, p), peer_host);
+}
+
 static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t stage_bytes, uint64_t arena_bytes,
                                 char *name, size_t name_len) {
   uint64_t r[2] = {0, 0};
@@ -1018,13 +1027,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
     if (st != COHORT_OK) goto fail;
     snprintf(peer_host, sizeof peer_host, "%.*s", (int)(len < sizeof peer_host ? len : sizeof peer_host - 1), v);
     free(v);
-    if (strcmp(peer_host, host) != 0) {
-      st = cohort__error(COHORT_ERR_INVALID,
-                         "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
-                         "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
-                         WORLD(t, rank), host, WORLD(t, p), peer_host);
-      goto fail;
-    }
+    if ((st = same_host(t, rank, host, p, peer_host)) != COHORT_OK) goto fail;
   }
 
   if ((st = create_own(t, (uint64_t)ring_bytes, stage_bytes, round_up((uint64_t)arena_bytes, PAGE), name,
@@ -1058,13 +1061,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
     }
     snprintf(peer_host, sizeof peer_host, "%s", v + used);
     free(v);
-    if (strcmp(peer_host, host) != 0) {
-      st = cohort__error(COHORT_ERR_INVALID,
-                         "COHORT_TRANSPORT=shm needs every rank on one host, but rank %d runs on %s and rank %d on %s "
-                         "(host/boot id/pid namespace); use COHORT_TRANSPORT=tcp across hosts",
-                         WORLD(t, rank), host, WORLD(t, p), peer_host);
-      goto fail;
-    }
+    if ((st = same_host(t, rank, host, p, peer_host)) != COHORT_OK) goto fail;
     if ((st = map_peer(t, p, peer_name, pid)) != COHORT_OK) goto fail;
   }
 

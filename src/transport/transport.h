@@ -33,6 +33,26 @@ typedef enum cohort__coll {
   COHORT__COLL_INTERNAL = 6, /* setup traffic of the library itself */
 } cohort__coll;
 
+/* "allreduce", "broadcast", ... or NULL for a value that is no collective. Inline: cohortrun names the collectives
+ * in heartbeat pages without linking the transports. */
+static inline const char *cohort__coll_name(uint32_t coll) {
+  switch (coll) {
+  case COHORT__COLL_ALLREDUCE:
+    return "allreduce";
+  case COHORT__COLL_BROADCAST:
+    return "broadcast";
+  case COHORT__COLL_ALLGATHER:
+    return "allgather";
+  case COHORT__COLL_REDUCE_SCATTER:
+    return "reduce_scatter";
+  case COHORT__COLL_BARRIER:
+    return "barrier";
+  case COHORT__COLL_INTERNAL:
+    return "internal";
+  }
+  return NULL;
+}
+
 /* What a frame belongs to; all ranks must agree on every field for the same seq. */
 typedef struct cohort__call {
   uint32_t seq;
