@@ -10,6 +10,9 @@
 #          /dev/shm entry
 #   join   2 nodes start; node 2 joins once training runs: all three stop and start generation 1 with 3 nodes
 #          (world 3), fmnist-train resumes (2 -> 3), all three exit 0, one final line from a world of 3
+#   rejoin 3 nodes; kill -9 of node 2's cohortrun; once nodes 0 and 1 go on at world 2, a new cohortrun with the
+#          same --node-rank 2 replaces the lost node and generation 2 takes it in (world 3); meanwhile a cohortrun
+#          with the --node-rank of live node 1 is refused, naming it, and the job goes on; all three exit 0
 set -u
 CASE=${1:?usage: test_cluster_elastic.sh leave|join}
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
@@ -64,7 +67,9 @@ export COHORT_TIMEOUT=20
 export COHORT_TRANSPORT=tcp
 PORT=29741
 CK=$TMP/job.ck
-ARGS=(--steps 70 --batch 16 --log-every 1 --checkpoint "$CK" --checkpoint-every 5 --resume auto)
+STEPS=70
+[ "$CASE" = rejoin ] && STEPS=200 # room for a leave, 4.5 s of silence and a join
+ARGS=(--steps "$STEPS" --batch 16 --log-every 1 --checkpoint "$CK" --checkpoint-every 5 --resume auto)
 
 # node I: starts node I's cohortrun (--nnodes 2:3, a last call of 1 s) in its namespace; its pid is in $NODE_PID.
 node() {
@@ -172,6 +177,52 @@ join)
   nothing_left
   echo "2 nodes, then node 2 joined: all 3 finished at world 3;" \
     "$(grep '^\[0\] world size changed' "$TMP/out0" | sed 's/^\[0\] //')"
+  ;;
+rejoin)
+  node 0
+  P0=$NODE_PID
+  node 1
+  P1=$NODE_PID
+  node 2
+  P2=$NODE_PID
+  wait_step 12
+  kill -9 "$P2"
+  { wait "$P2"; } 2>/dev/null
+  for _ in $(seq 1 200); do
+    grep -q '^cohortrun: node 0: generation 1 .*node 2 (host [^)]*) left the job; nodes 0,1 go on' "$TMP/err0" && break
+    sleep 0.05
+  done
+  grep -q '^cohortrun: node 0: generation 1 ' "$TMP/err0" || fail "no generation 1 without node 2"
+  mv "$TMP/out2" "$TMP/out2.lost" && mv "$TMP/err2" "$TMP/err2.lost"
+  node 2
+  P2=$NODE_PID
+  # A node with the id of a live node is refused while the job runs, and the job does not notice.
+  ip netns exec "${NS[2]}" "$RUN" --nnodes 2:3 --node-rank 1 --nproc-per-node 1 --master-addr 10.78.0.1 \
+    --master-port "$PORT" --rdzv-last-call 1 "$TRAIN" "${ARGS[@]}" >"$TMP/dup.out" 2>"$TMP/dup.err"
+  rc=$?
+  [ "$rc" != 0 ] || fail "a second cohortrun with the --node-rank of live node 1 exited 0"
+  grep -q -- '--node-rank 1 is already taken by a live node of this job (host [^)]*)' "$TMP/dup.err" ||
+    fail "the second node 1 was not refused by name: $(cat "$TMP/dup.err")"
+  wait_done "$P0" 90
+  rc0=$RC
+  wait_done "$P1" 10
+  rc1=$RC
+  wait_done "$P2" 10
+  rc2=$RC
+  [ "$rc0$rc1$rc2" = 000 ] || fail "exit codes $rc0 $rc1 $rc2, expected 0 0 0"
+  grep -q '^cohortrun: node 2: the node that had --node-rank 2 (host [^)]*) is gone; this node replaces it$' \
+    "$TMP/err2" || fail "the new node 2 does not say it replaces the lost one"
+  for n in 0 1 2; do
+    grep -q "^cohortrun: node $n: generation 2 (COHORT_RESTART_COUNT=2): node 2 (host [^)]*) joined; nodes 0,1,2; 3 nodes, world size 3, this node runs ranks $n..$n$" \
+      "$TMP/err$n" || fail "node $n did not start generation 2 with the new node 2"
+  done
+  grep -Eq '^\[0\] world size changed 2 -> 3: lr rescaled 0\.025 -> 0\.0375, resuming epoch 1 at sample [0-9]+$' "$TMP/out0" ||
+    fail "no rescale line 2 -> 3: $(grep 'world size' "$TMP/out0")"
+  one_final_line 3
+  grep -q "^\[0\] final: steps=$STEPS " "$TMP/out0" || fail "the final line is not at step $STEPS"
+  nothing_left
+  echo "3 nodes, node 2 killed, the others went on at world 2, a new node 2 replaced it: all 3 finished at world 3;" \
+    "the duplicate node 1 was refused: $(head -c 160 "$TMP/dup.err")"
   ;;
 *)
   fail "unknown case '$CASE'"

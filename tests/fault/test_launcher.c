@@ -1140,6 +1140,67 @@ TEST(elastic_nodes_leave_and_join) {
   }
 }
 
+/* A lost node replaced under its --node-rank: three nodes of --nnodes 2:3, node 2's cohortrun killed, nodes 0 and
+ * 1 go on at world 2; a new cohortrun with --node-rank 2 finds the old node silent, takes the id over and is taken
+ * in by generation 2 (world 3). A cohortrun with the id of live node 1 is refused, naming it, and nobody notices. */
+TEST(elastic_lost_node_is_replaced) {
+  char port[16], expect[700];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  /* Generations 0 and 1 wait to be stopped; generation 2 says who it is and finishes. */
+  const char *script = "[ $COHORT_RESTART_COUNT = 2 ] || exec sleep 30; echo \"gen 2 rank $RANK of $WORLD_SIZE\"";
+  proc n[5];
+  result r[5];
+  const char *argv[5][16];
+  const char *ids[5] = {"0", "1", "2", "2", "1"};
+  for (int i = 0; i < 5; i++) {
+    const char *a[] = {launcher(), "--nnodes",         "2:3", "--node-rank", ids[i], "-np",  "1", "--master-port",
+                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",   script, NULL};
+    memcpy(argv[i], a, sizeof a);
+  }
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv[i]);
+  usleep(1500000); /* generation 0 of 3 nodes is running */
+  kill(n[2].pid, SIGKILL);
+  proc_finish(&n[2], 20.0, t0, &r[2]);
+  ASSERT_EQ(r[2].code, 128 + SIGKILL);
+  usleep(3500000); /* nodes 0 and 1 noticed (2 s of silence) and run generation 1 */
+  start_node(&n[3], env, argv[3]);
+  double t_dup = cohort__now_s();
+  start_node(&n[4], env, argv[4]);
+  proc_finish(&n[4], 20.0, t0, &r[4]);
+  ASSERT_EQ(r[4].code, 1);
+  ASSERT_TRUE(cohort__now_s() - t_dup < 5.0); /* it looks for 2.5 s at most, and sees node 1 beat at once */
+  snprintf(expect, sizeof expect,
+           "cohortrun: --node-rank 1 is already taken by a live node of this job (host %s): give this node an id no "
+           "live node has\n",
+           host());
+  ASSERT_CONTAINS(r[4].err, expect);
+  ASSERT_EQ(r[4].out_len, 0);
+  proc_finish(&n[0], 30.0, t0, &r[0]);
+  proc_finish(&n[1], 30.0, t0, &r[1]);
+  proc_finish(&n[3], 30.0, t0, &r[3]);
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    int rank = i == 3 ? 2 : i;
+    if (r[i].code != 0) fprintf(stderr, "  node %s: exit %d, stderr:\n%s", ids[i], r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 0);
+    snprintf(expect, sizeof expect,
+             "cohortrun: node %d: generation 2 (COHORT_RESTART_COUNT=2): node 2 (host %s) joined; nodes 0,1,2; 3 "
+             "nodes, world size 3, this node runs ranks %d..%d\n",
+             rank, host(), rank, rank);
+    ASSERT_CONTAINS(r[i].err, expect);
+    snprintf(expect, sizeof expect, "[%d] gen 2 rank %d of 3\n", rank, rank);
+    ASSERT_CONTAINS(r[i].out, expect);
+  }
+  snprintf(expect, sizeof expect,
+           "cohortrun: node 2: the node that had --node-rank 2 (host %s) is gone; this node replaces it\n", host());
+  ASSERT_CONTAINS(r[3].err, expect);
+  for (int i = 0; i < 5; i++)
+    result_free(&r[i]);
+}
+
 /* -H and --hostfile start the other nodes over ssh. Without an sshd here, a stand-in `ssh` first in PATH runs the
  * remote command on this host: everything but the network hop is real (the command line, the quoting, the secret
  * over stdin, node 1's own cohortrun). */
@@ -1201,4 +1262,5 @@ COHORT_TEST_MAIN(
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
     TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
     TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
-    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
+    TEST_CASE(hosts_start_the_other_nodes_over_ssh))

@@ -1,7 +1,8 @@
 /* cluster.c: the cohortruns of a multi-node job meeting and watching each other through node 0's store.
  *
- * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K restarts=R host=H" (this node joined), claim/I (a counter:
- * a second node with the same --node-rank is refused), hb/I (a counter each node bumps on every poll, ~5 times a
+ * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K restarts=R inc=C host=H" (this node joined; C is 0 but
+ * for a node that replaced a lost one in an elastic job, elastic.c), claim/I (a counter: a second node with the same
+ * --node-rank is refused, unless an elastic job lost the first), hb/I (a counter each node bumps on every poll, ~5 times a
  * second, also while it stops and restarts), gG/failed (a counter: the node that takes it to 1 owns generation G's
  * root cause), gG/failure ("CODE\nREPORT", that root cause), gG/ready (a counter: nodes whose generation G is
  * stopped and reaped, waiting to start G+1 together), done/I (the node's workers are all finished, with its exit
@@ -37,10 +38,10 @@ void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len
 }
 
 cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t nnodes_len, int *nproc, int *restarts,
-                                         char *host, size_t host_len) {
+                                         int *incarnation, char *host, size_t host_len) {
   const char *h = strstr(value, " host=");
   char text[32] = "";
-  if (sscanf(value, "nnodes=%31s nproc=%d restarts=%d", text, nproc, restarts) != 3 || !h)
+  if (sscanf(value, "nnodes=%31s nproc=%d restarts=%d inc=%d", text, nproc, restarts, incarnation) != 4 || !h)
     return cohort__error(COHORT_ERR_PROTOCOL, "malformed node announcement '%s' in the store", value);
   snprintf(nnodes, nnodes_len, "%s", text);
   snprintf(host, host_len, "%s", h + 6);
@@ -97,14 +98,18 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     goto fail;
   }
   int64_t claims = 0;
+  int incarnation = 0;
   snprintf(key, sizeof key, "cohortrun/claim/%d", node_rank);
   if ((st = cohort__store_add(c->store, key, 1, &claims)) != COHORT_OK) goto fail;
-  if (claims > 1) {
+  if (claims > 1 && !c->elastic) {
     st = cohort__error(COHORT_ERR_INVALID, "--node-rank %d is already taken by another node of this job", node_rank);
     goto fail;
   }
+  /* Elastic: the id may belong to a node that is gone, which this one then replaces. */
+  if (claims > 1 && (st = cohort__elastic_take_over(c, &incarnation)) != COHORT_OK) goto fail;
   snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
-  snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d host=%s", mine, nproc, max_restarts, host);
+  snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d inc=%d host=%s", mine, nproc, max_restarts,
+           incarnation, host);
   if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
   snprintf(c->peers[node_rank].host, sizeof c->peers[node_rank].host, "%s", host);
   if (c->elastic) {
@@ -127,9 +132,9 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
     }
     if (st != COHORT_OK) goto fail;
     char their_nnodes[32];
-    int their_nproc = 0, their_restarts = 0;
+    int their_nproc = 0, their_restarts = 0, their_incarnation = 0;
     if ((st = cohort__cluster_parse_node(got, their_nnodes, sizeof their_nnodes, &their_nproc, &their_restarts,
-                                         c->peers[n].host, sizeof c->peers[n].host)) != COHORT_OK)
+                                         &their_incarnation, c->peers[n].host, sizeof c->peers[n].host)) != COHORT_OK)
       goto fail;
     free(got);
     got = NULL;

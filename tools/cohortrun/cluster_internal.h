@@ -25,7 +25,8 @@ typedef struct peer {
   int member;    /* in the current generation */
   int announced; /* elastic: its announcement was read and agrees with node 0's flags */
   int refused;   /* elastic: its flags disagree; never taken in */
-  int lost;      /* elastic: went silent or ended; never taken in again */
+  int lost;      /* elastic: went silent, ended or was replaced; not taken in again unless a newer incarnation comes */
+  int incarnation; /* elastic, node 0: which node holding this id it knows of (0 the first, then one per take-over) */
 } peer;
 
 struct cohort__cluster {
@@ -48,12 +49,16 @@ struct cohort__cluster {
 
 /* "N" or "MIN:MAX", as announced and compared. */
 void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len);
-/* Parses a node announcement "nnodes=T nproc=K restarts=R host=H". */
+/* Parses a node announcement "nnodes=T nproc=K restarts=R inc=C host=H". */
 cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t nnodes_len, int *nproc, int *restarts,
-                                         char *host, size_t host_len);
+                                         int *incarnation, char *host, size_t host_len);
 /* elastic.c: the part of joining that follows the announcement (node 0 forms generation 0, the others wait for a
  * generation that takes them in), and the per-poll work of an elastic job (silent members, newcomers). */
 cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *end_code);
+/* A node whose --node-rank was claimed before: takes the id over if the node that had it is gone (silent for
+ * CLUSTER_SILENT_S), with *incarnation its number (1, 2, ...); refuses with a one-line error if that node lives,
+ * finished, or another newcomer takes the id over at the same time. */
+cohort_status cohort__elastic_take_over(cohort__cluster *c, int *incarnation);
 /* Returns 1 with *report set when the generation must stop for a change of membership. */
 int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report);
 

@@ -18,6 +18,7 @@
  * later record that takes it in. Node 0 notices a waiting newcomer from its announcement (node/I) on its regular
  * poll, and stops the running generation if there is room for it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,25 +59,42 @@ static int said_done(cohort__cluster *c, int n) {
   return cohort__store_check(c->store, key, &done) == COHORT_OK && done;
 }
 
+/* Node 0: whether a newer node took over id n (cohort__elastic_take_over) than the one node 0 knows of. */
+static int replaced(cohort__cluster *c, int n) {
+  char key[64];
+  int64_t v = 0;
+  snprintf(key, sizeof key, "cohortrun/e/inc/%d", n);
+  return cohort__store_add(c->store, key, 0, &v) == COHORT_OK && v > c->peers[n].incarnation;
+}
+
 /* Node 0: reads the announcements of ids it has not seen yet. A node whose flags disagree is refused: before the
  * first generation that ends the job (as with a fixed --nnodes, both nodes say so); later it is only left out. */
 static cohort_status scan_newcomers(cohort__cluster *c, int64_t now, int first, int *found) {
-  char key[64], mine[32], theirs[32];
+  char key[64], mine[32], theirs[32], host[256];
   cohort__cluster_nnodes_text(c, mine, sizeof mine);
   for (int n = 1; n < c->nnodes; n++) {
     peer *p = &c->peers[n];
-    if (p->announced || p->refused || p->lost) continue;
+    if (p->announced && !p->lost) continue;
+    /* A lost or refused id comes back only with a node that took it over (a newer incarnation). */
+    if ((p->lost || p->refused) && !replaced(c, n)) continue;
     int exists = 0;
     snprintf(key, sizeof key, "cohortrun/node/%d", n);
     if (cohort__store_check(c->store, key, &exists) != COHORT_OK || !exists) continue;
     void *got = NULL;
     size_t len = 0;
-    int nproc = 0, restarts = 0;
+    int nproc = 0, restarts = 0, incarnation = 0;
     if (cohort__store_get(c->store, key, 1.0, &got, &len) != COHORT_OK) continue;
     cohort_status st =
-        cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, p->host, sizeof p->host);
+        cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, &incarnation, host, sizeof host);
     free(got);
     if (st != COHORT_OK) return st;
+    if (p->announced || p->refused || p->lost) {
+      /* The take-over bumps the counter before it writes the announcement: wait for the new announcement. */
+      if (incarnation <= p->incarnation) continue;
+      memset(p, 0, sizeof *p);
+    }
+    p->incarnation = incarnation;
+    snprintf(p->host, sizeof p->host, "%s", host);
     if (strcmp(theirs, mine) != 0)
       st = cohort__error(COHORT_ERR_MISMATCH,
                          "mismatched --nnodes: this node (node 0) has --nnodes %s, node %d (host %s) has --nnodes %s; "
@@ -111,7 +129,7 @@ static int available(cohort__cluster *c, int n, int64_t now) {
   peer *p = &c->peers[n];
   if (n == 0) return 1;
   if (!p->announced || p->lost || p->refused) return 0;
-  if (said_done(c, n) || silent(c, n, now)) {
+  if (said_done(c, n) || silent(c, n, now) || replaced(c, n)) {
     p->lost = 1;
     return 0;
   }
@@ -166,6 +184,7 @@ static int apply(cohort__cluster *c, int gen, const char *record) {
       if (id == c->node_rank) c->rank = c->size;
       c->peers[id].member = 1;
       c->peers[id].done = 0;
+      c->peers[id].lost = 0;
       c->peers[id].changed_ns = now;
       c->size++;
     }
@@ -290,13 +309,13 @@ cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *en
   void *got = NULL;
   size_t len = 0;
   char theirs[32], mine[32], host[256];
-  int nproc = 0, restarts = 0;
+  int nproc = 0, restarts = 0, incarnation = 0;
   cohort__cluster_nnodes_text(c, mine, sizeof mine);
   cohort_status st = cohort__store_get(c->store, "cohortrun/node/0", timeout_s, &got, &len);
   if (st == COHORT_ERR_TIMEOUT)
     return cohort__error(st, "node 0 did not join within %g s (COHORT_TIMEOUT): was its cohortrun started?", timeout_s);
   COHORT_CHECK(st);
-  st = cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, host, sizeof host);
+  st = cohort__cluster_parse_node(got, theirs, sizeof theirs, &nproc, &restarts, &incarnation, host, sizeof host);
   free(got);
   COHORT_CHECK(st);
   snprintf(c->peers[0].host, sizeof c->peers[0].host, "%s", host);
@@ -324,6 +343,64 @@ cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *en
   }
   int64_t deadline = gen == 0 ? cohort__now_ns() + (int64_t)(timeout_s * 1e9) + 5000000000LL : 0;
   return follow(c, gen, deadline, end_code);
+}
+
+cohort_status cohort__elastic_take_over(cohort__cluster *c, int *incarnation) {
+  const int id = c->node_rank;
+  char key[96], host[256] = "unknown", nnodes[32];
+  void *got = NULL;
+  size_t len = 0;
+  int nproc = 0, restarts = 0, theirs = 0;
+  if (id == 0)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "--node-rank 0 is already taken: node 0 serves the job's store, and an elastic job cannot "
+                         "outlive it, so it is never replaced");
+  snprintf(key, sizeof key, "cohortrun/node/%d", id);
+  if (cohort__store_get(c->store, key, 1.0, &got, &len) == COHORT_OK) {
+    cohort__cluster_parse_node(got, nnodes, sizeof nnodes, &nproc, &restarts, &theirs, host, sizeof host);
+    free(got);
+  }
+  if (said_done(c, id))
+    return cohort__error(COHORT_ERR_INVALID,
+                         "--node-rank %d is already taken: the node that has it (host %s) finished its part of this "
+                         "job, which is ending",
+                         id, host);
+  /* The node that has the id beats several times a second while it lives, also between generations; one that
+   * stays silent for longer than the others wait for a lost node is gone. */
+  int64_t v0 = 0, v = 0;
+  snprintf(key, sizeof key, "cohortrun/hb/%d", id);
+  COHORT_CHECK(cohort__store_add(c->store, key, 0, &v0));
+  fprintf(stderr,
+          "cohortrun: node %d: --node-rank %d was taken by a node of this job (host %s): checking for %g s that it "
+          "is gone\n",
+          id, id, host, CLUSTER_SILENT_S + 0.5);
+  int64_t until = cohort__now_ns() + (int64_t)((CLUSTER_SILENT_S + 0.5) * 1e9);
+  while (cohort__now_ns() < until) {
+    usleep((useconds_t)(WAIT_STEP_S * 1e6));
+    COHORT_CHECK(cohort__store_add(c->store, key, 0, &v));
+    if (v != v0 || said_done(c, id))
+      return cohort__error(COHORT_ERR_INVALID,
+                           "--node-rank %d is already taken by a live node of this job (host %s): give this node an "
+                           "id no live node has",
+                           id, host);
+  }
+  /* The heartbeat value the dead node left names its death: of several newcomers that saw it, one wins. */
+  int64_t first = 0;
+  snprintf(key, sizeof key, "cohortrun/e/takeover/%d/%lld", id, (long long)v0);
+  COHORT_CHECK(cohort__store_add(c->store, key, 1, &first));
+  if (first != 1)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "--node-rank %d: another node is taking over this id of a lost node at the same time; give "
+                         "this node another id",
+                         id);
+  if (!beat(c)) return cohort__error(COHORT_ERR_REMOTE, "node %d: lost the store of node 0 at %s", id, c->where);
+  int64_t k = 0;
+  snprintf(key, sizeof key, "cohortrun/e/inc/%d", id);
+  COHORT_CHECK(cohort__store_add(c->store, key, 1, &k));
+  *incarnation = (int)k;
+  fprintf(stderr, "cohortrun: node %d: the node that had --node-rank %d (host %s) is gone; this node replaces it\n",
+          id, id, host);
+  return COHORT_OK;
 }
 
 /* Asks every node to stop generation G for a change of membership (once: the first reason wins). */
@@ -375,6 +452,16 @@ int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report) {
                "cohortrun: node %d (host %s) went silent for %g s: its cohortrun was killed or its host is gone, and "
                "its ranks with it; the others go on without it\n",
                n, p->host, CLUSTER_SILENT_S);
+      *report = publish_change(c, text);
+      return 1;
+    }
+    /* Only node 0 knows which incarnation of each id is the member. */
+    if (c->node_rank == 0 && replaced(c, n)) {
+      p->lost = 1;
+      snprintf(text, sizeof text,
+               "cohortrun: node %d (host %s) was replaced: a new cohortrun took over --node-rank %d; the others go "
+               "on without the old one\n",
+               n, p->host, n);
       *report = publish_change(c, text);
       return 1;
     }
