@@ -1250,17 +1250,20 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   remove_dir(dir);
 }
 
-COHORT_TEST_MAIN(
-    TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
-    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
-    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
-    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
-    TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
-    TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
-    TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
-    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
-    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
-    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
-    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
-    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
-    TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines),
+                 TEST_CASE(flood_of_output_arrives_whole_and_in_order), TEST_CASE(workers_get_the_job_environment),
+                 TEST_CASE(workers_meet_through_the_launcher_store),
+                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
+                 TEST_CASE(worker_killed_by_signal_is_named), TEST_CASE(segments_of_killed_workers_are_removed),
+                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
+                 TEST_CASE(what_the_workers_started_is_stopped_too),
+                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
+                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
+                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
+                 TEST_CASE(help_lists_usage_and_the_worker_environment),
+                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used),
+                 TEST_CASE(log_dir_and_root_cause_report), TEST_CASE(max_restarts_starts_a_new_generation),
+                 TEST_CASE(heartbeat_names_the_rank_that_hangs), TEST_CASE(nodes_meet_and_number_their_ranks),
+                 TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
+                 TEST_CASE(elastic_ranges_are_checked), TEST_CASE(elastic_nodes_leave_and_join),
+                 TEST_CASE(elastic_lost_node_is_replaced), TEST_CASE(hosts_start_the_other_nodes_over_ssh))

@@ -2,9 +2,9 @@
  *
  * Keys (under "cohortrun/"): node/I = "nnodes=N nproc=K restarts=R inc=C host=H" (this node joined; C is 0 but
  * for a node that replaced a lost one in an elastic job, elastic.c), claim/I (a counter: a second node with the same
- * --node-rank is refused, unless an elastic job lost the first), hb/I (a counter each node bumps on every poll, ~5 times a
- * second, also while it stops and restarts), gG/failed (a counter: the node that takes it to 1 owns generation G's
- * root cause), gG/failure ("CODE\nREPORT", that root cause), gG/ready (a counter: nodes whose generation G is
+ * --node-rank is refused, unless an elastic job lost the first), hb/I (a counter each node bumps on every poll, ~5
+ * times a second, also while it stops and restarts), gG/failed (a counter: the node that takes it to 1 owns generation
+ * G's root cause), gG/failure ("CODE\nREPORT", that root cause), gG/ready (a counter: nodes whose generation G is
  * stopped and reaped, waiting to start G+1 together), done/I (the node's workers are all finished, with its exit
  * code). The failure keys are per generation, so that a restarted job starts with no root cause; node 0's store
  * (and with it the connection of every node) lives across generations.
@@ -108,8 +108,8 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   /* Elastic: the id may belong to a node that is gone, which this one then replaces. */
   if (claims > 1 && (st = cohort__elastic_take_over(c, &incarnation)) != COHORT_OK) goto fail;
   snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
-  snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d inc=%d host=%s", mine, nproc, max_restarts,
-           incarnation, host);
+  snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d inc=%d host=%s", mine, nproc, max_restarts, incarnation,
+           host);
   if ((st = cohort__store_set(c->store, key, value, strlen(value))) != COHORT_OK) goto fail;
   snprintf(c->peers[node_rank].host, sizeof c->peers[node_rank].host, "%s", host);
   if (c->elastic) {

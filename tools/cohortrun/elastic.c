@@ -398,8 +398,8 @@ cohort_status cohort__elastic_take_over(cohort__cluster *c, int *incarnation) {
   snprintf(key, sizeof key, "cohortrun/e/inc/%d", id);
   COHORT_CHECK(cohort__store_add(c->store, key, 1, &k));
   *incarnation = (int)k;
-  fprintf(stderr, "cohortrun: node %d: the node that had --node-rank %d (host %s) is gone; this node replaces it\n",
-          id, id, host);
+  fprintf(stderr, "cohortrun: node %d: the node that had --node-rank %d (host %s) is gone; this node replaces it\n", id,
+          id, host);
   return COHORT_OK;
 }
 
