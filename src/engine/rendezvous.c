@@ -26,6 +26,7 @@
 #include "core/sock.h"
 #include "engine/comm.h"
 #include "engine/launch_env.h"
+#include "transport/frame.h"
 #include "transport/layered.h"
 #include "transport/shm.h"
 
@@ -336,7 +337,10 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
   v[len] = '\0';
   if (sscanf(v, "%d %d %n", &status, &who, &used) < 2 || status <= COHORT_OK || status > COHORT_ERR_PROTOCOL)
     status = COHORT_ERR_REMOTE;
-  st = cohort__error((cohort_status)status, "%s (reported by rank %d)", v + used, who);
+  if (cohort__already_reported(v + used))
+    st = cohort__error((cohort_status)status, "%s", v + used);
+  else
+    st = cohort__error((cohort_status)status, "%s" COHORT__REPORTED_BY "%d)", v + used, who);
   free(v);
   return st;
 }

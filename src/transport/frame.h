@@ -10,11 +10,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "transport/transport.h"
 
 #define COHORT__FRAME_MAGIC 0x54524843u /* "CHRT" */
 #define COHORT__ABORT_TEXT_MAX 1024
+
+/* What a rank adds to a failure it heard of from peer P: " (reported by rank P)". A message that already has it
+ * came through another relay; it keeps that first one, the rank that saw the failure, and gets no second. */
+#define COHORT__REPORTED_BY " (reported by rank "
+static inline int cohort__already_reported(const char *text) { return strstr(text, COHORT__REPORTED_BY) != NULL; }
 
 enum { COHORT__FRAME_DATA = 1, COHORT__FRAME_ABORT = 2 };
 

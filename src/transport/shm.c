@@ -124,7 +124,8 @@ static cohort_status take_peer_abort(shm_transport *t, int p) {
   memcpy(text, s->abort_text, sizeof text);
   text[sizeof text - 1] = '\0';
   /* Keep the originator's message as is: it already names the ranks involved. */
-  return cohort__shm_fail(t, (cohort_status)st, "%s (reported by rank %d)", text, WORLD(t, p));
+  if (cohort__already_reported(text)) return cohort__shm_fail(t, (cohort_status)st, "%s", text);
+  return cohort__shm_fail(t, (cohort_status)st, "%s" COHORT__REPORTED_BY "%d)", text, WORLD(t, p));
 }
 
 static cohort_status check_peer_aborts(shm_transport *t) {

@@ -206,6 +206,14 @@ static void print_results(const job *j) {
             j->msg[r]);
 }
 
+/* A failure relayed from rank to rank keeps the first "(reported by rank P)" and gets no second one. */
+static int times_reported(const char *msg) {
+  int n = 0;
+  for (const char *p = msg; (p = strstr(p, "(reported by rank ")) != NULL; p++)
+    n++;
+  return n;
+}
+
 TEST(killed_peer_is_reported_by_every_survivor_within_a_second) {
   job *j = run_job("killed_peer", 4, NULL);
   ASSERT_TRUE(j != NULL);
@@ -216,6 +224,7 @@ TEST(killed_peer_is_reported_by_every_survivor_within_a_second) {
     ASSERT_TRUE(j->have[r]);
     ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
     ASSERT_CONTAINS(j->msg[r], "rank 1");
+    ASSERT_TRUE(times_reported(j->msg[r]) <= 1);
     ASSERT_TRUE(j->t[r] - j->killed_at < 1.0);
   }
 }
@@ -229,6 +238,7 @@ static void expect_mismatch_everywhere(const char *mode, const char *a, const ch
     ASSERT_EQ(j->status[r], COHORT_ERR_MISMATCH);
     ASSERT_CONTAINS(j->msg[r], a);
     ASSERT_CONTAINS(j->msg[r], b);
+    ASSERT_TRUE(times_reported(j->msg[r]) <= 1);
   }
 }
 
@@ -287,6 +297,7 @@ TEST(abort_reaches_every_rank_with_its_reason) {
     ASSERT_TRUE(j->have[r]);
     ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
     ASSERT_CONTAINS(j->msg[r], "rank 2 aborted the job: loss became NaN at step 7");
+    ASSERT_EQ(times_reported(j->msg[r]), r == 2 ? 0 : 1); /* rank 2's own words, the others' from one relay */
   }
 }
 

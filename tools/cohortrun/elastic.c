@@ -446,25 +446,22 @@ int cohort__elastic_poll(cohort__cluster *c, int64_t now, char **report) {
       p->done = 1;
       continue;
     }
-    if (silent(c, n, now)) {
-      p->lost = 1;
+    /* Only node 0 knows which incarnation of each id is the member. */
+    int gone = silent(c, n, now), superseded = !gone && c->node_rank == 0 && replaced(c, n);
+    if (!gone && !superseded) continue;
+    p->lost = 1;
+    if (gone)
       snprintf(text, sizeof text,
                "cohortrun: node %d (host %s) went silent for %g s: its cohortrun was killed or its host is gone, and "
                "its ranks with it; the others go on without it\n",
                n, p->host, CLUSTER_SILENT_S);
-      *report = publish_change(c, text);
-      return 1;
-    }
-    /* Only node 0 knows which incarnation of each id is the member. */
-    if (c->node_rank == 0 && replaced(c, n)) {
-      p->lost = 1;
+    else
       snprintf(text, sizeof text,
                "cohortrun: node %d (host %s) was replaced: a new cohortrun took over --node-rank %d; the others go "
                "on without the old one\n",
                n, p->host, n);
-      *report = publish_change(c, text);
-      return 1;
-    }
+    *report = publish_change(c, text);
+    return 1;
   }
   if (c->node_rank != 0 || c->size >= c->nnodes) return 0;
   int found = 0;
