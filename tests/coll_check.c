@@ -213,6 +213,31 @@ int coll_check_async(cohort_comm *c) {
   return bad;
 }
 
+int coll_check_run_ahead(cohort_comm *c) {
+  enum { CALLS = 6, COUNT = 300007 }; /* 1.2 MB a call: frames far above what a rank reads aside */
+  int r = cohort_rank(c), bad = 0;
+  float *bufs[CALLS];
+  cohort_work *work[CALLS];
+  if (r != 0) usleep(300000); /* rank 0 sends while the others have not started: it runs calls ahead of them */
+  for (int k = 0; k < CALLS; k++) {
+    bufs[k] = malloc(COUNT * sizeof(float));
+    for (int i = 0; i < COUNT; i++) bufs[k][i] = r == 0 ? (float)(k * 100003 + i % 65521) : -1.0f;
+    cohort_status st = cohort_ibroadcast(c, bufs[k], COUNT, COHORT_F32, 0, &work[k]);
+    if (st != COHORT_OK) return call_failed("ibroadcast", st, r);
+  }
+  for (int k = 0; k < CALLS; k++) {
+    cohort_status st = cohort_work_wait(work[k]);
+    if (st != COHORT_OK) bad += call_failed("cohort_work_wait", st, r);
+    for (int i = 0; i < COUNT && !bad; i++) {
+      double want = (double)(k * 100003 + i % 65521);
+      if (bufs[k][i] != (float)want) bad += report("ibroadcast ahead", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
+    }
+    cohort_work_free(work[k]);
+    free(bufs[k]);
+  }
+  return bad;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock for every process of this machine */

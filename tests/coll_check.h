@@ -15,6 +15,9 @@
 int coll_check_all(cohort_comm *comm, const size_t *counts, int ncounts);
 /* Async: several iallreduce in flight, completed in order, mixed with a blocking call. */
 int coll_check_async(cohort_comm *comm);
+/* A root that runs ahead: rank 0 sends six 1.2 MB broadcasts while the others start 0.3 s late, so frames of later
+ * calls reach them during earlier ones; every call's data must land whole, in its own call. */
+int coll_check_run_ahead(cohort_comm *comm);
 /* Barrier: nobody leaves before the last rank has entered. */
 int coll_check_barrier(cohort_comm *comm);
 

@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   static const size_t counts[] = {0, 1, 7, 4097, 1000003};
   int failures = coll_check_all(c, counts, quick ? 4 : 5);
   if (!failures) failures += coll_check_async(c);
+  if (!failures) failures += coll_check_run_ahead(c);
   if (!failures) failures += coll_check_barrier(c);
   printf("rank %d of %d (%s): %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
          failures ? "FAILED" : "all collectives correct");
