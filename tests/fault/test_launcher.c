@@ -1201,6 +1201,55 @@ TEST(elastic_lost_node_is_replaced) {
     result_free(&r[i]);
 }
 
+/* A node silent long enough to be replaced (its cohortrun stopped, here by SIGSTOP) that comes back must not run
+ * under its id again: the generation records name members by id, so it would start the same ranks as its
+ * replacement. Three nodes of --nnodes 2:3, node 2 stopped; a new node 2 takes the id over and generation 2 runs
+ * nodes 0,1,2; the old node 2, continued, ends with one line and runs nothing. */
+TEST(elastic_replaced_node_that_comes_back_ends) {
+  char port[16], expect[700];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script =
+      "[ $COHORT_RESTART_COUNT = 2 ] || exec sleep 30; echo \"gen 2 rank $RANK of $WORLD_SIZE\"; exec sleep 3";
+  proc n[4];
+  result r[4];
+  const char *argv[4][16];
+  const char *ids[4] = {"0", "1", "2", "2"};
+  for (int i = 0; i < 4; i++) {
+    const char *a[] = {launcher(), "--nnodes",         "2:3", "--node-rank", ids[i], "-np",  "1", "--master-port",
+                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",   script, NULL};
+    memcpy(argv[i], a, sizeof a);
+  }
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv[i]);
+  usleep(1500000); /* generation 0 of 3 nodes is running */
+  kill(n[2].pid, SIGSTOP);
+  usleep(3500000); /* nodes 0 and 1 noticed (2 s of silence) and run generation 1 */
+  start_node(&n[3], env, argv[3]);
+  usleep(4000000); /* the new node 2 took the id over (2.5 s) and generation 2 runs for 3 s */
+  kill(n[2].pid, SIGCONT);
+  proc_finish(&n[2], 20.0, t0, &r[2]);
+  proc_finish(&n[0], 30.0, t0, &r[0]);
+  proc_finish(&n[1], 30.0, t0, &r[1]);
+  proc_finish(&n[3], 30.0, t0, &r[3]);
+  if (r[2].code != 1) fprintf(stderr, "  old node 2: exit %d, stderr:\n%s", r[2].code, r[2].err);
+  ASSERT_EQ(r[2].code, 1);
+  ASSERT_CONTAINS(r[2].err, "cohortrun: node 2: a newer cohortrun took over --node-rank 2 while this one was silent "
+                            "(for more than 2 s); this one ends\n");
+  ASSERT_TRUE(strstr(r[2].out, "gen 2") == NULL);
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    int rank = i == 3 ? 2 : i;
+    if (r[i].code != 0) fprintf(stderr, "  node %s: exit %d, stderr:\n%s", ids[i], r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 0);
+    snprintf(expect, sizeof expect, "[%d] gen 2 rank %d of 3\n", rank, rank);
+    ASSERT_CONTAINS(r[i].out, expect);
+  }
+  for (int i = 0; i < 4; i++)
+    result_free(&r[i]);
+}
+
 /* -H and --hostfile start the other nodes over ssh. Without an sshd here, a stand-in `ssh` first in PATH runs the
  * remote command on this host: everything but the network hop is real (the command line, the quoting, the secret
  * over stdin, node 1's own cohortrun). */
@@ -1250,20 +1299,18 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   remove_dir(dir);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines),
-                 TEST_CASE(flood_of_output_arrives_whole_and_in_order), TEST_CASE(workers_get_the_job_environment),
-                 TEST_CASE(workers_meet_through_the_launcher_store),
-                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
-                 TEST_CASE(worker_killed_by_signal_is_named), TEST_CASE(segments_of_killed_workers_are_removed),
-                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
-                 TEST_CASE(what_the_workers_started_is_stopped_too),
-                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
-                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
-                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
-                 TEST_CASE(help_lists_usage_and_the_worker_environment),
-                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used),
-                 TEST_CASE(log_dir_and_root_cause_report), TEST_CASE(max_restarts_starts_a_new_generation),
-                 TEST_CASE(heartbeat_names_the_rank_that_hangs), TEST_CASE(nodes_meet_and_number_their_ranks),
-                 TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
-                 TEST_CASE(elastic_ranges_are_checked), TEST_CASE(elastic_nodes_leave_and_join),
-                 TEST_CASE(elastic_lost_node_is_replaced), TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+COHORT_TEST_MAIN(
+    TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
+    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
+    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
+    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
+    TEST_CASE(what_the_workers_started_is_stopped_too), TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
+    TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
+    TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
+    TEST_CASE(help_lists_usage_and_the_worker_environment),
+    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
+    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
+    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
+    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
+    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
+    TEST_CASE(elastic_replaced_node_that_comes_back_ends), TEST_CASE(hosts_start_the_other_nodes_over_ssh))

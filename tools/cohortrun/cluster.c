@@ -107,6 +107,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   }
   /* Elastic: the id may belong to a node that is gone, which this one then replaces. */
   if (claims > 1 && (st = cohort__elastic_take_over(c, &incarnation)) != COHORT_OK) goto fail;
+  c->peers[node_rank].incarnation = incarnation; /* elastic.c: a node that finds a newer one ends */
   snprintf(key, sizeof key, "cohortrun/node/%d", node_rank);
   snprintf(value, sizeof value, "nnodes=%s nproc=%d restarts=%d inc=%d host=%s", mine, nproc, max_restarts, incarnation,
            host);

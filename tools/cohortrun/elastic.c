@@ -59,7 +59,8 @@ static int said_done(cohort__cluster *c, int n) {
   return cohort__store_check(c->store, key, &done) == COHORT_OK && done;
 }
 
-/* Node 0: whether a newer node took over id n (cohort__elastic_take_over) than the one node 0 knows of. */
+/* Whether a newer node took over id n (cohort__elastic_take_over) than the one this node knows of (node 0: of every
+ * id; the others: of their own). */
 static int replaced(cohort__cluster *c, int n) {
   char key[64];
   int64_t v = 0;
@@ -205,6 +206,14 @@ static int apply(cohort__cluster *c, int gen, const char *record) {
 static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, int *end_code) {
   char key[64];
   for (;;) {
+    /* Records name their members by id only. A node that was silent long enough for a newcomer to take its id over
+     * (stopped, paused, cut off) and then came back would start the same ranks as its replacement, and its beats
+     * would hide the replacement's death: it ends instead. */
+    if (replaced(c, c->node_rank))
+      return cohort__error(COHORT_ERR_INVALID,
+                           "a newer cohortrun took over --node-rank %d while this one was silent (for more than %g "
+                           "s); this one ends",
+                           c->node_rank, CLUSTER_SILENT_S);
     if (!beat(c))
       return cohort__error(COHORT_ERR_REMOTE,
                            "lost the connection to the rendezvous store of node 0 at %s while waiting for a "
