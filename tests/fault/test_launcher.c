@@ -1250,6 +1250,95 @@ TEST(elastic_replaced_node_that_comes_back_ends) {
     result_free(&r[i]);
 }
 
+/* A replacement that takes the id over before node 0 has written a generation without the lost node must not join
+ * the generation that names the old one: node 2 killed, a new node 2 started at once; every node is slow to stop
+ * (workers that ignore SIGTERM, --grace 2), so generation 0 is still the latest record when the take-over is done.
+ * The new node 2 runs nothing before generation 1, which node 0 writes with it. */
+TEST(elastic_replacement_skips_the_generation_of_the_old_node) {
+  char port[16], expect[700];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then trap '' TERM; exec sleep 30; fi; "
+                       "echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"";
+  proc n[4];
+  result r[4];
+  const char *argv[4][18];
+  const char *ids[4] = {"0", "1", "2", "2"};
+  for (int i = 0; i < 4; i++) {
+    const char *a[] = {launcher(), "--nnodes",      "2:3", "--node-rank", ids[i], "-np",
+                       "1",        "--master-port", port,  "--grace",     "2",    "--rdzv-last-call",
+                       "0.5",      "/bin/sh",       "-c",  script,        NULL};
+    memcpy(argv[i], a, sizeof a);
+  }
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv[i]);
+  usleep(1500000); /* generation 0 of 3 nodes is running */
+  kill(n[2].pid, SIGKILL);
+  proc_finish(&n[2], 20.0, t0, &r[2]);
+  start_node(&n[3], env, argv[3]);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) proc_finish(&n[i], 30.0, t0, &r[i]);
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    int rank = i == 3 ? 2 : i;
+    if (r[i].code != 0) fprintf(stderr, "  node %s: exit %d, stderr:\n%s", ids[i], r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 0);
+    snprintf(expect, sizeof expect, "[%d] gen 1 rank %d of 3\n", rank, rank);
+    ASSERT_CONTAINS(r[i].out, expect);
+  }
+  if (strstr(r[3].err, "generation 0 (")) fprintf(stderr, "  new node 2, stderr:\n%s", r[3].err);
+  ASSERT_TRUE(strstr(r[3].err, "generation 0 (") == NULL);
+  for (int i = 0; i < 4; i++)
+    result_free(&r[i]);
+}
+
+/* A node lost while a worker failure stops the generation is a change of membership, not a failure that --max-restarts
+ * counts, also when its replacement took the id over before node 0 wrote the next generation: node 2 killed and a new
+ * node 2 started at once, rank 1 fails 0.6 s later, the other workers take the 3 s grace to stop; --max-restarts 0.
+ * Generation 1 runs nodes 0,1,2 (it ended the job with rank 1's code before). */
+TEST(elastic_node_lost_in_a_failure_is_no_restart_when_replaced) {
+  char port[16], expect[700];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then [ $RANK = 1 ] && { sleep 2; exit 3; }; "
+                       "trap '' TERM; exec sleep 30; fi; echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"";
+  proc n[4];
+  result r[4];
+  const char *argv[4][18];
+  const char *ids[4] = {"0", "1", "2", "2"};
+  for (int i = 0; i < 4; i++) {
+    const char *a[] = {launcher(), "--nnodes",      "2:3", "--node-rank", ids[i], "-np",
+                       "1",        "--master-port", port,  "--grace",     "3",    "--rdzv-last-call",
+                       "0.5",      "/bin/sh",       "-c",  script,        NULL};
+    memcpy(argv[i], a, sizeof a);
+  }
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv[i]);
+  usleep(1500000); /* generation 0 of 3 nodes is running */
+  kill(n[2].pid, SIGKILL);
+  proc_finish(&n[2], 20.0, t0, &r[2]);
+  start_node(&n[3], env, argv[3]);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) proc_finish(&n[i], 30.0, t0, &r[i]);
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    int rank = i == 3 ? 2 : i;
+    if (r[i].code != 0) fprintf(stderr, "  node %s: exit %d, stderr:\n%s", ids[i], r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 0);
+    snprintf(expect, sizeof expect, "[%d] gen 1 rank %d of 3\n", rank, rank);
+    ASSERT_CONTAINS(r[i].out, expect);
+  }
+  snprintf(expect, sizeof expect,
+           "cohortrun: node 0: generation 1 (COHORT_RESTART_COUNT=1): node 2 (host %s) left the job; nodes 0,1,2 go "
+           "on; 3 nodes",
+           host());
+  ASSERT_CONTAINS(r[0].err, expect);
+  for (int i = 0; i < 4; i++)
+    result_free(&r[i]);
+}
+
 /* -H and --hostfile start the other nodes over ssh. Without an sshd here, a stand-in `ssh` first in PATH runs the
  * remote command on this host: everything but the network hop is real (the command line, the quoting, the secret
  * over stdin, node 1's own cohortrun). */
@@ -1299,18 +1388,23 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   remove_dir(dir);
 }
 
-COHORT_TEST_MAIN(
-    TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
-    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
-    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
-    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
-    TEST_CASE(what_the_workers_started_is_stopped_too), TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
-    TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
-    TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
-    TEST_CASE(help_lists_usage_and_the_worker_environment),
-    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
-    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
-    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
-    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
-    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
-    TEST_CASE(elastic_replaced_node_that_comes_back_ends), TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines),
+                 TEST_CASE(flood_of_output_arrives_whole_and_in_order), TEST_CASE(workers_get_the_job_environment),
+                 TEST_CASE(workers_meet_through_the_launcher_store),
+                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
+                 TEST_CASE(worker_killed_by_signal_is_named), TEST_CASE(segments_of_killed_workers_are_removed),
+                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
+                 TEST_CASE(what_the_workers_started_is_stopped_too),
+                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
+                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
+                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
+                 TEST_CASE(help_lists_usage_and_the_worker_environment),
+                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used),
+                 TEST_CASE(log_dir_and_root_cause_report), TEST_CASE(max_restarts_starts_a_new_generation),
+                 TEST_CASE(heartbeat_names_the_rank_that_hangs), TEST_CASE(nodes_meet_and_number_their_ranks),
+                 TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
+                 TEST_CASE(elastic_ranges_are_checked), TEST_CASE(elastic_nodes_leave_and_join),
+                 TEST_CASE(elastic_lost_node_is_replaced), TEST_CASE(elastic_replaced_node_that_comes_back_ends),
+                 TEST_CASE(elastic_replacement_skips_the_generation_of_the_old_node),
+                 TEST_CASE(elastic_node_lost_in_a_failure_is_no_restart_when_replaced),
+                 TEST_CASE(hosts_start_the_other_nodes_over_ssh))

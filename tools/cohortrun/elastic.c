@@ -8,7 +8,8 @@
  *
  * Keys (under "cohortrun/e/"), beside those of cluster.c (node/I, claim/I, hb/I, done/I, gG/failed, gG/failure):
  *   gG            generation G's record, written once by node 0: "ids=0,2,3 restarts=R why=TEXT" (its members by
- *                 id, the failures restarted so far, why it started), or "end=CODE why=TEXT" (the job is over)
+ *                 id, "I.C" for incarnation C > 0 of id I; the failures restarted so far, why it started), or
+ *                 "end=CODE why=TEXT" (the job is over)
  *   latest        the number of the last record written, so that a newcomer knows which generation to wait for
  *   gG/changed    a counter: the node that takes it to 1 says why generation G stops for a change of membership
  *   gG/change     that reason (a node went silent, a newcomer is waiting)
@@ -155,10 +156,22 @@ static void publish_end(cohort__cluster *c, int gen, int code, const char *why) 
 static cohort_status publish_members(cohort__cluster *c, int gen, const int *take, int count, const char *why) {
   char record[4400];
   int len = snprintf(record, sizeof record, "ids=");
-  for (int k = 0; k < count; k++)
+  for (int k = 0; k < count; k++) {
     len += snprintf(record + len, sizeof record - (size_t)len, "%s%d", k ? "," : "", take[k]);
+    /* A node that took an id over is named with its incarnation ("2.1"): apply() in the replacement takes no
+     * record that still names the node it replaced. */
+    if (c->peers[take[k]].incarnation > 0)
+      len += snprintf(record + len, sizeof record - (size_t)len, ".%d", c->peers[take[k]].incarnation);
+  }
   snprintf(record + len, sizeof record - (size_t)len, " restarts=%d why=%s", c->restarts_used, why);
   return publish(c, gen, record);
+}
+
+/* The incarnation an id of a record's ids= list is named with: "2.1" is 1, "2" is 0 (publish_members). */
+static int record_incarnation(const char *id) {
+  while (*id >= '0' && *id <= '9')
+    id++;
+  return *id == '.' ? atoi(id + 1) : 0;
 }
 
 /* Makes record (of generation gen) the current generation if it names this node: 1 if it does, 0 if not. */
@@ -169,7 +182,7 @@ static int apply(cohort__cluster *c, int gen, const char *record) {
   if (r) restarts = atoi(r + 10);
   int in = 0;
   for (const char *p = ids; *p && *p != ' ';) {
-    if (atoi(p) == c->node_rank) in = 1;
+    if (atoi(p) == c->node_rank && record_incarnation(p) == c->peers[c->node_rank].incarnation) in = 1;
     while (*p && *p != ',' && *p != ' ')
       p++;
     if (*p == ',') p++;
@@ -522,13 +535,17 @@ static int coordinate(cohort__cluster *c, double timeout_s, int *end_code, char 
     }
     usleep((useconds_t)(WAIT_STEP_S * 1e6 / 2));
   }
-  int found = 0;
-  scan_newcomers(c, cohort__now_ns(), 0, &found);
   /* Why this generation ended: a member lost (whatever its ranks' peers reported first) or a newcomer is a change
-   * of membership; otherwise a worker failed, which is what --max-restarts counts. */
+   * of membership; otherwise a worker failed, which is what --max-restarts counts. The lost are counted before the
+   * scan for newcomers, which resets the entry of a lost id that a replacement took over: else a node lost to a
+   * failure counted as that failure whenever its replacement was quick. */
   int lost[4096], nlost = 0;
+  char lost_host[256] = "";
   for (int n = 1; n < c->nnodes; n++)
     if (c->peers[n].member && c->peers[n].lost) lost[nlost++] = n;
+  if (nlost > 0) snprintf(lost_host, sizeof lost_host, "%s", c->peers[lost[0]].host);
+  int found = 0;
+  scan_newcomers(c, cohort__now_ns(), 0, &found);
   int exists = 0;
   snprintf(key, sizeof key, "cohortrun/e/g%d/changed", c->gen);
   int changed = nlost > 0 || (cohort__store_check(c->store, key, &exists) == COHORT_OK && exists);
@@ -558,7 +575,7 @@ static int coordinate(cohort__cluster *c, double timeout_s, int *end_code, char 
     char gone[600];
     list_ids(lost, nlost, gone, sizeof gone);
     snprintf(why, sizeof why, "node%s %s (host %s%s) left the job; nodes %s go on", nlost == 1 ? "" : "s", gone,
-             c->peers[lost[0]].host, nlost > 1 ? ", ..." : "", ids);
+             lost_host, nlost > 1 ? ", ..." : "", ids);
   } else if (changed) {
     int joined[4096], njoined = 0;
     for (int k = 0; k < count; k++)
