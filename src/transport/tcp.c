@@ -8,8 +8,10 @@
  * Receiving reads the 40-byte header first and checks it before any payload is accepted:
  *  - a frame of the current call is read straight into the posted receive buffer (no copy); if no receive is
  *    posted yet, the header is held and the payload stays in the socket (TCP flow control is the buffer);
- *  - a frame of a later call (a peer that is ahead) is read into a private buffer, so that the socket keeps
- *    draining and an ABORT or EOF behind it is still seen;
+ *  - a frame of a later call (a peer that is ahead) is read into a private buffer while the frames read aside on
+ *    its channel stay small (EARLY_ASIDE_BYTES); a larger one is held like a frame of the current call, and an
+ *    ABORT or EOF behind it is seen only once this rank reaches that call (nothing of the current call can come
+ *    after it on that channel, so no wait of the current call depends on it);
  *  - an ABORT frame fails the transport with the peer's status and message.
  * A peer that closes its socket between frames may simply be done (it finished its last collective and exited):
  * that only fails the transport when something more is expected from it. Mid-frame, or with a receive posted, it
