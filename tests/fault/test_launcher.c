@@ -1250,23 +1250,20 @@ TEST(elastic_replaced_node_that_comes_back_ends) {
     result_free(&r[i]);
 }
 
-/* A replacement that takes the id over before node 0 has written a generation without the lost node must not join
- * the generation that names the old one: node 2 killed, a new node 2 started at once; every node is slow to stop
- * (workers that ignore SIGTERM, --grace 2), so generation 0 is still the latest record when the take-over is done.
- * The new node 2 runs nothing before generation 1, which node 0 writes with it. */
-TEST(elastic_replacement_skips_the_generation_of_the_old_node) {
-  char port[16], expect[700];
+/* Three nodes of --nnodes 2:3 running script with --grace GRACE; node 2 is killed after 1.5 s and a new node 2 is
+ * started at once. Its take-over is done 2.5 s later; the workers of generation 0 ignore SIGTERM, so node 0 writes
+ * no generation before the grace has run out, well after that. Waits for nodes 0, 1 and the new 2 (r[0], r[1],
+ * r[3]) and checks that each exited 0 and ran generation 1 as rank R of 3 (its own rank only). */
+static void replace_node_at_once(const char *script, const char *grace, result r[4]) {
+  char port[16], expect[64];
   snprintf(port, sizeof port, "%d", free_port());
   static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
-  const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then trap '' TERM; exec sleep 30; fi; "
-                       "echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"";
   proc n[4];
-  result r[4];
   const char *argv[4][18];
   const char *ids[4] = {"0", "1", "2", "2"};
   for (int i = 0; i < 4; i++) {
     const char *a[] = {launcher(), "--nnodes",      "2:3", "--node-rank", ids[i], "-np",
-                       "1",        "--master-port", port,  "--grace",     "2",    "--rdzv-last-call",
+                       "1",        "--master-port", port,  "--grace",     grace,  "--rdzv-last-call",
                        "0.5",      "/bin/sh",       "-c",  script,        NULL};
     memcpy(argv[i], a, sizeof a);
   }
@@ -1287,6 +1284,16 @@ TEST(elastic_replacement_skips_the_generation_of_the_old_node) {
     snprintf(expect, sizeof expect, "[%d] gen 1 rank %d of 3\n", rank, rank);
     ASSERT_CONTAINS(r[i].out, expect);
   }
+}
+
+/* A replacement that takes the id over before node 0 has written a generation without the lost node must not join
+ * the generation that names the old one: generation 0 is still the latest record when the take-over is done. The new
+ * node 2 runs nothing before generation 1, which node 0 writes with it. */
+TEST(elastic_replacement_skips_the_generation_of_the_old_node) {
+  const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then trap '' TERM; exec sleep 30; fi; "
+                       "echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"";
+  result r[4];
+  replace_node_at_once(script, "4", r);
   if (strstr(r[3].err, "generation 0 (")) fprintf(stderr, "  new node 2, stderr:\n%s", r[3].err);
   ASSERT_TRUE(strstr(r[3].err, "generation 0 (") == NULL);
   for (int i = 0; i < 4; i++)
@@ -1294,42 +1301,15 @@ TEST(elastic_replacement_skips_the_generation_of_the_old_node) {
 }
 
 /* A node lost while a worker failure stops the generation is a change of membership, not a failure that --max-restarts
- * counts, also when its replacement took the id over before node 0 wrote the next generation: node 2 killed and a new
- * node 2 started at once, rank 1 fails 0.6 s later, the other workers take the 3 s grace to stop; --max-restarts 0.
- * Generation 1 runs nodes 0,1,2 (it ended the job with rank 1's code before). */
+ * counts, also when its replacement took the id over before node 0 wrote the next generation: rank 1 fails 2 s into
+ * generation 0, the other workers take the grace to stop; --max-restarts 0. Generation 1 runs nodes 0,1,2 (it ended
+ * the job with rank 1's code before). */
 TEST(elastic_node_lost_in_a_failure_is_no_restart_when_replaced) {
-  char port[16], expect[700];
-  snprintf(port, sizeof port, "%d", free_port());
-  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
   const char *script = "if [ $COHORT_RESTART_COUNT = 0 ]; then [ $RANK = 1 ] && { sleep 2; exit 3; }; "
                        "trap '' TERM; exec sleep 30; fi; echo \"gen $COHORT_RESTART_COUNT rank $RANK of $WORLD_SIZE\"";
-  proc n[4];
+  char expect[700];
   result r[4];
-  const char *argv[4][18];
-  const char *ids[4] = {"0", "1", "2", "2"};
-  for (int i = 0; i < 4; i++) {
-    const char *a[] = {launcher(), "--nnodes",      "2:3", "--node-rank", ids[i], "-np",
-                       "1",        "--master-port", port,  "--grace",     "3",    "--rdzv-last-call",
-                       "0.5",      "/bin/sh",       "-c",  script,        NULL};
-    memcpy(argv[i], a, sizeof a);
-  }
-  double t0 = cohort__now_s();
-  for (int i = 0; i < 3; i++)
-    start_node(&n[i], env, argv[i]);
-  usleep(1500000); /* generation 0 of 3 nodes is running */
-  kill(n[2].pid, SIGKILL);
-  proc_finish(&n[2], 20.0, t0, &r[2]);
-  start_node(&n[3], env, argv[3]);
-  for (int i = 0; i < 4; i++)
-    if (i != 2) proc_finish(&n[i], 30.0, t0, &r[i]);
-  for (int i = 0; i < 4; i++) {
-    if (i == 2) continue;
-    int rank = i == 3 ? 2 : i;
-    if (r[i].code != 0) fprintf(stderr, "  node %s: exit %d, stderr:\n%s", ids[i], r[i].code, r[i].err);
-    ASSERT_EQ(r[i].code, 0);
-    snprintf(expect, sizeof expect, "[%d] gen 1 rank %d of 3\n", rank, rank);
-    ASSERT_CONTAINS(r[i].out, expect);
-  }
+  replace_node_at_once(script, "5", r);
   snprintf(expect, sizeof expect,
            "cohortrun: node 0: generation 1 (COHORT_RESTART_COUNT=1): node 2 (host %s) left the job; nodes 0,1,2 go "
            "on; 3 nodes",
