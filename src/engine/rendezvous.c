@@ -337,10 +337,9 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
   v[len] = '\0';
   if (sscanf(v, "%d %d %n", &status, &who, &used) < 2 || status <= COHORT_OK || status > COHORT_ERR_PROTOCOL)
     status = COHORT_ERR_REMOTE;
-  if (cohort__already_reported(v + used))
-    st = cohort__error((cohort_status)status, "%s", v + used);
-  else
-    st = cohort__error((cohort_status)status, "%s" COHORT__REPORTED_BY "%d)", v + used, who);
+  char msg[COHORT__ABORT_TEXT_MAX + 40];
+  cohort__relayed_failure(msg, sizeof msg, v + used, who);
+  st = cohort__error((cohort_status)status, "%s", msg);
   free(v);
   return st;
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "transport/transport.h"
@@ -17,10 +18,14 @@
 #define COHORT__FRAME_MAGIC 0x54524843u /* "CHRT" */
 #define COHORT__ABORT_TEXT_MAX 1024
 
-/* What a rank adds to a failure it heard of from peer P: " (reported by rank P)". A message that already has it
- * came through another relay; it keeps that first one, the rank that saw the failure, and gets no second. */
-#define COHORT__REPORTED_BY " (reported by rank "
-static inline int cohort__already_reported(const char *text) { return strstr(text, COHORT__REPORTED_BY) != NULL; }
+/* The message of a failure heard of from peer P: text + " (reported by rank P)". A text that already has that
+ * suffix came through another relay; it keeps the first one, the rank that saw the failure, and gets no second. */
+static inline void cohort__relayed_failure(char *out, size_t len, const char *text, int peer) {
+  if (strstr(text, " (reported by rank "))
+    snprintf(out, len, "%s", text);
+  else
+    snprintf(out, len, "%s (reported by rank %d)", text, peer);
+}
 
 enum { COHORT__FRAME_DATA = 1, COHORT__FRAME_ABORT = 2 };
 

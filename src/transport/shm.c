@@ -124,8 +124,9 @@ static cohort_status take_peer_abort(shm_transport *t, int p) {
   memcpy(text, s->abort_text, sizeof text);
   text[sizeof text - 1] = '\0';
   /* Keep the originator's message as is: it already names the ranks involved. */
-  if (cohort__already_reported(text)) return cohort__shm_fail(t, (cohort_status)st, "%s", text);
-  return cohort__shm_fail(t, (cohort_status)st, "%s" COHORT__REPORTED_BY "%d)", text, WORLD(t, p));
+  char msg[COHORT__ABORT_TEXT_MAX + 40];
+  cohort__relayed_failure(msg, sizeof msg, text, WORLD(t, p));
+  return cohort__shm_fail(t, (cohort_status)st, "%s", msg);
 }
 
 static cohort_status check_peer_aborts(shm_transport *t) {

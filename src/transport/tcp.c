@@ -402,8 +402,9 @@ static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
         ch->rx_buf = NULL;
         ch->rx_state = RX_HEADER;
         /* Keep the originator's message as is: it already names the ranks involved. */
-        if (cohort__already_reported(text)) return fail(t, (cohort_status)st, "%s", text);
-        return fail(t, (cohort_status)st, "%s" COHORT__REPORTED_BY "%d)", text, ch->peer);
+        char msg[COHORT__ABORT_TEXT_MAX + 40];
+        cohort__relayed_failure(msg, sizeof msg, text, ch->peer);
+        return fail(t, (cohort_status)st, "%s", msg);
       }
       unexpected *u = malloc(sizeof *u);
       if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
