@@ -118,20 +118,25 @@ one_final_line() {
   echo "$banner" | grep -q " $1 ranks x batch 16" || fail "the last generation's banner: $banner (expected $1 ranks)"
 }
 
-SHM_BEFORE=$(ls -1 /dev/shm 2>/dev/null | sort)
-case "$CASE" in
-leave)
+# Starts nodes 0, 1 and 2 ($P0, $P1) and kill -9s node 2's cohortrun once training passed step 12.
+three_nodes_then_kill_node_2() {
   node 0
   P0=$NODE_PID
   node 1
   P1=$NODE_PID
   node 2
-  P2=$NODE_PID
+  local p2=$NODE_PID
   wait_step 12
+  kill -9 "$p2"
+  { wait "$p2"; } 2>/dev/null # no shell 'Killed' notice
+}
+
+SHM_BEFORE=$(ls -1 /dev/shm 2>/dev/null | sort)
+case "$CASE" in
+leave)
+  three_nodes_then_kill_node_2
   grep -q '^cohortrun: node 0: generation 0 (COHORT_RESTART_COUNT=0): the first generation: nodes 0,1,2; 3 nodes, world size 3' \
     "$TMP/err0" || fail "generation 0 was not the 3 nodes"
-  kill -9 "$P2"
-  { wait "$P2"; } 2>/dev/null # no shell 'Killed' notice
   wait_done "$P0" 60
   rc0=$RC
   wait_done "$P1" 10
@@ -179,15 +184,7 @@ join)
     "$(grep '^\[0\] world size changed' "$TMP/out0" | sed 's/^\[0\] //')"
   ;;
 rejoin)
-  node 0
-  P0=$NODE_PID
-  node 1
-  P1=$NODE_PID
-  node 2
-  P2=$NODE_PID
-  wait_step 12
-  kill -9 "$P2"
-  { wait "$P2"; } 2>/dev/null
+  three_nodes_then_kill_node_2
   for _ in $(seq 1 200); do
     grep -q '^cohortrun: node 0: generation 1 .*node 2 (host [^)]*) left the job; nodes 0,1 go on' "$TMP/err0" && break
     sleep 0.05

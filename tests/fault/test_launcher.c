@@ -1064,6 +1064,25 @@ TEST(elastic_ranges_are_checked) {
   result_free(&r2);
 }
 
+/* The command line of one node of an elastic job: --nnodes RANGE, --node-rank ID, one rank running `sh -c SCRIPT`,
+ * a 0.5 s last call, and --grace GRACE unless it is NULL. */
+static void elastic_node_argv(const char *argv[18], const char *range, const char *id, const char *port,
+                              const char *grace, const char *script) {
+  const char *head[] = {launcher(), "--nnodes", range, "--node-rank", id, "-np", "1", "--master-port", port,
+                        "--rdzv-last-call", "0.5"};
+  int k = 0;
+  for (size_t i = 0; i < sizeof head / sizeof *head; i++)
+    argv[k++] = head[i];
+  if (grace) {
+    argv[k++] = "--grace";
+    argv[k++] = grace;
+  }
+  argv[k++] = "/bin/sh";
+  argv[k++] = "-c";
+  argv[k++] = script;
+  argv[k] = NULL;
+}
+
 /* An elastic job on loopback (the same rendezvous as across namespaces, so that the sanitizers see it too): three
  * nodes of --nnodes 2:3, node 2's cohortrun killed -> nodes 0 and 1 start generation 1 at world 2 and finish; a
  * node that joins later takes part in generation 2 at world 3; then a failure with no restart left ends all. */
@@ -1077,16 +1096,13 @@ TEST(elastic_nodes_leave_and_join) {
                        "[ $COHORT_RESTART_COUNT = 1 ] && exec sleep 30; exit 0";
   proc n[4];
   result r[4];
-  const char *argv[4][16];
+  const char *argv[4][18];
   char id[4][4];
   double t0 = cohort__now_s();
   for (int i = 0; i < 4; i++) {
-    snprintf(id[i], sizeof id[i], "%d", i == 3 ? 2 : i);
-    const char *a[] = {launcher(), "--nnodes",         "2:4", "--node-rank", id[i], "-np",  "1", "--master-port",
-                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",  script, NULL};
-    memcpy(argv[i], a, sizeof a);
+    snprintf(id[i], sizeof id[i], "%d", i);
+    elastic_node_argv(argv[i], "2:4", id[i], port, NULL, script);
   }
-  argv[3][4] = "3";
   for (int i = 0; i < 3; i++)
     start_node(&n[i], env, argv[i]);
   usleep(1500000); /* generation 0 of 3 nodes is running */
@@ -1151,13 +1167,10 @@ TEST(elastic_lost_node_is_replaced) {
   const char *script = "[ $COHORT_RESTART_COUNT = 2 ] || exec sleep 30; echo \"gen 2 rank $RANK of $WORLD_SIZE\"";
   proc n[5];
   result r[5];
-  const char *argv[5][16];
+  const char *argv[5][18];
   const char *ids[5] = {"0", "1", "2", "2", "1"};
-  for (int i = 0; i < 5; i++) {
-    const char *a[] = {launcher(), "--nnodes",         "2:3", "--node-rank", ids[i], "-np",  "1", "--master-port",
-                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",   script, NULL};
-    memcpy(argv[i], a, sizeof a);
-  }
+  for (int i = 0; i < 5; i++)
+    elastic_node_argv(argv[i], "2:3", ids[i], port, NULL, script);
   double t0 = cohort__now_s();
   for (int i = 0; i < 3; i++)
     start_node(&n[i], env, argv[i]);
@@ -1213,13 +1226,10 @@ TEST(elastic_replaced_node_that_comes_back_ends) {
       "[ $COHORT_RESTART_COUNT = 2 ] || exec sleep 30; echo \"gen 2 rank $RANK of $WORLD_SIZE\"; exec sleep 3";
   proc n[4];
   result r[4];
-  const char *argv[4][16];
+  const char *argv[4][18];
   const char *ids[4] = {"0", "1", "2", "2"};
-  for (int i = 0; i < 4; i++) {
-    const char *a[] = {launcher(), "--nnodes",         "2:3", "--node-rank", ids[i], "-np",  "1", "--master-port",
-                       port,       "--rdzv-last-call", "0.5", "/bin/sh",     "-c",   script, NULL};
-    memcpy(argv[i], a, sizeof a);
-  }
+  for (int i = 0; i < 4; i++)
+    elastic_node_argv(argv[i], "2:3", ids[i], port, NULL, script);
   double t0 = cohort__now_s();
   for (int i = 0; i < 3; i++)
     start_node(&n[i], env, argv[i]);
@@ -1261,12 +1271,8 @@ static void replace_node_at_once(const char *script, const char *grace, result r
   proc n[4];
   const char *argv[4][18];
   const char *ids[4] = {"0", "1", "2", "2"};
-  for (int i = 0; i < 4; i++) {
-    const char *a[] = {launcher(), "--nnodes",      "2:3", "--node-rank", ids[i], "-np",
-                       "1",        "--master-port", port,  "--grace",     grace,  "--rdzv-last-call",
-                       "0.5",      "/bin/sh",       "-c",  script,        NULL};
-    memcpy(argv[i], a, sizeof a);
-  }
+  for (int i = 0; i < 4; i++)
+    elastic_node_argv(argv[i], "2:3", ids[i], port, grace, script);
   double t0 = cohort__now_s();
   for (int i = 0; i < 3; i++)
     start_node(&n[i], env, argv[i]);
