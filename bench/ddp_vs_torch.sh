@@ -10,6 +10,10 @@
 #          after backward), and the same with --sync fused (one allreduce of a plain gradient buffer after backward:
 #          the non-overlapped baseline)
 # torch:   /usr/bin/python3 torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
+# native:  when the environment sets OPENBLAS_CORETYPE (the environment here sets Haswell, AVX2), cohort once
+#          more without it, on the kernels OpenBLAS picks for the CPU itself (AVX-512 where present); for
+#          information: the verdicts use the environment as given. torch's convolutions (oneDNN, its own JIT
+#          kernels) ignore OPENBLAS_CORETYPE.
 # Both report images per second of the training loop (all ranks together), evaluation excluded. With REPEAT > 1
 # every configuration runs REPEAT times, interleaved, and the median is shown. Environment: BUILD (default
 # build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or /work/shared/bench-anchors/).
@@ -43,16 +47,22 @@ cohort_once() { # NP [FLAGS...] -> img/s
     sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
 fused_once() { cohort_once "$1" --sync fused; }
+native_once() { (unset OPENBLAS_CORETYPE && cohort_once "$1"); }
+blas_core() { "$@" "$TRAIN" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1; }
 torch_once() { # NP -> img/s
   ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" 1 "$BATCH" "$STEPS" 2>/dev/null |
     sed -n 's/.*img_per_s=\([0-9.]*\).*/\1/p'
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+SYSTEMS="cohort fused torch"
+[ -z "${OPENBLAS_CORETYPE:-}" ] || SYSTEMS="$SYSTEMS native"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT"
+echo "# OpenBLAS kernels: cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
+  [ -z "${OPENBLAS_CORETYPE:-}" ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
 for r in $(seq 1 "$REPEAT"); do
   for np in 1 2; do
-    for sys in cohort fused torch; do
+    for sys in $SYSTEMS; do
       v=$(${sys}_once "$np")
       [ -n "$v" ] || { echo "ddp_vs_torch.sh: $sys on $np ranks gave no img/s" >&2; exit 1; }
       RESULTS[$sys.$np]="${RESULTS[$sys.$np]:-} $v"
@@ -63,13 +73,20 @@ done
 c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)
 f1=$(echo "${RESULTS[fused.1]}" | median); f2=$(echo "${RESULTS[fused.2]}" | median)
 t1=$(echo "${RESULTS[torch.1]}" | median); t2=$(echo "${RESULTS[torch.2]}" | median)
-awk -v c1="$c1" -v c2="$c2" -v f1="$f1" -v f2="$f2" -v t1="$t1" -v t2="$t2" 'BEGIN {
+n1= n2=
+if [ -n "${RESULTS[native.1]:-}" ]; then
+  n1=$(echo "${RESULTS[native.1]}" | median) n2=$(echo "${RESULTS[native.2]}" | median)
+fi
+awk -v c1="$c1" -v c2="$c2" -v f1="$f1" -v f2="$f2" -v t1="$t1" -v t2="$t2" -v n1="$n1" -v n2="$n2" 'BEGIN {
   printf "| ranks | cohort (ddp) img/s | cohort --sync fused img/s | torch DDP img/s | cohort / torch | ddp / fused |\n"
   printf "| --- | --- | --- | --- | --- | --- |\n"
   printf "| 1 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c1, f1, t1, c1 / t1, c1 / f1
   printf "| 2 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c2, f2, t2, c2 / t2, c2 / f2
   printf "1->2 rank scaling: cohort %.1f%%, fused %.1f%%, torch %.1f%%\n", 100 * c2 / (2 * c1), 100 * f2 / (2 * f1),
          100 * t2 / (2 * t1)
+  if (n1 != "")
+    printf "native OpenBLAS kernels (information): 1 rank %.0f img/s, 2 ranks %.0f img/s, %.2fx torch on 2 ranks, " \
+           "scaling %.1f%%\n", n1, n2, n2 / t2, 100 * n2 / (2 * n1)
   printf "targets: 2 ranks vs torch >= 1.0x (training issue): %.2fx %s; >= 1.2x (DDP issue): %.2fx %s; ", c2 / t2,
          (c2 / t2 >= 1.0 ? "PASS" : "MISS"), c2 / t2, (c2 / t2 >= 1.2 ? "PASS" : "MISS")
   printf "ddp vs fused >= 1.1x: %.2fx %s; scaling >= 95%%: %.1f%% %s\n", c2 / f2, (c2 / f2 >= 1.1 ? "PASS" : "MISS"),
