@@ -23,8 +23,8 @@
 #
 # The memory limit (rows >= 64 MiB). The node allreduce (src/transport/shm_coll.c), per rank and per byte of the
 # vector, with s = 1/n of it being the rank's own slice, moves: staging its input but its own slice, (1-s) read +
-# (1-s) written; the reduction of its slice, 1 read (all n inputs of a slice) + s written; its slice into recvbuf, s
-# read + s written; the peers' slices into recvbuf, (1-s) read + (1-s) written: 5 - s bytes, 4.5 for 2 ranks. The
+# (1-s) written; the reduction of its slice, 1 read (all n inputs of a slice) + 2s written (into staging and into
+# recvbuf); the peers' slices into recvbuf, (1-s) read + (1-s) written: 5 - 2s bytes, 4 for 2 ranks. The
 # staging buffers (2 x COHORT_SHM_CHUNK_BYTES per rank) stay in cache, so of those bytes only the read of sendbuf (1)
 # and the write of recvbuf (1) are main-memory traffic once the vector is far larger than the caches: 2 bytes per
 # byte. Zero copy (every rank's buffers from cohort_alloc) moves 2 bytes per byte: each rank reads its slice of all

@@ -11,16 +11,16 @@
  *   2. copy my input chunk into it, except my own 1/n slice (nobody else reads it); publish in = k;
  *   3. wait for every peer's in >= k; on a call's first chunk, compare every peer's call with mine (MISMATCH);
  *   4. reduce my slice of the chunk in one pass over all n inputs (operands in rank order: the peers' from their
- *      buffers, mine from sendbuf) into my buffer's slice, which step 2 left free; AVG divides here, once; publish
- *      out = k; copy my slice's result into recvbuf;
+ *      buffers, mine from sendbuf), piece by piece through a buffer in L1, and write each piece of the result both
+ *      into my buffer's slice, which step 2 left free, and into recvbuf; AVG divides here, once; publish out = k
+ *      (a hierarchical call reduces into my buffer only, runs its inter-node step there, then copies to recvbuf);
  *   5. copy every other slice into recvbuf as soon as its owner's out >= k; publish done = k.
  * A rank may be a chunk ahead of the slowest (step 1 waits for k - 2, not k - 1): while one copies chunk k out,
  * another may already copy chunk k + 1 in. There is no barrier: each rank waits only on the flags it needs.
  * Each element is computed by one rank and copied by the others, so every rank holds bitwise the same result.
  *
  * Memory traffic per rank, per byte of the vector (n ranks, s = 1/n): copy in (1-s) read + (1-s) write, reduce 1
- * read + s write, my slice out s read + s write, the others' out (1-s) read + (1-s) write: 5 - s bytes (4.5 for two
- * ranks). Of these, the sendbuf reads (1) and the recvbuf writes (1) go to main memory for large vectors; the
+ * read + 2s write, the others' out (1-s) read + (1-s) write: 5 - 2s bytes (4 for two ranks). Of these, the sendbuf reads (1) and the recvbuf writes (1) go to main memory for large vectors; the
  * staging buffers stay in cache (docs/performance.md derives the limit from this).
  *
  * Small vectors (up to COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole input in, publishes in,
@@ -127,6 +127,27 @@ static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size
     for (int q = 2; q < n; q++)
       cohort__reduce(tmp, tmp, (const char *)x[q] + o, m, dtype, op);
     memcpy((char *)dst + o, tmp, m * es);
+  }
+}
+
+/* Staged, my slice: its result goes both into my staging buffer (dst, where the peers copy it from) and into
+ * recvbuf (out), piece by piece through a small buffer that stays in L1, instead of into staging and then copied to
+ * recvbuf. out may be my input slice (in place): each piece is read before it is written. x_all is the first half of
+ * the operands' table; the second half holds a piece's operands. */
+static void reduce_twice(shm_transport *t, char *dst, char *out, const void **x_all, size_t len, cohort_dtype dtype,
+                         cohort_op op) {
+  int n = t->base.size;
+  _Alignas(64) char tmp[8192];
+  const void **x = x_all + n;
+  size_t es = cohort_dtype_size(dtype), piece = sizeof tmp / es;
+  for (size_t i = 0; i < len; i += piece) {
+    size_t m = len - i < piece ? len - i : piece, o = i * es;
+    for (int q = 0; q < n; q++)
+      x[q] = (const char *)x_all[q] + o;
+    reduce_ranks(t, tmp, x, m, dtype, op);
+    if (op == COHORT_AVG) cohort__reduce_avg(tmp, m, dtype, n);
+    memcpy(dst + o, tmp, m * es);
+    memcpy(out + o, tmp, m * es);
   }
 }
 
@@ -258,6 +279,7 @@ cohort_status cohort__shm_allreduce_completed(cohort__transport *base, const voi
 
     /* My slice: staged, its result goes where my input slice would have been staged; zero copy, into recvbuf. */
     char *dst = zc ? out + my_lo * es : mine + my_lo * es;
+    const int dual = !zc && !complete;
     if (my_hi > my_lo) {
       for (int q = 0; q < n; q++) {
         peer *pe = &t->peers[q];
@@ -265,13 +287,17 @@ cohort_status cohort__shm_allreduce_completed(cohort__transport *base, const voi
                : pe->zc_in >= 0 ? cohort__shm_arena(pe->seg) + pe->zc_in + (off + my_lo) * es
                                 : cohort__shm_stage(pe->seg, b) + my_lo * es;
       }
-      reduce_ranks(t, dst, x, my_hi - my_lo, dtype, op);
-      if (op == COHORT_AVG && !complete) cohort__reduce_avg(dst, my_hi - my_lo, dtype, n);
+      if (dual)
+        reduce_twice(t, dst, out + my_lo * es, x, my_hi - my_lo, dtype, op);
+      else {
+        reduce_ranks(t, dst, x, my_hi - my_lo, dtype, op);
+        if (op == COHORT_AVG && !complete) cohort__reduce_avg(dst, my_hi - my_lo, dtype, n);
+      }
     }
     if (complete) COHORT_CHECK(complete(arg, dst, off + my_lo, my_hi - my_lo));
     cohort__shm_publish(t, &t->me->node.out, k);
     /* Only now may recvbuf change: in place, my input slice was an operand until the reduction above. */
-    if (!zc) memcpy(out + my_lo * es, dst, (my_hi - my_lo) * es);
+    if (!zc && !dual) memcpy(out + my_lo * es, dst, (my_hi - my_lo) * es);
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
       peer *pe = &t->peers[q];
