@@ -20,8 +20,9 @@
  * Each element is computed by one rank and copied by the others, so every rank holds bitwise the same result.
  *
  * Memory traffic per rank, per byte of the vector (n ranks, s = 1/n): copy in (1-s) read + (1-s) write, reduce 1
- * read + 2s write, the others' out (1-s) read + (1-s) write: 5 - 2s bytes (4 for two ranks). Of these, the sendbuf reads (1) and the recvbuf writes (1) go to main memory for large vectors; the
- * staging buffers stay in cache (docs/performance.md derives the limit from this).
+ * read + 2s write, the others' out (1-s) read + (1-s) write: 5 - 2s bytes (4 for two ranks). Of these, the sendbuf
+ * reads (1) and the recvbuf writes (1) go to main memory for large vectors; the staging buffers stay in cache
+ * (docs/performance.md derives the limit from this).
  *
  * Small vectors (up to COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole input in, publishes in,
  * and, once every peer's in is there, reduces the whole vector itself from all n buffers in rank order (the same
