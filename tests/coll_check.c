@@ -67,6 +67,41 @@ static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
   return acc;
 }
 
+/* Where the checks' buffers come from: malloc, or cohort_alloc (coll_check_use_arena). */
+static int use_arena;
+static int arena_misses;
+
+void coll_check_use_arena(int on) { use_arena = on; }
+
+/* On a transport with a shared arena (shm, and tcp+shm across nodes) every buffer must land in it, or the checks
+ * would run on the staged path while claiming zero copy; elsewhere cohort_alloc is malloc. */
+static void *buffer(cohort_comm *c, size_t bytes) {
+  if (!use_arena) return malloc(bytes);
+  void *p = cohort_alloc(c, bytes);
+  const char *tr = cohort_transport_name(c);
+  int shared = strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
+  if (p && shared && !cohort_in_arena(c, p, bytes)) {
+    fprintf(stderr, "rank %d: cohort_alloc(%zu) on %s gave memory outside the shared arena\n", cohort_rank(c), bytes,
+            tr);
+    arena_misses++;
+  }
+  return p;
+}
+
+/* The misses since the last call, counted as failed checks. */
+static int take_arena_misses(void) {
+  int m = arena_misses;
+  arena_misses = 0;
+  return m;
+}
+
+static void release(cohort_comm *c, void *p) {
+  if (use_arena)
+    cohort_free(c, p);
+  else
+    free(p);
+}
+
 static double tolerance(cohort_dtype d, double expect) {
   double mag = fabs(expect);
   switch (d) {
@@ -93,7 +128,7 @@ static int call_failed(const char *what, cohort_status st, int rank) {
 static int check_allreduce(cohort_comm *c, size_t count, cohort_dtype d, cohort_op op, int in_place) {
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d);
-  char *send = malloc(count * es + 1), *recv = malloc(count * es + 1);
+  char *send = buffer(c, count * es + 1), *recv = buffer(c, count * es + 1);
   for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, op));
   memset(recv, 0x5a, count * es + 1);
   if (in_place) memcpy(recv, send, count * es);
@@ -104,15 +139,15 @@ static int check_allreduce(cohort_comm *c, size_t count, cohort_dtype d, cohort_
     double want = reference(n, i, d, op), got = load_value(recv, i, d);
     if (fabs(got - want) > tolerance(d, want)) bad = report(in_place ? "allreduce(in place)" : "allreduce", d, op, count, i, got, want, r);
   }
-  free(send);
-  free(recv);
+  release(c, send);
+  release(c, recv);
   return bad;
 }
 
 static int check_reduce_scatter(cohort_comm *c, size_t count, cohort_dtype d, cohort_op op) {
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d), total = count * (size_t)n;
-  char *send = malloc(total * es + 1), *recv = malloc(count * es + 1);
+  char *send = buffer(c, total * es + 1), *recv = buffer(c, count * es + 1);
   for (size_t i = 0; i < total; i++) store_value(send, i, d, input(r, i, d, op));
   memset(recv, 0x5a, count * es + 1);
   cohort_status st = cohort_reduce_scatter(c, send, recv, count, d, op);
@@ -122,15 +157,15 @@ static int check_reduce_scatter(cohort_comm *c, size_t count, cohort_dtype d, co
     double want = reference(n, (size_t)r * count + j, d, op), got = load_value(recv, j, d);
     if (fabs(got - want) > tolerance(d, want)) bad = report("reduce_scatter", d, op, count, j, got, want, r);
   }
-  free(send);
-  free(recv);
+  release(c, send);
+  release(c, recv);
   return bad;
 }
 
 static int check_allgather(cohort_comm *c, size_t count, cohort_dtype d) {
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d), total = count * (size_t)n;
-  char *send = malloc(count * es + 1), *recv = malloc(total * es + 1);
+  char *send = buffer(c, count * es + 1), *recv = buffer(c, total * es + 1);
   for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, COHORT_SUM));
   memset(recv, 0x5a, total * es + 1);
   cohort_status st = cohort_allgather(c, send, recv, count, d);
@@ -140,15 +175,15 @@ static int check_allgather(cohort_comm *c, size_t count, cohort_dtype d) {
     double want = input((int)(i / (count ? count : 1)), i % (count ? count : 1), d, COHORT_SUM), got = load_value(recv, i, d);
     if (got != want) bad = report("allgather", d, COHORT_SUM, count, i, got, want, r);
   }
-  free(send);
-  free(recv);
+  release(c, send);
+  release(c, recv);
   return bad;
 }
 
 static int check_broadcast(cohort_comm *c, size_t count, cohort_dtype d, int root) {
   int r = cohort_rank(c);
   size_t es = cohort_dtype_size(d);
-  char *buf = malloc(count * es + 1);
+  char *buf = buffer(c, count * es + 1);
   if (r == root) for (size_t i = 0; i < count; i++) store_value(buf, i, d, input(root, i, d, COHORT_SUM));
   else memset(buf, 0x5a, count * es + 1);
   cohort_status st = cohort_broadcast(c, buf, count, d, root);
@@ -158,7 +193,7 @@ static int check_broadcast(cohort_comm *c, size_t count, cohort_dtype d, int roo
     double want = input(root, i, d, COHORT_SUM), got = load_value(buf, i, d);
     if (got != want) bad = report("broadcast", d, COHORT_SUM, count, i, got, want, r);
   }
-  free(buf);
+  release(c, buf);
   return bad;
 }
 
@@ -173,6 +208,7 @@ int coll_check_all(cohort_comm *c, const size_t *counts, int ncounts) {
       }
       bad += check_allgather(c, count, (cohort_dtype)d);
       bad += check_broadcast(c, count, (cohort_dtype)d, (int)((count + (size_t)d) % (size_t)n));
+      bad += take_arena_misses();
       if (bad) return bad; /* after a failure the communicator is dead; the first message says it all */
     }
   }
@@ -185,7 +221,7 @@ int coll_check_async(cohort_comm *c) {
   float *bufs[INFLIGHT];
   cohort_work *work[INFLIGHT];
   for (int k = 0; k < INFLIGHT; k++) {
-    bufs[k] = malloc(COUNT * sizeof(float));
+    bufs[k] = buffer(c, COUNT * sizeof(float));
     for (int i = 0; i < COUNT; i++) bufs[k][i] = (float)(r + k + i % 7);
     cohort_status st = cohort_iallreduce(c, bufs[k], bufs[k], COUNT, COHORT_F32, COHORT_SUM, &work[k]);
     if (st != COHORT_OK) return call_failed("iallreduce", st, r);
@@ -208,9 +244,9 @@ int coll_check_async(cohort_comm *c) {
       if (bufs[k][i] != (float)want) bad += report("iallreduce", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
     }
     cohort_work_free(work[k]);
-    free(bufs[k]);
+    release(c, bufs[k]);
   }
-  return bad;
+  return bad + take_arena_misses();
 }
 
 int coll_check_run_ahead(cohort_comm *c) {
@@ -220,7 +256,7 @@ int coll_check_run_ahead(cohort_comm *c) {
   cohort_work *work[CALLS];
   if (r != 0) usleep(300000); /* rank 0 sends while the others have not started: it runs calls ahead of them */
   for (int k = 0; k < CALLS; k++) {
-    bufs[k] = malloc(COUNT * sizeof(float));
+    bufs[k] = buffer(c, COUNT * sizeof(float));
     for (int i = 0; i < COUNT; i++) bufs[k][i] = r == 0 ? (float)(k * 100003 + i % 65521) : -1.0f;
     cohort_status st = cohort_ibroadcast(c, bufs[k], COUNT, COHORT_F32, 0, &work[k]);
     if (st != COHORT_OK) return call_failed("ibroadcast", st, r);
@@ -233,9 +269,9 @@ int coll_check_run_ahead(cohort_comm *c) {
       if (bufs[k][i] != (float)want) bad += report("ibroadcast ahead", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
     }
     cohort_work_free(work[k]);
-    free(bufs[k]);
+    release(c, bufs[k]);
   }
-  return bad;
+  return bad + take_arena_misses();
 }
 
 static double now_s(void) {

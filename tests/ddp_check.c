@@ -37,6 +37,12 @@ static void options(cohort_ddp_options *o) {
   o->overlap = overlap_mode;
 }
 
+/* The transports whose ranks share a node's memory: cohort_alloc gives blocks of the shared arena there. */
+static int has_arena(const cohort_comm *comm) {
+  const char *tr = cohort_transport_name(comm);
+  return strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
+}
+
 /* A value that depends on the rank, the step and the position, and is exactly representable. */
 static float value_at(int rank, int step, size_t i) { return (float)((int)((i * 7 + (size_t)step * 13) % 64) - 32 + rank * 5) / 64.0f; }
 
@@ -138,8 +144,9 @@ static int check_create_and_layout(cohort_comm *comm) {
     CHECK(want[bi][bk->num_params] == -1);
     CHECK(bk->count == count);
     CHECK(((uintptr_t)bk->data & 63) == 0);
-    /* Where the transport has a shared arena (shm), the buckets live in it: their allreduce is zero copy. */
-    CHECK(cohort_in_arena(comm, bk->data, count * sizeof(float)) == (strcmp(cohort_transport_name(comm), "shm") == 0));
+    /* Where the transport has a shared arena (shm, and tcp+shm across nodes), the buckets live in it: their
+     * allreduce is zero copy within the node. */
+    CHECK(cohort_in_arena(comm, bk->data, count * sizeof(float)) == has_arena(comm));
   }
   CHECK(cohort_ddp_bucket_at(ddp, 4) == NULL);
   /* broadcast_buffers (the default): every prepare() hands rank 0's buffers (e.g. batchnorm statistics) to all. */
@@ -195,8 +202,7 @@ static int check_ready_order_and_rebuild(cohort_comm *comm) {
       CHECK(cohort_ddp_bucket_at(ddp, 1)->num_params == NP - 1);
       for (int j = 0; j < NP - 1; j++) CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
       const cohort_ddp_bucket *b1 = cohort_ddp_bucket_at(ddp, 1); /* the new layout is in the arena too */
-      CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) ==
-            (strcmp(cohort_transport_name(comm), "shm") == 0));
+      CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) == has_arena(comm));
     }
   }
   cohort_ddp_stats s;

@@ -104,10 +104,11 @@ int cohort_local_size(const cohort_comm *comm);
 const char *cohort_transport_name(const cohort_comm *comm);
 
 /*
- * Zero-copy buffers: bytes of memory (page-aligned) in this rank's shared arena when the transport has one (shm,
- * COHORT_SHM_ARENA_BYTES), else from malloc; NULL only when both fail. An allreduce whose sendbuf and recvbuf both
- * lie in the arena skips the copies through staging buffers: the other ranks read the input and the result in
- * place. Free with cohort_free() on the same communicator, before cohort_comm_destroy(). Any thread.
+ * Zero-copy buffers: bytes of memory (page-aligned) in this rank's shared arena when the transport has one (shm on
+ * one host, and tcp+shm across nodes, where it is shared with the ranks of this node; COHORT_SHM_ARENA_BYTES), else
+ * from malloc; NULL only when both fail. An allreduce whose sendbuf and recvbuf both lie in the arena skips the
+ * copies through staging buffers: the other ranks of the node read the input and the result in place. Free with
+ * cohort_free() on the same communicator, before cohort_comm_destroy(). Any thread.
  */
 void *cohort_alloc(cohort_comm *comm, size_t bytes);
 void cohort_free(cohort_comm *comm, void *ptr);

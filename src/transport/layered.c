@@ -58,6 +58,24 @@ static void layered_interrupt(cohort__transport *t, cohort_status status, const 
   l->wide->ops->interrupt(l->wide, status, message);
 }
 
+/* Zero copy (cohort_alloc): the node part's arena. Node peers map it, so the hierarchical allreduce reads their
+ * inputs and copies their slices' results where they lie (shm_coll.c: no staging for such buffers); the mesh and the
+ * exchange across nodes see it as ordinary memory. The DDP engine keeps its buckets there on every node. */
+static void *layered_alloc(cohort__transport *t, size_t bytes) {
+  cohort__transport *node = layers(t)->node;
+  return node->ops->alloc(node, bytes);
+}
+
+static int layered_release(cohort__transport *t, void *ptr) {
+  cohort__transport *node = layers(t)->node;
+  return node->ops->release(node, ptr);
+}
+
+static int layered_in_arena(cohort__transport *t, const void *ptr, size_t bytes) {
+  cohort__transport *node = layers(t)->node;
+  return node->ops->in_arena(node, ptr, bytes);
+}
+
 static void layered_destroy(cohort__transport *t) {
   if (!t) return;
   cohort__layers *l = layers(t);
@@ -76,6 +94,9 @@ static const cohort__transport_ops layered_ops = {
     .abort = layered_abort,
     .interrupt = layered_interrupt,
     .destroy = layered_destroy,
+    .alloc = layered_alloc,
+    .release = layered_release,
+    .in_arena = layered_in_arena,
 };
 
 cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport *node, int per_node,

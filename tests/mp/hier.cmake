@@ -23,3 +23,9 @@ set_tests_properties(mp.hier.irregular PROPERTIES LABELS "mp;sanitize" TIMEOUT 9
 add_test(NAME mp.hier.two_cohortruns COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_hier_nodes.sh $<TARGET_FILE:cohortrun>
                                              $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.hier.two_cohortruns PROPERTIES LABELS "mp;sanitize" TIMEOUT 600 PASS_REGULAR_EXPRESSION "PASS")
+# On buffers from cohort_alloc: the node part's arena, so the hierarchical allreduce reads its node peers' inputs and
+# copies their slices' results in place (2 x 2 simulated nodes).
+add_test(NAME mp.hier.2x2.zero_copy COMMAND $<TARGET_FILE:cohortrun> -np 4 ${as_nodes} 2
+                                            $<TARGET_FILE:test_collectives> --zero-copy)
+set_tests_properties(mp.hier.2x2.zero_copy PROPERTIES LABELS "mp;sanitize" TIMEOUT 900
+                     FAIL_REGULAR_EXPRESSION "\\((tcp|tcp\\+shm|shm)\\)|\\((tcp|shm), zero copy\\)")

@@ -17,3 +17,12 @@ add_test(NAME mp.shm.tiny_rings COMMAND $<TARGET_FILE:cohortrun> -np 3 $<TARGET_
 set_tests_properties(mp.shm.tiny_rings PROPERTIES LABELS "mp;sanitize" FAIL_REGULAR_EXPRESSION "\\(tcp\\)"
                      ENVIRONMENT
                      "COHORT_TRANSPORT=shm;COHORT_ALGO=ring;COHORT_SEGMENT_BYTES=1000;COHORT_SHM_RING_BYTES=4096")
+# The matrix once more on buffers from cohort_alloc: allreduce is zero copy (every rank's buffers in the arena: the
+# push, no staging), and every other collective runs on arena memory through the rings. test_collectives fails a
+# buffer that cohort_alloc placed outside the arena; a line without ", zero copy", or on another transport, fails.
+foreach(np 2 3)
+  add_test(NAME mp.shm.zero_copy.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} $<TARGET_FILE:test_collectives>
+                                                 --zero-copy)
+  set_tests_properties(mp.shm.zero_copy.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900
+                       FAIL_REGULAR_EXPRESSION "\\((tcp|tcp\\+shm|shm)\\)|\\((tcp|tcp\\+shm), zero copy\\)")
+endforeach()

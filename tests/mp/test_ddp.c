@@ -104,6 +104,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rc = mode ? run_mode(c, mode) : (ddp_check_run(c, check) ? 1 : 0);
+  if (!mode)
+    printf("rank %d of %d (%s): %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
+           rc ? "FAILED" : "all DDP checks passed");
   cohort_comm_destroy(c);
   return rc;
 }
