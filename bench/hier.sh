@@ -14,8 +14,10 @@
 # Per round, in this order (4 ranks, float32 sum, in place):
 #   hier:  DIR/bin/cohortrun -np 4 tests/mp/as_nodes.sh 2 DIR/bin/cohort-bench allreduce --min MIN --max MAX
 #          --factor 4 --in-place      (COHORT_ALGO=hier: refused unless the job is layered, so it is what ran)
-#   ring:  the same with COHORT_ALGO=ring (the flat pipelined ring over the TCP mesh of all 4 ranks)
-# Both print busbw = algbw * 2(n-1)/n with n = 4; the table shows both and hier / ring.
+#   hier zero copy: the same with --zero-copy (buffers from cohort_alloc, in the node's shared arena: the node
+#          part reads its peers' buffers in place instead of staging them)
+#   ring:  the same as hier with COHORT_ALGO=ring (the flat pipelined ring over the TCP mesh of all 4 ranks)
+# All print busbw = algbw * 2(n-1)/n with n = 4; the table shows them and their ratios to the ring.
 #
 # Output (stdout): the command, date and load (uptime), then a markdown table. Progress goes to stderr.
 # Environment: RUN_TIMEOUT (seconds allowed to one run, default 900).
@@ -54,20 +56,24 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, 2 simulated nodes x 2 
   "place, $REPEATS round(s), median shown; load before: $(uptime | sed 's/.*load average: //')"
 
 for r in $(seq 1 "$REPEATS"); do
-  for algo in hier ring; do
-    out=$TMP/$algo.$r.out
+  for system in hier hierzc ring; do
+    algo=${system%zc}
+    zc=()
+    [ "$system" = hierzc ] && zc=(--zero-copy)
+    out=$TMP/$system.$r.out
     t0=$SECONDS
     rc=0
     env -u COHORT_TRANSPORT -u COHORT_NODE_ID COHORT_ALGO=$algo timeout --kill-after=10 "${RUN_TIMEOUT:-900}" \
       "$BUILD/bin/cohortrun" -np 4 "$ROOT/tests/mp/as_nodes.sh" 2 "$BUILD/bin/cohort-bench" allreduce \
-      --min "$MIN" --max "$MAX" --factor 4 --in-place >"$out" 2>"$TMP/$algo.$r.err" </dev/null || rc=$?
+      --min "$MIN" --max "$MAX" --factor 4 --in-place "${zc[@]}" >"$out" 2>"$TMP/$system.$r.err" </dev/null || rc=$?
     if ((rc)); then
-      echo "$ME: $algo failed in round $r (exit $rc); the end of its output:" >&2
-      tail -n 5 "$out" "$TMP/$algo.$r.err" >&2
+      echo "$ME: $system failed in round $r (exit $rc); the end of its output:" >&2
+      tail -n 5 "$out" "$TMP/$system.$r.err" >&2
       exit 1
     fi
-    grep -q "transport tcp+shm" "$out" || die "$algo did not run over the layered transport: $(grep -m1 transport "$out")"
-    echo "$ME: round $r/$REPEATS: $algo done in $((SECONDS - t0)) s" >&2
+    grep -q "transport tcp+shm" "$out" || die "$system did not run over the layered transport: $(grep -m1 transport "$out")"
+    ! grep -q "outside the shared arena" "$TMP/$system.$r.err" || die "$system: cohort_alloc gave memory outside the arena"
+    echo "$ME: round $r/$REPEATS: $system done in $((SECONDS - t0)) s" >&2
   done
 done
 
@@ -83,16 +89,15 @@ def busbw(path):
             out[int(f[1])] = float(f[6])
     return out
 
-runs = {a: [busbw(f"{tmp}/{a}.{r}.out") for r in range(1, repeats + 1)] for a in ("hier", "ring")}
+runs = {a: [busbw(f"{tmp}/{a}.{r}.out") for r in range(1, repeats + 1)] for a in ("hier", "hierzc", "ring")}
 sizes = sorted(set.intersection(*(set(x) for a in runs for x in runs[a])))
 
 def size_name(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
-print("| size | hier busbw GB/s | ring busbw GB/s | hier / ring |")
-print("| ---: | ---: | ---: | ---: |")
+print("| size | hier busbw GB/s | hier zero copy | ring busbw GB/s | hier / ring | zero copy / ring |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: |")
 for s in sizes:
-    h = statistics.median(x[s] for x in runs["hier"])
-    g = statistics.median(x[s] for x in runs["ring"])
-    print(f"| {size_name(s)} | {h:.3f} | {g:.3f} | {h / g:.2f} |")
+    h, z, g = (statistics.median(x[s] for x in runs[a]) for a in ("hier", "hierzc", "ring"))
+    print(f"| {size_name(s)} | {h:.3f} | {z:.3f} | {g:.3f} | {h / g:.2f} | {z / g:.2f} |")
 PY

@@ -291,6 +291,7 @@ int main(int argc, char **argv) {
   }
   int failed = 0;
   size_t last = 0;
+  int outside_told = 0; /* the zero-copy fallback was reported */
   /* Sizes from min to max, multiplied by factor each line (from 0, the next size is one element). */
   for (double sz = (double)o.min_bytes; sz <= (double)o.max_bytes * 1.0000001 && !failed;
        sz = sz * o.factor > sz ? sz * o.factor : sz + (double)es) {
@@ -307,6 +308,16 @@ int main(int argc, char **argv) {
       b.recv = cohort_alloc(c, total * es);
       if (b.send) memset(b.send, 0, total * es);
       if (b.recv) memset(b.recv, 0, total * es);
+      /* cohort_alloc falls back to malloc (no arena on this transport, or it is full): say so, once, rather than
+       * print figures labelled zero copy that were not. */
+      if (b.send && b.recv && !outside_told &&
+          (!cohort_in_arena(c, b.send, total * es) || !cohort_in_arena(c, b.recv, total * es))) {
+        fprintf(stderr,
+                "rank %d: cohort_alloc gave memory outside the shared arena from %zu bytes on (transport %s):"
+                " those figures are not zero copy\n",
+                r, bytes, cohort_transport_name(c));
+        outside_told = 1;
+      }
     } else {
       b.send = calloc(total ? total : 1, es);
       b.recv = calloc(total ? total : 1, es);
