@@ -9,7 +9,8 @@
  *
  *   killed_peer     rank 1 SIGKILLs itself during allreduce: every survivor gets COHORT_ERR_REMOTE naming rank 1
  *                   within 2 s of the kill; once during the node allreduce of 1 MiB (chunked; survivors wait on a
- *                   flag of rank 1's), once during its small-message path (killed_small, 4 KB).
+ *                   flag of rank 1's), once during its small-message path (killed_small, 4 KB), once on buffers
+ *                   from cohort_alloc (killed_zc: the zero-copy push), killed from a thread mid-call.
  *   mismatch_count  rank 2 allreduces half the count: every rank gets COHORT_ERR_MISMATCH naming both counts (large
  *                   and small node allreduce).
  *   mismatch_coll   rank 2 broadcasts while the others run the node allreduce: MISMATCH on every rank, whichever
@@ -30,10 +31,11 @@
  *
  * Hierarchical allreduce (src/coll/hier.c): TEST_RANKS_PER_NODE=k gives rank r COHORT_NODE_ID=sim<r / k>, so that
  * COHORT_TRANSPORT=auto makes a layered transport ("tcp+shm": TCP across the simulated nodes, shm within each).
- *   hier_killed     rank TEST_VICTIM (one of each node in turn) SIGKILLs itself during allreduce, large and small:
- *                   every survivor, on its node or the other, gets COHORT_ERR_REMOTE naming it within 2 s.
+ *   hier_killed     rank TEST_VICTIM (one of each node in turn) SIGKILLs itself during allreduce, large, small and
+ *                   zero copy: every survivor, on its node or the other, gets COHORT_ERR_REMOTE naming it within 2 s.
  *   hier_exact      every dtype and op on 2 nodes x 2 ranks: bitwise the reference combined as the algorithm does,
- *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2).
+ *                   (r0 op r1) op (r2 op r3), then AVG divided by 4; and bitwise the same on every rank (3 x 2);
+ *                   also on cohort_alloc buffers (hier_exact_zc, and _mixed: one rank per node zero copy).
  *   mismatches      counts that differ between the nodes, or within one, or the algorithm (one node forces the flat
  *                   ring): COHORT_ERR_MISMATCH everywhere, at once.
  *   node_setup      rank 3's COHORT_SHM_CHUNK_BYTES differs from rank 2's (node 1): cohort_init fails on all four
@@ -45,6 +47,7 @@
  * others allreduce: rank 0, waiting on its shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,11 +186,12 @@ static uint64_t fnv(const void *p, size_t n) {
 /* The hierarchical allreduce over every dtype and op: every rank's result bitwise the same (hashes allgathered); on
  * 2 nodes x 2 ranks also bitwise the reference combined in the algorithm's order: each node's ranks in rank order,
  * then the two nodes' sums (a op b is b op a, bitwise, for every op), AVG divided once by the world size. */
-static cohort_status hier_exact(cohort_comm *c) {
+static cohort_status hier_exact(cohort_comm *c, int zero_copy) {
   int size = cohort_size(c), rank = cohort_rank(c);
   static const size_t counts[] = {0, 1, 31, 16385, 65536 + 7, 300001};
   size_t max = 300001 * 8;
-  char *in = malloc(max), *out = malloc(max), *want = malloc(max), *node1 = malloc(max), *other = malloc(max);
+  char *in = zero_copy ? cohort_alloc(c, max) : malloc(max), *out = zero_copy ? cohort_alloc(c, max) : malloc(max);
+  char *want = malloc(max), *node1 = malloc(max), *other = malloc(max);
   uint64_t *hashes = malloc((size_t)size * sizeof *hashes);
   cohort_status st = COHORT_OK;
   for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
@@ -222,13 +226,27 @@ static cohort_status hier_exact(cohort_comm *c) {
                              cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
                              in_place ? ", in place" : "");
       }
-  free(in);
-  free(out);
+  if (zero_copy) {
+    cohort_free(c, in);
+    cohort_free(c, out);
+  } else {
+    free(in);
+    free(out);
+  }
   free(want);
   free(node1);
   free(other);
   free(hashes);
   return st;
+}
+
+static void *kill_me_soon(void *arg) {
+  (void)arg;
+  usleep(50000);
+  printf("KILLED t=%.6f\n", cohort__now_s());
+  fflush(stdout);
+  raise(SIGKILL);
+  return NULL;
 }
 
 static int child(const char *mode) {
@@ -258,14 +276,21 @@ static int child(const char *mode) {
   }
   int leftover = shm_entries_of((int)getpid());
   size_t n = 1 << 18;
-  float *buf = malloc(n * sizeof *buf);
+  /* killed_zc: the buffer from cohort_alloc on every rank, so that the survivors wait in the zero-copy allreduce. */
+  int arena_buf = !strcmp(mode, "small_rings") || !strcmp(mode, "killed_zc");
+  float *buf = arena_buf ? cohort_alloc(c, n * sizeof *buf) : malloc(n * sizeof *buf);
   for (size_t i = 0; i < n; i++)
     buf[i] = (float)(rank + 1);
-  if (!strcmp(mode, "killed_peer") || !strcmp(mode, "killed_small") || !strcmp(mode, "silent_peer")) {
+  if (!strcmp(mode, "killed_peer") || !strcmp(mode, "killed_small") || !strcmp(mode, "killed_zc") ||
+      !strcmp(mode, "silent_peer")) {
     int killed = strcmp(mode, "silent_peer") != 0;
     if (!strcmp(mode, "killed_small")) n = 1000;
+    /* killed_zc: the victim dies from another thread 50 ms in, wherever its allreduce is then (most of a call's time
+     * is the push, in which the survivors wait on its out flag), not between two calls. */
+    pthread_t killer;
+    if (!strcmp(mode, "killed_zc") && rank == victim) pthread_create(&killer, NULL, kill_me_soon, NULL);
     for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
-      if (rank == victim && it == 20) {
+      if (rank == victim && it == 20 && strcmp(mode, "killed_zc") != 0) {
         printf("KILLED t=%.6f\n", cohort__now_s());
         fflush(stdout);
         raise(killed ? SIGKILL : SIGSTOP);
@@ -312,7 +337,11 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "exact")) {
     st = exact(c, 0);
   } else if (!strcmp(mode, "hier_exact")) {
-    st = hier_exact(c);
+    st = hier_exact(c, 0);
+  } else if (!strcmp(mode, "hier_exact_zc")) {
+    st = hier_exact(c, 1);
+  } else if (!strcmp(mode, "hier_exact_zc_mixed")) { /* on each node one rank zero copy, the other staged */
+    st = hier_exact(c, rank % 2 == 0);
   } else if (!strcmp(mode, "exact_zc")) {
     st = exact(c, 1);
   } else if (!strcmp(mode, "exact_zc_mixed")) { /* ranks reading each other in place and through staging at once */
@@ -326,9 +355,7 @@ static int child(const char *mode) {
       st = cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM);
     }
   } else if (!strcmp(mode, "small_rings")) {
-    int size = cohort_size(c);
-    free(buf);
-    buf = cohort_alloc(c, n * sizeof *buf); /* the arena over shm, malloc over tcp */
+    int size = cohort_size(c); /* buf is from cohort_alloc: the arena over shm, malloc over tcp */
     for (int it = 0; it < 3 && st == COHORT_OK; it++) {
       for (size_t i = 0; i < n; i++)
         buf[i] = (float)((rank + 1) * (int)(i % 7 + 1));
@@ -342,7 +369,7 @@ static int child(const char *mode) {
     }
   }
   result(rank, st, cohort_transport_name(c), leftover, st == COHORT_OK ? "" : cohort_last_error());
-  if (!strcmp(mode, "small_rings"))
+  if (arena_buf)
     cohort_free(c, buf);
   else
     free(buf);
@@ -488,6 +515,12 @@ TEST(killed_peer_in_the_small_path_is_reported_within_two_seconds) {
   check_killed("killed_small", "allreduce(count=1000, f32, max, auto)");
 }
 
+/* Every rank's buffer from cohort_alloc: the survivors wait in the zero-copy push, on the victim's out flag, while
+ * they read and write its arena, which stays mapped after its death. */
+TEST(killed_peer_in_the_zero_copy_allreduce_is_reported_within_two_seconds) {
+  check_killed("killed_zc", "allreduce(count=262144, f32, max, auto)");
+}
+
 static void check_mismatch(const char *mode, const char *a, const char *b) {
   job *j = run_job(mode, 3, NULL);
   ASSERT_TRUE(j != NULL);
@@ -622,12 +655,13 @@ TEST(tiny_rings_wrap_frames_and_headers_correctly) {
  * peer: each must name the victim, whichever transport told it. */
 TEST(hier_killed_rank_on_either_node_is_reported_within_two_seconds) {
   want_transport = "tcp+shm";
+  static const char *const modes[] = {"killed_peer", "killed_small", "killed_zc"};
   for (int victim = 1; victim <= 2; victim++)
-    for (int small = 0; small < 2; small++) {
+    for (int m = 0; m < 3; m++) {
       char env[128], named[32];
       snprintf(env, sizeof env, "%s;TEST_VICTIM=%d", HIER_ENV, victim);
       snprintf(named, sizeof named, "rank %d ", victim);
-      job *j = run_job(small ? "killed_small" : "killed_peer", 4, env);
+      job *j = run_job(modes[m], 4, env);
       ASSERT_TRUE(j != NULL);
       ASSERT_TRUE(j->killed_at > 0);
       for (int r = 0; r < 4; r++) {
@@ -725,6 +759,9 @@ TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
   check_exact("hier_exact", 6, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_ALGO=hier");
+  /* On cohort_alloc buffers (the node's arena): node peers read them in place, on all ranks or on one per node. */
+  check_exact("hier_exact_zc", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("hier_exact_zc_mixed", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
   /* Forced on one node (no layers): refused by cohort_init, saying what it needs. */
   job *j = run_job("small_rings", 2, "COHORT_ALGO=hier");
   ASSERT_TRUE(j != NULL);
@@ -835,6 +872,7 @@ int main(int argc, char **argv) {
   static const cohort_test_case cases[] = {
       TEST_CASE(killed_peer_is_reported_by_every_survivor_within_two_seconds),
       TEST_CASE(killed_peer_in_the_small_path_is_reported_within_two_seconds),
+      TEST_CASE(killed_peer_in_the_zero_copy_allreduce_is_reported_within_two_seconds),
       TEST_CASE(mismatched_counts_fail_on_every_rank),
       TEST_CASE(mismatched_small_counts_fail_on_every_rank),
       TEST_CASE(a_broadcast_against_the_node_allreduce_fails_on_every_rank),
