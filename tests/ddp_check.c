@@ -401,7 +401,10 @@ static cohort_status fwd_bwd(cohort_model *m, const float *x, const int32_t *lab
 
 /* The engine (several buckets, overlapped with backward) equals averaging every gradient after backward with one
  * allreduce, within 1e-6, over several optimizer steps. */
-static int check_matches_fused(cohort_comm *comm) {
+/* The engine (buckets of at most bucket_bytes, the first of first_bucket_bytes, at least min_buckets of them)
+ * against a plain allreduce of the whole gradient, on an MLP of hidden units. */
+static int matches_fused(cohort_comm *comm, int hidden, size_t bucket_bytes, size_t first_bucket_bytes,
+                         int min_buckets) {
   int failures = 0, rank = cohort_rank(comm);
   cohort_model *a = NULL, *b = NULL;
   cohort_optim *oa = NULL, *ob = NULL;
@@ -409,14 +412,14 @@ static int check_matches_fused(cohort_comm *comm) {
   float x[BATCH * IN];
   int32_t y[BATCH];
   /* Different seeds per rank: the engine's creation must broadcast rank 0's weights. */
-  CHECK_OK(cohort_model_create_mlp(11 + (uint64_t)rank, IN, 40, CLASSES, &a));
-  CHECK_OK(cohort_model_create_mlp(11, IN, 40, CLASSES, &b));
+  CHECK_OK(cohort_model_create_mlp(11 + (uint64_t)rank, IN, hidden, CLASSES, &a));
+  CHECK_OK(cohort_model_create_mlp(11, IN, hidden, CLASSES, &b));
   cohort_ddp_options o;
   options(&o);
-  o.bucket_bytes = 256 * sizeof(float); /* fc2.bias+fc2.weight | fc1.bias | fc1.weight ... */
-  o.first_bucket_bytes = 64 * sizeof(float);
+  o.bucket_bytes = bucket_bytes;
+  o.first_bucket_bytes = first_bucket_bytes;
   CHECK_OK(cohort_ddp_create_model(comm, a, &o, &ddp));
-  CHECK(cohort_ddp_num_buckets(ddp) >= 3);
+  CHECK(cohort_ddp_num_buckets(ddp) >= min_buckets);
   CHECK(cohort_ddp_overlapping(ddp) == (overlap_mode == COHORT_DDP_OVERLAP_ON));
   cohort_sgd_config sgd = {.lr = 0.2f, .momentum = 0.9f, .weight_decay = 1e-4f};
   CHECK_OK(cohort_optim_sgd_create(a, &sgd, &oa));
@@ -457,6 +460,18 @@ done:
   cohort_model_destroy(a);
   cohort_model_destroy(b);
   return failures;
+}
+
+/* Small buckets: fc2.bias+fc2.weight | fc1.bias | fc1.weight ... (all within the node allreduce's small path). */
+static int check_matches_fused(cohort_comm *comm) {
+  return matches_fused(comm, 40, 256 * sizeof(float), 64 * sizeof(float), 3);
+}
+
+/* Buckets far above the small path (64 KiB): fc1.weight alone is 1.4 MB, several chunks of the node allreduce, so
+ * where the buckets lie in the shared arena their allreduce is the zero-copy one (the push on one host; reading
+ * node peers in place around the exchange across nodes on tcp+shm), against fused's staged one. */
+static int check_matches_fused_large(cohort_comm *comm) {
+  return matches_fused(comm, 30000, (size_t)1 << 20, (size_t)64 << 10, 3);
 }
 
 /* Gradient accumulation: K micro-steps of batch B without sync, then one with, equal one step of batch K*B. */
@@ -515,6 +530,7 @@ const ddp_check ddp_checks[] = {
     {"comm_hook", check_comm_hook},
     {"mismatch", check_mismatch},
     {"matches_fused", check_matches_fused},
+    {"matches_fused_large", check_matches_fused_large},
     {"accumulation", check_accumulation},
 };
 const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);

@@ -10,7 +10,7 @@
  *   killed_peer     rank 1 SIGKILLs itself during allreduce: every survivor gets COHORT_ERR_REMOTE naming rank 1
  *                   within 2 s of the kill; once during the node allreduce of 1 MiB (chunked; survivors wait on a
  *                   flag of rank 1's), once during its small-message path (killed_small, 4 KB), once on buffers
- *                   from cohort_alloc (killed_zc: the zero-copy push), killed from a thread mid-call.
+ *                   from cohort_alloc (killed_zc: zero copy; on one host the push), killed from a thread mid-call.
  *   mismatch_count  rank 2 allreduces half the count: every rank gets COHORT_ERR_MISMATCH naming both counts (large
  *                   and small node allreduce).
  *   mismatch_coll   rank 2 broadcasts while the others run the node allreduce: MISMATCH on every rank, whichever
@@ -127,15 +127,37 @@ static void fill(void *buf, size_t n, cohort_dtype d, int r, cohort_op op) {
   }
 }
 
+/* A test buffer from the arena (cohort_alloc: zero copy where the transport has one) or from malloc. */
+static void *buffer(cohort_comm *c, int arena, size_t bytes) { return arena ? cohort_alloc(c, bytes) : malloc(bytes); }
+
+/* TEST_EXPECT_ARENA=1 (or 0): a buffer asked of cohort_alloc must (must not) lie in the shared arena, so that a
+ * zero-copy test cannot pass on the staged path after a silent fallback to malloc, nor a fallback test in the arena.
+ * Unset: no check. */
+static cohort_status arena_as_expected(cohort_comm *c, const void *p, size_t bytes) {
+  const char *expect = getenv("TEST_EXPECT_ARENA");
+  if (!expect) return COHORT_OK;
+  int in = cohort_in_arena(c, p, bytes);
+  if (in == atoi(expect)) return COHORT_OK;
+  return cohort__error(COHORT_ERR_INTERNAL, "a %zu-byte buffer from cohort_alloc lies %s the shared arena", bytes,
+                       in ? "in" : "outside");
+}
+
+static void release(cohort_comm *c, int arena, void *p) {
+  if (arena)
+    cohort_free(c, p);
+  else
+    free(p);
+}
+
 /* Every dtype and op, sizes around the small-path limit (64 KiB) and the chunk (COHORT_SHM_CHUNK_BYTES), against a
  * reference made here from every rank's input combined in rank order. Bitwise. */
 static cohort_status exact(cohort_comm *c, int zero_copy) {
   int size = cohort_size(c), rank = cohort_rank(c);
   static const size_t counts[] = {0, 1, 31, 16383, 16384, 16385, 65536 + 7, 300001};
   size_t max = 300001 * 8;
-  char *in = zero_copy ? cohort_alloc(c, max) : malloc(max), *out = zero_copy ? cohort_alloc(c, max) : malloc(max);
-  char *want = malloc(max), *other = malloc(max);
-  cohort_status st = COHORT_OK;
+  char *in = buffer(c, zero_copy, max), *out = buffer(c, zero_copy, max), *want = malloc(max), *other = malloc(max);
+  cohort_status st = zero_copy ? arena_as_expected(c, in, max) : COHORT_OK;
+  if (st == COHORT_OK && zero_copy) st = arena_as_expected(c, out, max);
   for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
     for (int op = 0; op < COHORT_OP_COUNT && st == COHORT_OK; op++)
       for (size_t k = 0; k < sizeof counts / sizeof counts[0] && st == COHORT_OK; k++) {
@@ -163,13 +185,8 @@ static cohort_status exact(cohort_comm *c, int zero_copy) {
                              in_place ? ", in place" : "", i);
         }
       }
-  if (zero_copy) {
-    cohort_free(c, in);
-    cohort_free(c, out);
-  } else {
-    free(in);
-    free(out);
-  }
+  release(c, zero_copy, in);
+  release(c, zero_copy, out);
   free(want);
   free(other);
   return st;
@@ -190,10 +207,11 @@ static cohort_status hier_exact(cohort_comm *c, int zero_copy) {
   int size = cohort_size(c), rank = cohort_rank(c);
   static const size_t counts[] = {0, 1, 31, 16385, 65536 + 7, 300001};
   size_t max = 300001 * 8;
-  char *in = zero_copy ? cohort_alloc(c, max) : malloc(max), *out = zero_copy ? cohort_alloc(c, max) : malloc(max);
+  char *in = buffer(c, zero_copy, max), *out = buffer(c, zero_copy, max);
   char *want = malloc(max), *node1 = malloc(max), *other = malloc(max);
   uint64_t *hashes = malloc((size_t)size * sizeof *hashes);
-  cohort_status st = COHORT_OK;
+  cohort_status st = zero_copy ? arena_as_expected(c, in, max) : COHORT_OK;
+  if (st == COHORT_OK && zero_copy) st = arena_as_expected(c, out, max);
   for (int d = 0; d < COHORT_DTYPE_COUNT && st == COHORT_OK; d++)
     for (int op = 0; op < COHORT_OP_COUNT && st == COHORT_OK; op++)
       for (size_t k = 0; k < sizeof counts / sizeof counts[0] && st == COHORT_OK; k++) {
@@ -226,13 +244,8 @@ static cohort_status hier_exact(cohort_comm *c, int zero_copy) {
                              cohort_dtype_name((cohort_dtype)d), cohort_op_name((cohort_op)op),
                              in_place ? ", in place" : "");
       }
-  if (zero_copy) {
-    cohort_free(c, in);
-    cohort_free(c, out);
-  } else {
-    free(in);
-    free(out);
-  }
+  release(c, zero_copy, in);
+  release(c, zero_copy, out);
   free(want);
   free(node1);
   free(other);
@@ -278,9 +291,10 @@ static int child(const char *mode) {
   size_t n = 1 << 18;
   /* killed_zc: the buffer from cohort_alloc on every rank, so that the survivors wait in the zero-copy allreduce. */
   int arena_buf = !strcmp(mode, "small_rings") || !strcmp(mode, "killed_zc");
-  float *buf = arena_buf ? cohort_alloc(c, n * sizeof *buf) : malloc(n * sizeof *buf);
+  float *buf = buffer(c, arena_buf, n * sizeof *buf);
   for (size_t i = 0; i < n; i++)
     buf[i] = (float)(rank + 1);
+  if (!strcmp(mode, "killed_zc")) st = arena_as_expected(c, buf, n * sizeof *buf);
   if (!strcmp(mode, "killed_peer") || !strcmp(mode, "killed_small") || !strcmp(mode, "killed_zc") ||
       !strcmp(mode, "silent_peer")) {
     int killed = strcmp(mode, "silent_peer") != 0;
@@ -369,10 +383,7 @@ static int child(const char *mode) {
     }
   }
   result(rank, st, cohort_transport_name(c), leftover, st == COHORT_OK ? "" : cohort_last_error());
-  if (arena_buf)
-    cohort_free(c, buf);
-  else
-    free(buf);
+  release(c, arena_buf, buf);
   cohort_comm_destroy(c); /* a survivor must be able to tear down its dead communicator without hanging */
   return 0;
 }
@@ -491,8 +502,8 @@ static int ran_over_shm(const job *j, int r) {
   return j->have[r] && strcmp(j->transport[r], want_transport) == 0 && j->leftover[r] == 0;
 }
 
-static void check_killed(const char *mode, const char *call) {
-  job *j = run_job(mode, 4, NULL);
+static void check_killed(const char *mode, const char *call, const char *env) {
+  job *j = run_job(mode, 4, env);
   ASSERT_TRUE(j != NULL);
   ASSERT_TRUE(j->killed_at > 0);
   for (int r = 0; r < 4; r++) {
@@ -508,17 +519,18 @@ static void check_killed(const char *mode, const char *call) {
 }
 
 TEST(killed_peer_is_reported_by_every_survivor_within_two_seconds) {
-  check_killed("killed_peer", "allreduce(count=262144, f32, max, auto)");
+  check_killed("killed_peer", "allreduce(count=262144, f32, max, auto)", NULL);
 }
 
 TEST(killed_peer_in_the_small_path_is_reported_within_two_seconds) {
-  check_killed("killed_small", "allreduce(count=1000, f32, max, auto)");
+  check_killed("killed_small", "allreduce(count=1000, f32, max, auto)", NULL);
 }
 
 /* Every rank's buffer from cohort_alloc: the survivors wait in the zero-copy push, on the victim's out flag, while
- * they read and write its arena, which stays mapped after its death. */
+ * they read and write its arena, which stays mapped after its death. (On tcp+shm, in hier_killed, there is no push:
+ * node peers only read each other's arena.) */
 TEST(killed_peer_in_the_zero_copy_allreduce_is_reported_within_two_seconds) {
-  check_killed("killed_zc", "allreduce(count=262144, f32, max, auto)");
+  check_killed("killed_zc", "allreduce(count=262144, f32, max, auto)", "TEST_EXPECT_ARENA=1");
 }
 
 static void check_mismatch(const char *mode, const char *a, const char *b) {
@@ -554,12 +566,12 @@ static void check_exact(const char *mode, int size, const char *env) {
 /* Buffers from cohort_alloc: the peers read them in place; on 3 ranks, rank 2's own slice is an operand after
  * ranks 0 and 1 (in place, the result must not overwrite it first). */
 TEST(zero_copy_allreduce_is_bitwise_the_reference) {
-  check_exact("exact_zc", 2, "COHORT_SHM_CHUNK_BYTES=65536");
-  check_exact("exact_zc", 3, "COHORT_SHM_CHUNK_BYTES=65536");
-  check_exact("exact_zc_mixed", 3, "COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("exact_zc", 2, "COHORT_SHM_CHUNK_BYTES=65536;TEST_EXPECT_ARENA=1");
+  check_exact("exact_zc", 3, "COHORT_SHM_CHUNK_BYTES=65536;TEST_EXPECT_ARENA=1");
+  check_exact("exact_zc_mixed", 3, "COHORT_SHM_CHUNK_BYTES=65536;TEST_EXPECT_ARENA=1");
   /* An arena too small for the buffers: cohort_alloc falls back to malloc, the staged path runs. */
-  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=65536");
-  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=0");
+  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=65536;TEST_EXPECT_ARENA=0");
+  check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=0;TEST_EXPECT_ARENA=0");
 }
 
 TEST(node_allreduce_is_bitwise_the_reference_on_every_rank) {
@@ -659,7 +671,7 @@ TEST(hier_killed_rank_on_either_node_is_reported_within_two_seconds) {
   for (int victim = 1; victim <= 2; victim++)
     for (int m = 0; m < 3; m++) {
       char env[128], named[32];
-      snprintf(env, sizeof env, "%s;TEST_VICTIM=%d", HIER_ENV, victim);
+      snprintf(env, sizeof env, "%s;TEST_VICTIM=%d;TEST_EXPECT_ARENA=1", HIER_ENV, victim);
       snprintf(named, sizeof named, "rank %d ", victim);
       job *j = run_job(modes[m], 4, env);
       ASSERT_TRUE(j != NULL);
@@ -760,8 +772,8 @@ TEST(hier_allreduce_is_bitwise_the_same_on_every_rank) {
   check_exact("hier_exact", 6, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
   check_exact("hier_exact", 4, HIER_ENV ";COHORT_ALGO=hier");
   /* On cohort_alloc buffers (the node's arena): node peers read them in place, on all ranks or on one per node. */
-  check_exact("hier_exact_zc", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
-  check_exact("hier_exact_zc_mixed", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536");
+  check_exact("hier_exact_zc", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536;TEST_EXPECT_ARENA=1");
+  check_exact("hier_exact_zc_mixed", 4, HIER_ENV ";COHORT_SHM_CHUNK_BYTES=65536;TEST_EXPECT_ARENA=1");
   /* Forced on one node (no layers): refused by cohort_init, saying what it needs. */
   job *j = run_job("small_rings", 2, "COHORT_ALGO=hier");
   ASSERT_TRUE(j != NULL);
