@@ -15,7 +15,7 @@
   X("COHORT_TRANSPORT", "auto", "transport between processes: auto (shm when every rank is on one host, else tcp), tcp or shm") \
   X("COHORT_NODE_ID", "", "overrides which ranks share a host: ranks with different node ids count as different hosts") \
   X("COHORT_SHM_RING_BYTES", "4194304", "with shm, bytes of the ring from each peer to each rank")                \
-  X("COHORT_SHM_ARENA_BYTES", "1073741824", "with shm, bytes of each rank's zero-copy arena (cohort_alloc); 0: none") \
+  X("COHORT_SHM_ARENA_BYTES", "1073741824", "with shm (also within nodes), bytes of each rank's zero-copy arena (cohort_alloc); 0: none") \
   X("COHORT_SHM_CHUNK_BYTES", "524288", "with shm, bytes of each of the two staging buffers of the node allreduce") \
   X("COHORT_ALGO", "auto", "allreduce algorithm: auto, ring, rd (recursive doubling) or hier (several nodes)")   \
   X("COHORT_SMALL_BYTES", "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree")           \

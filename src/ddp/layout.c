@@ -7,7 +7,8 @@
  * the reduction kernels see aligned data and no two buckets share a line that two threads write.
  *
  * That allocation comes from cohort_alloc: where ranks share a host it lies in the rank's shared arena, so every
- * bucket's allreduce is zero copy (the peers read its gradients, and write the averages, in place).
+ * bucket's allreduce is zero copy (the peers read its gradients, and write the averages, in place); across nodes
+ * (tcp+shm) it lies in the node's arena, where the hierarchical allreduce's node peers read it in place.
  */
 #include <stdint.h>
 #include <stdlib.h>

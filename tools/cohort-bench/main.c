@@ -9,7 +9,8 @@
  * time_us is the mean over iters, the slowest rank's. busbw = algbw * 2(n-1)/n for allreduce, (n-1)/n for
  * allgather and reduce_scatter, 1 for broadcast (as in nccl-tests), so it compares with link bandwidth.
  * --check fills the inputs with rank-dependent values and verifies every element of one more run.
- * --zero-copy takes the buffers from cohort_alloc() (the shared arena of the shm transport) instead of calloc().
+ * --zero-copy takes the buffers from cohort_alloc() (the node's shared arena, with shm and tcp+shm) instead of
+ * calloc(); when they fall outside it (no arena, or a full one) a line on stderr says so.
  */
 #include <math.h>
 #include <stdint.h>
@@ -47,7 +48,7 @@ static void usage(FILE *f) {
              "  --warmup N      untimed iterations per size (default 3)\n"
              "  --in-place      allreduce/reduce in place (sendbuf == recvbuf), as the OpenMPI and torch anchors do\n"
              "  --check         verify every result element\n"
-             "  --zero-copy     buffers from cohort_alloc() (the shared-memory arena), not calloc()\n");
+             "  --zero-copy     buffers from cohort_alloc() (the node's shared-memory arena), not calloc()\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
