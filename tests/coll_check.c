@@ -67,9 +67,10 @@ static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
   return acc;
 }
 
-/* Where the checks' buffers come from: malloc, or cohort_alloc (coll_check_use_arena). */
-static int use_arena;
-static int arena_misses;
+/* Where the checks' buffers come from: malloc, or cohort_alloc (coll_check_use_arena); per thread, because the
+ * in-process tests run one rank's checks on each thread. */
+static _Thread_local int use_arena;
+static _Thread_local int arena_misses;
 
 void coll_check_use_arena(int on) { use_arena = on; }
 

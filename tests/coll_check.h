@@ -13,7 +13,7 @@
 /* Runs the full matrix on comm with the given counts; returns the number of failed checks (0 = all good). Prints
  * one line per failure, naming the collective, dtype, op, count, element, got and expected. */
 int coll_check_all(cohort_comm *comm, const size_t *counts, int ncounts);
-/* On: every check's buffers come from cohort_alloc (the shared arena where the transport has one: zero copy), and
+/* On (for the calling thread's checks): every check's buffers come from cohort_alloc (the shared arena where the transport has one: zero copy), and
  * a buffer outside the arena on such a transport counts as a failed check. Off (the default): malloc. */
 void coll_check_use_arena(int on);
 /* Async: several iallreduce in flight, completed in order, mixed with a blocking call. */
