@@ -72,9 +72,9 @@ for r in $(seq 1 "$REPEAT"); do
       [ -n "$v" ] || { echo "ddp_vs_torch.sh: $sys on $np ranks gave no img/s" >&2; exit 1; }
       RESULTS[$sys.$np]="${RESULTS[$sys.$np]:-} $v"
       echo "# run $r: $sys np=$np img/s=$v"
+      if [ "$np" = 1 ]; then one=$v; fi
     done
-    SCALING[$sys]="${SCALING[$sys]:-} $(awk -v a="${v}" -v b="$(echo "${RESULTS[$sys.1]}" | awk '{ print $NF }')" \
-      'BEGIN { printf "%.4f", a / (2 * b) }')"
+    SCALING[$sys]="${SCALING[$sys]:-} $(awk -v two="$v" -v one="$one" 'BEGIN { printf "%.4f", two / (2 * one) }')"
   done
 done
 c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)

@@ -79,11 +79,9 @@ void coll_check_use_arena(int on) { use_arena = on; }
 static void *buffer(cohort_comm *c, size_t bytes) {
   if (!use_arena) return malloc(bytes);
   void *p = cohort_alloc(c, bytes);
-  const char *tr = cohort_transport_name(c);
-  int shared = strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
-  if (p && shared && !cohort_in_arena(c, p, bytes)) {
+  if (p && coll_check_has_arena(c) && !cohort_in_arena(c, p, bytes)) {
     fprintf(stderr, "rank %d: cohort_alloc(%zu) on %s gave memory outside the shared arena\n", cohort_rank(c), bytes,
-            tr);
+            cohort_transport_name(c));
     arena_misses++;
   }
   return p;

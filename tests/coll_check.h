@@ -7,12 +7,20 @@
 #define COHORT_TEST_COLL_CHECK_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "cohort/cohort.h"
 
 /* Runs the full matrix on comm with the given counts; returns the number of failed checks (0 = all good). Prints
  * one line per failure, naming the collective, dtype, op, count, element, got and expected. */
 int coll_check_all(cohort_comm *comm, const size_t *counts, int ncounts);
+/* 1 when the communicator's transport has a shared arena (shm, and tcp+shm across nodes): cohort_alloc gives
+ * blocks of it there, and malloc elsewhere. */
+static inline int coll_check_has_arena(const cohort_comm *comm) {
+  const char *tr = cohort_transport_name(comm);
+  return strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
+}
+
 /* On (for the calling thread's checks): every check's buffers come from cohort_alloc (the shared arena where the transport has one: zero copy), and
  * a buffer outside the arena on such a transport counts as a failed check. Off (the default): malloc. */
 void coll_check_use_arena(int on);

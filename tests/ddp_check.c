@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_check.h"
 #include "cohort/ddp.h"
 #include "cohort/nn.h"
 
@@ -35,12 +36,6 @@ static _Thread_local cohort_ddp_overlap overlap_mode = COHORT_DDP_OVERLAP_ON;
 static void options(cohort_ddp_options *o) {
   cohort_ddp_options_init(o);
   o->overlap = overlap_mode;
-}
-
-/* The transports whose ranks share a node's memory: cohort_alloc gives blocks of the shared arena there. */
-static int has_arena(const cohort_comm *comm) {
-  const char *tr = cohort_transport_name(comm);
-  return strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
 }
 
 /* A value that depends on the rank, the step and the position, and is exactly representable. */
@@ -146,7 +141,7 @@ static int check_create_and_layout(cohort_comm *comm) {
     CHECK(((uintptr_t)bk->data & 63) == 0);
     /* Where the transport has a shared arena (shm, and tcp+shm across nodes), the buckets live in it: their
      * allreduce is zero copy within the node. */
-    CHECK(cohort_in_arena(comm, bk->data, count * sizeof(float)) == has_arena(comm));
+    CHECK(cohort_in_arena(comm, bk->data, count * sizeof(float)) == coll_check_has_arena(comm));
   }
   CHECK(cohort_ddp_bucket_at(ddp, 4) == NULL);
   /* broadcast_buffers (the default): every prepare() hands rank 0's buffers (e.g. batchnorm statistics) to all. */
@@ -202,7 +197,7 @@ static int check_ready_order_and_rebuild(cohort_comm *comm) {
       CHECK(cohort_ddp_bucket_at(ddp, 1)->num_params == NP - 1);
       for (int j = 0; j < NP - 1; j++) CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
       const cohort_ddp_bucket *b1 = cohort_ddp_bucket_at(ddp, 1); /* the new layout is in the arena too */
-      CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) == has_arena(comm));
+      CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) == coll_check_has_arena(comm));
     }
   }
   cohort_ddp_stats s;
