@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll_check.h"
 #include "cohort/ddp.h"
 #include "cohort/nn.h"
+#include "coll_check.h"
 
 #define CHECK(cond)                                                                                                \
   do {                                                                                                             \
