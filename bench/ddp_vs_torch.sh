@@ -15,10 +15,11 @@
 #          information: the verdicts use the environment as given. torch's convolutions (oneDNN, its own JIT
 #          kernels) ignore OPENBLAS_CORETYPE.
 # Both report images per second of the training loop (all ranks together), evaluation excluded. With REPEAT > 1
-# every configuration runs REPEAT times, in rounds (each system on 1 rank, then at once on 2), and the median is
-# shown; a system's 1->2 rank scaling is the median over the rounds of its 2-rank run against the 1-rank run just
-# before it (the ratio of the medians, whose runs lie minutes apart, is printed too). Environment: BUILD (default
-# build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or /work/shared/bench-anchors/).
+# every configuration runs REPEAT times, in rounds (each system on 1 rank, 2 ranks, 1 rank), and the median is
+# shown; a system's 1->2 rank scaling is the median over the rounds of its 2-rank run against the mean of the
+# 1-rank runs just before and just after it (the ratio of the medians, whose runs lie minutes apart, is printed
+# too). Environment: BUILD (default build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or
+# /work/shared/bench-anchors/).
 set -eu
 cd "$(dirname "$0")/.."
 STEPS=${1:-300}
@@ -62,19 +63,22 @@ SYSTEMS="cohort fused torch"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT"
 echo "# OpenBLAS kernels: cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
   [ -z "${OPENBLAS_CORETYPE:-}" ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
-# Each system's 1-rank and 2-rank runs follow each other, so that the scaling of a round compares two runs taken
-# seconds apart: this machine's speed drifts by several percent over minutes (other tenants), which a ratio of runs
-# taken minutes apart would count as scaling.
+# Each round runs a system on 1 rank, on 2, and on 1 again, one straight after the other, and the round's scaling
+# compares the 2-rank run with the mean of the two 1-rank runs around it: this machine's speed drifts by several
+# percent over minutes (other tenants), and a ratio of runs taken minutes apart, or of a 2-rank run against only the
+# run before it, would count that drift as scaling. Both 1-rank runs go into the 1-rank median.
 for r in $(seq 1 "$REPEAT"); do
   for sys in $SYSTEMS; do
-    for np in 1 2; do
+    before= two=
+    for np in 1 2 1; do
       v=$(${sys}_once "$np")
       [ -n "$v" ] || { echo "ddp_vs_torch.sh: $sys on $np ranks gave no img/s" >&2; exit 1; }
       RESULTS[$sys.$np]="${RESULTS[$sys.$np]:-} $v"
       echo "# run $r: $sys np=$np img/s=$v"
-      if [ "$np" = 1 ]; then one=$v; fi
+      if [ "$np" = 2 ]; then two=$v; elif [ -z "$before" ]; then before=$v; fi
     done
-    SCALING[$sys]="${SCALING[$sys]:-} $(awk -v two="$v" -v one="$one" 'BEGIN { printf "%.4f", two / (2 * one) }')"
+    SCALING[$sys]="${SCALING[$sys]:-} $(awk -v two="$two" -v a="$before" -v b="$v" 'BEGIN { printf "%.4f", two / (a + b) }')"
+    echo "# run $r: $sys scaling $(awk -v two="$two" -v a="$before" -v b="$v" 'BEGIN { printf "%.1f%%", 100 * two / (a + b) }')"
   done
 done
 c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)
@@ -91,8 +95,8 @@ awk -v c1="$c1" -v c2="$c2" -v f1="$f1" -v f2="$f2" -v t1="$t1" -v t2="$t2" -v n
   printf "| --- | --- | --- | --- | --- | --- |\n"
   printf "| 1 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c1, f1, t1, c1 / t1, c1 / f1
   printf "| 2 | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", c2, f2, t2, c2 / t2, c2 / f2
-  printf "1->2 rank scaling, median of the rounds (2-rank img/s / 2 x the 1-rank run just before it): cohort %.1f%%, " \
-         "fused %.1f%%, torch %.1f%%\n", 100 * cs, 100 * fs, 100 * ts
+  printf "1->2 rank scaling, median of the rounds (2-rank img/s / 2 x the mean of the 1-rank runs around it): " \
+         "cohort %.1f%%, fused %.1f%%, torch %.1f%%\n", 100 * cs, 100 * fs, 100 * ts
   printf "1->2 rank scaling, ratio of the medians above (runs minutes apart): cohort %.1f%%, fused %.1f%%, " \
          "torch %.1f%%\n", 100 * c2 / (2 * c1), 100 * f2 / (2 * f1), 100 * t2 / (2 * t1)
   if (n1 != "")
