@@ -11,12 +11,9 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "core/kernel.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define KERNEL
-#endif
+#define KERNEL COHORT_KERNEL
 
 /* ---- half-precision conversions (round to nearest even) ---- */
 
