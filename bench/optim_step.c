@@ -28,14 +28,16 @@ static int cmp_double(const void *a, const void *b) {
 static void fill_grads(cohort_model *m, float value) {
   for (int i = 0; i < cohort_model_num_params(m); i++) {
     const cohort_param *p = cohort_model_param(m, i);
-    for (size_t j = 0; j < p->numel; j++) p->grad[j] = value;
+    for (size_t j = 0; j < p->numel; j++)
+      p->grad[j] = value;
   }
 }
 
 static void fill_state(cohort_optim *o, float value) {
   for (int i = 0; i < cohort_optim_num_states(o); i++) {
     const cohort_named_array *a = cohort_optim_state(o, i);
-    for (size_t j = 0; j < a->count; j++) a->data[j] = value;
+    for (size_t j = 0; j < a->count; j++)
+      a->data[j] = value;
   }
 }
 

@@ -4,12 +4,18 @@
  *
  * Gradients are read through the model's parameter table at every step, so a rebound gradient buffer (the DDP
  * engine's bucket) is what gets used.
+ *
+ * A step runs with subnormal floats flushed to zero (core/fpu.h says why: state decayed into subnormals made a
+ * step 70 times slower), and its loops are vector kernels (core/kernel.h; this file is built with -O3 and
+ * -fno-math-errno, so that sqrtf becomes a vector instruction instead of a call that may set errno).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fpu.h"
+#include "core/kernel.h"
 #include "nn/layer.h"
 
 typedef enum { OPT_SGD, OPT_ADAMW } opt_kind;
@@ -115,53 +121,71 @@ fail:
   return st;
 }
 
+/* w -= lr * (g + wd * w), with the weight decay term only where wd is set (as torch does: g + 0 * w is not g when
+ * w is infinite). */
+COHORT_KERNEL static void sgd_plain(float *restrict w, const float *restrict g, size_t n, float lr, float wd) {
+  for (size_t j = 0; j < n; j++) {
+    const float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
+    w[j] -= lr * d;
+  }
+}
+
+/* The same with a momentum buffer, which PyTorch starts at the first gradient itself, undamped. */
+COHORT_KERNEL static void sgd_momentum(float *restrict w, float *restrict buf, const float *restrict g, size_t n,
+                                       float lr, float wd, float mu, float damp, int first, int nesterov) {
+  for (size_t j = 0; j < n; j++) {
+    const float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
+    const float b = first ? d : buf[j] * mu + damp * d;
+    buf[j] = b;
+    w[j] -= lr * (nesterov ? d + mu * b : b);
+  }
+}
+
 static void sgd_step(cohort_optim *o) {
   const cohort_sgd_config *c = &o->sgd;
   const float lr = o->lr, mu = c->momentum, wd = c->weight_decay, damp = 1.0f - c->dampening;
-  const int first = o->steps == 0;
   for (int i = 0; i < cohort_model_num_params(o->model); i++) {
     const cohort_param *p = cohort_model_param(o->model, i);
-    float *w = p->value, *buf = mu != 0.0f ? o->states[i].data : NULL;
-    const float *g = p->grad;
-    for (size_t j = 0; j < p->numel; j++) {
-      float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
-      if (buf) {
-        /* PyTorch starts the buffer at the first gradient itself, undamped. */
-        buf[j] = first ? d : buf[j] * mu + damp * d;
-        d = c->nesterov ? d + mu * buf[j] : buf[j];
-      }
-      w[j] -= lr * d;
-    }
+    if (mu != 0.0f)
+      sgd_momentum(p->value, o->states[i].data, p->grad, p->numel, lr, wd, mu, damp, o->steps == 0, c->nesterov);
+    else
+      sgd_plain(p->value, p->grad, p->numel, lr, wd);
+  }
+}
+
+COHORT_KERNEL static void adamw_update(float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
+                                       size_t n, float decay, float b1, float b2, float step_size, float bc2_sqrt,
+                                       float eps) {
+  for (size_t j = 0; j < n; j++) {
+    w[j] *= decay;
+    m[j] = m[j] * b1 + (1.0f - b1) * g[j];
+    v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
+    const float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+    w[j] -= step_size * (m[j] / denom);
   }
 }
 
 static void adamw_step(cohort_optim *o) {
   const cohort_adamw_config *c = &o->adamw;
-  const float lr = o->lr, b1 = c->beta1, b2 = c->beta2, eps = c->eps;
   const double t = (double)o->steps + 1.0;
-  const float decay = 1.0f - lr * c->weight_decay;
-  const float step_size = (float)((double)lr / (1.0 - pow((double)b1, t)));
-  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+  const float decay = 1.0f - o->lr * c->weight_decay;
+  const float step_size = (float)((double)o->lr / (1.0 - pow((double)c->beta1, t)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
   for (int i = 0; i < cohort_model_num_params(o->model); i++) {
     const cohort_param *p = cohort_model_param(o->model, i);
-    float *w = p->value, *m = o->states[2 * i].data, *v = o->states[2 * i + 1].data;
-    const float *g = p->grad;
-    for (size_t j = 0; j < p->numel; j++) {
-      w[j] *= decay;
-      m[j] = m[j] * b1 + (1.0f - b1) * g[j];
-      v[j] = v[j] * b2 + (1.0f - b2) * g[j] * g[j];
-      const float denom = sqrtf(v[j]) / bc2_sqrt + eps;
-      w[j] -= step_size * (m[j] / denom);
-    }
+    adamw_update(p->value, o->states[2 * i].data, o->states[2 * i + 1].data, p->grad, p->numel, decay, c->beta1,
+                 c->beta2, step_size, bc2_sqrt, c->eps);
   }
 }
 
 cohort_status cohort_optim_step(cohort_optim *o) {
   if (!o) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_step: optimizer is NULL");
+  const unsigned fpu = cohort__fpu_flush_begin();
   if (o->kind == OPT_SGD)
     sgd_step(o);
   else
     adamw_step(o);
+  cohort__fpu_flush_end(fpu);
   o->steps++;
   return COHORT_OK;
 }

@@ -7,6 +7,7 @@
  * difference of L. The input gradient of the layer under test is checked through the gradients of the layer
  * before it, which depend on it.
  */
+#include <float.h>
 #include <math.h>
 
 #include "cohort/nn.h"
@@ -590,6 +591,117 @@ TEST(adamw_update) {
   cohort_model_destroy(m);
 }
 
+/* A linear layer of 37 x 29 (1102 values, not a multiple of any vector width), so that the update kernels run their
+ * vector loops and their tails; its gradients set by hand. */
+static cohort_model *wide(cohort_rng *rng) {
+  cohort_model *m = NULL;
+  if (cohort_model_create(&m) || cohort_model_add_linear(m, "w", 37, 29) ||
+      cohort_model_init(m, COHORT_INIT_TORCH_DEFAULT, 5))
+    return NULL;
+  for (int i = 0; i < cohort_model_num_params(m); i++) {
+    const cohort_param *p = cohort_model_param(m, i);
+    for (size_t j = 0; j < p->numel; j++)
+      p->grad[j] = cohort_rng_uniform(rng) - 0.5f;
+  }
+  return m;
+}
+
+/* The vector kernels give bitwise what the update rule gives one float at a time, in the same order of operations. */
+TEST(sgd_and_adamw_kernels_match_scalar_rule) {
+  cohort_rng rng;
+  cohort_rng_seed(&rng, 11);
+  for (int kind = 0; kind < 2; kind++) {
+    cohort_model *m = wide(&rng);
+    ASSERT_TRUE(m != NULL);
+    const cohort_param *p = cohort_model_param(m, 0);
+    const size_t n = p->numel;
+    float *w = malloc(n * sizeof(float)), *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
+    ASSERT_TRUE(w && a && b);
+    memcpy(w, p->value, n * sizeof(float));
+    cohort_optim *o;
+    const cohort_sgd_config sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = 1};
+    const cohort_adamw_config adamw = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+    ASSERT_OK(kind == 0 ? cohort_optim_sgd_create(m, &sgd, &o) : cohort_optim_adamw_create(m, &adamw, &o));
+    for (int s = 0; s < 3; s++) {
+      for (size_t j = 0; j < n; j++)
+        p->grad[j] = cohort_rng_uniform(&rng) - 0.5f;
+      ASSERT_OK(cohort_optim_step(o));
+      const float *g = p->grad;
+      if (kind == 0) {
+        for (size_t j = 0; j < n; j++) {
+          float d = g[j] + sgd.weight_decay * w[j];
+          a[j] = s == 0 ? d : a[j] * sgd.momentum + 1.0f * d;
+          w[j] -= sgd.lr * (d + sgd.momentum * a[j]);
+        }
+      } else {
+        const float decay = 1.0f - adamw.lr * adamw.weight_decay;
+        const float step_size = (float)((double)adamw.lr / (1.0 - pow((double)adamw.beta1, s + 1.0)));
+        const float bc2_sqrt = (float)sqrt(1.0 - pow((double)adamw.beta2, s + 1.0));
+        for (size_t j = 0; j < n; j++) {
+          w[j] *= decay;
+          a[j] = a[j] * adamw.beta1 + (1.0f - adamw.beta1) * g[j];
+          b[j] = b[j] * adamw.beta2 + (1.0f - adamw.beta2) * g[j] * g[j];
+          w[j] -= step_size * (a[j] / (sqrtf(b[j]) / bc2_sqrt + adamw.eps));
+        }
+      }
+      ASSERT_EQ(memcmp(p->value, w, n * sizeof(float)), 0);
+      ASSERT_EQ(memcmp(cohort_optim_state(o, 0)->data, a, n * sizeof(float)), 0);
+      if (kind == 1) ASSERT_EQ(memcmp(cohort_optim_state(o, 1)->data, b, n * sizeof(float)), 0);
+    }
+    cohort_optim_destroy(o);
+    cohort_model_destroy(m);
+    free(w), free(a), free(b);
+  }
+}
+
+static int is_subnormal(float x) { return fpclassify(x) == FP_SUBNORMAL; }
+
+/* A momentum buffer whose gradient has gone to zero decays by 0.9 a step; once below FLT_MIN it becomes 0 rather
+ * than a subnormal (which costs a microcode assist per operation on x86: bench/optim.sh), and the caller's own
+ * float math keeps its subnormals. */
+TEST(sgd_momentum_flushes_subnormals) {
+  cohort_model *m = tiny();
+  ASSERT_TRUE(m != NULL);
+  cohort_sgd_config cfg = {.lr = 0.1f, .momentum = 0.9f};
+  cohort_optim *o;
+  ASSERT_OK(cohort_optim_sgd_create(m, &cfg, &o));
+  set_grads(m, 1e-37f, 0.0f, 0.0f);
+  int zero_at = -1;
+  for (int s = 0; s < 30; s++) {
+    ASSERT_OK(cohort_optim_step(o));
+    const float buf = cohort_optim_state(o, 0)->data[0];
+    ASSERT_TRUE(!is_subnormal(buf));
+    if (buf == 0.0f && zero_at < 0) zero_at = s;
+    if (s == 0) set_grads(m, 0.0f, 0.0f, 0.0f);
+  }
+  /* 1e-37 * 0.9^21 = 1.09e-38 is the first value below FLT_MIN. */
+  ASSERT_EQ(zero_at, 21);
+  volatile float tiny_normal = FLT_MIN;
+  volatile float below = tiny_normal / 4.0f;
+  ASSERT_TRUE(is_subnormal(below));
+  cohort_optim_destroy(o);
+  cohort_model_destroy(m);
+}
+
+/* AdamW squares the gradient: 1e-3 * (1e-20)^2 is subnormal and becomes 0, while exp_avg (1e-21) stays as it is. */
+TEST(adamw_flushes_subnormals) {
+  cohort_model *m = tiny();
+  ASSERT_TRUE(m != NULL);
+  cohort_adamw_config cfg = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+  cohort_optim *o;
+  ASSERT_OK(cohort_optim_adamw_create(m, &cfg, &o));
+  set_grads(m, 1e-20f, 0.0f, 0.0f);
+  ASSERT_OK(cohort_optim_step(o));
+  ASSERT_STREQ(cohort_optim_state(o, 1)->name, "w.weight.exp_avg_sq");
+  ASSERT_TRUE(cohort_optim_state(o, 1)->data[0] == 0.0f);
+  ASSERT_NEAR(cohort_optim_state(o, 0)->data[0], 1e-21, 1e-27);
+  volatile float tiny_normal = FLT_MIN;
+  volatile float below = tiny_normal / 4.0f;
+  ASSERT_TRUE(is_subnormal(below));
+  cohort_optim_destroy(o);
+  cohort_model_destroy(m);
+}
+
 TEST(lr_schedules) {
   cohort_lr_schedule s = {.base_lr = 0.1f, .world_size = 4, .warmup_steps = 10, .decay = COHORT_LR_COSINE,
                           .total_steps = 110, .min_lr = 0.0f};
@@ -633,11 +745,12 @@ TEST(clip_grad_norm) {
 }
 
 COHORT_TEST_MAIN(TEST_CASE(grad_linear), TEST_CASE(grad_conv2d_stride_padding), TEST_CASE(grad_relu_fused_and_unfused),
-                 TEST_CASE(grad_maxpool_general), TEST_CASE(maxpool_values), TEST_CASE(grad_dropout), TEST_CASE(grad_batchnorm_train),
-                 TEST_CASE(grad_batchnorm_eval), TEST_CASE(grad_softmax_xent),
+                 TEST_CASE(grad_maxpool_general), TEST_CASE(maxpool_values), TEST_CASE(grad_dropout),
+                 TEST_CASE(grad_batchnorm_train), TEST_CASE(grad_batchnorm_eval), TEST_CASE(grad_softmax_xent),
                  TEST_CASE(softmax_xent_stable_and_checked), TEST_CASE(hooks_fire_once_in_reverse_when_final),
                  TEST_CASE(grads_accumulate_and_batch_size_changes), TEST_CASE(argument_errors_name_the_layer),
                  TEST_CASE(dropout_masks_and_eval), TEST_CASE(batchnorm_running_stats),
                  TEST_CASE(init_distributions_and_determinism), TEST_CASE(rng_is_xoshiro256starstar),
-                 TEST_CASE(sgd_momentum_nesterov_weight_decay), TEST_CASE(adamw_update), TEST_CASE(lr_schedules),
-                 TEST_CASE(clip_grad_norm))
+                 TEST_CASE(sgd_momentum_nesterov_weight_decay), TEST_CASE(adamw_update),
+                 TEST_CASE(sgd_and_adamw_kernels_match_scalar_rule), TEST_CASE(sgd_momentum_flushes_subnormals),
+                 TEST_CASE(adamw_flushes_subnormals), TEST_CASE(lr_schedules), TEST_CASE(clip_grad_norm))
