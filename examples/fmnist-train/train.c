@@ -232,6 +232,7 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   job->t_compute += t1 - t0 - t_fetch;
   job->t_comm += t2 - t1;
   job->t_update += now_s() - t2;
+  job->steps_run++;
   return 0;
 }
 
@@ -413,8 +414,8 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
     else if (job.rank == 0) {
       train_progress_destroy(progress);
       progress = NULL;
-      if (cfg->profile && job.step > 0) {
-        double k = 1e3 / (double)job.step;
+      if (cfg->profile && job.steps_run > 0) {
+        double k = 1e3 / (double)job.steps_run;
         printf("profile: per step: data wait %.2f ms, forward+backward %.2f ms, allreduce %.2f ms (%.1f MB), "
                "update %.2f ms\n",
                job.t_data * k, job.t_compute * k, job.t_comm * k, (double)(job.nparams + 1) * 4 / 1e6,

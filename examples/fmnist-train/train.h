@@ -142,6 +142,7 @@ typedef struct train_job {
   double train_seconds; /* time spent in steps (not evaluation or checkpoints), this process's run */
   int64_t train_images; /* global images processed in train_seconds */
   double t_data, t_compute, t_comm, t_update; /* --profile: seconds in each part of the steps */
+  int64_t steps_run;                          /* steps taken by this process (after a --resume, fewer than step) */
   char signature[128 + COHORT_HASH_HEX_LEN];
 } train_job;
 
