@@ -1,4 +1,4 @@
-# bench/collectives.sh and its table maker bench/compare.py.
+# bench/collectives.sh and its table maker bench/compare.py; bench/ddp_vs_torch.sh; bench/optim.sh.
 # unit.bench_compare: compare.py's parsing, medians, ratios and ok/MISS flags on made-up runs, and the script's
 # one-line refusals when mpicc, mpirun or torch is missing (needs only python3 and bash).
 # bench.collectives_smoke: one real run up to 1 MiB against the real anchors (needs openmpi-bin, libopenmpi-dev,
@@ -17,3 +17,23 @@ add_test(NAME bench.collectives_smoke
          COMMAND bash ${COHORT_BENCH_DIR}/collectives.sh --max 1M --repeats 1 --build ${CMAKE_BINARY_DIR})
 set_tests_properties(bench.collectives_smoke PROPERTIES LABELS "bench" TIMEOUT 300 RUN_SERIAL TRUE
                      PASS_REGULAR_EXPRESSION "${COHORT_BENCH_ROW}")
+
+# bench.ddp_vs_torch_smoke: bench/ddp_vs_torch.sh on 20 steps, one round, against the real torch DDP anchor, so that
+# a change in fmnist-train's final line, cohortrun or the anchor shows up as a failure rather than as a wrong or
+# missing table. It passes when both table rows and the verdict line were printed; the figures are not judged.
+string(CONCAT COHORT_DDP_BENCH_ROWS "\\| 1 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| [0-9.]+x \\| [0-9.]+x \\|\n"
+       "\\| 2 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| [0-9.]+x \\| [0-9.]+x \\|\n"
+       "1->2 rank scaling, median of the rounds .*: cohort [0-9.]+%, fused [0-9.]+%, torch [0-9.]+%\n"
+       ".*targets: 2 ranks vs torch >= 1.0x .*scaling >= 95% \\(median of the rounds\\): [0-9.]+% (PASS|MISS)")
+add_test(NAME bench.ddp_vs_torch_smoke COMMAND bash ${COHORT_BENCH_DIR}/ddp_vs_torch.sh 20 64 1 1)
+set_tests_properties(bench.ddp_vs_torch_smoke PROPERTIES LABELS "bench" TIMEOUT 300 RUN_SERIAL TRUE
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_DDP_BENCH_ROWS}")
+
+# bench.optim_smoke: bench/optim.sh on 5 steps against torch.optim; passes when all four rows were printed.
+string(CONCAT COHORT_OPTIM_BENCH_ROWS "\\| sgd \\| normal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|\n"
+       "\\| sgd \\| subnormal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|\n"
+       "\\| adamw \\| normal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|\n"
+       "\\| adamw \\| subnormal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|")
+add_test(NAME bench.optim_smoke COMMAND bash ${COHORT_BENCH_DIR}/optim.sh 5)
+set_tests_properties(bench.optim_smoke PROPERTIES LABELS "bench" TIMEOUT 120 RUN_SERIAL TRUE
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_OPTIM_BENCH_ROWS}")
