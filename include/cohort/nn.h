@@ -224,7 +224,9 @@ typedef struct cohort_named_array {
 cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config, cohort_optim **out);
 cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config, cohort_optim **out);
 void cohort_optim_destroy(cohort_optim *optim);
-/* One update of every parameter from its current gradient. */
+/* One update of every parameter from its current gradient. Subnormal floats (below FLT_MIN) in the gradients and
+ * state count as zero during the step and results that small become zero: state decayed that far would otherwise
+ * make the step tens of times slower on x86. The calling thread's floating-point mode is put back afterwards. */
 cohort_status cohort_optim_step(cohort_optim *optim);
 void cohort_optim_set_lr(cohort_optim *optim, float lr);
 float cohort_optim_lr(const cohort_optim *optim);
