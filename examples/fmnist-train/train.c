@@ -310,6 +310,15 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                       (long long)job->stop_step, (long long)job->steps_per_epoch,
                       cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
 
+  /* After a resume, possibly on another number of ranks (whose steps are counted in its own batches), the
+   * checkpoint may already lie at or past where this run stops: say so rather than end silently at 0 img/s. */
+  if (job->rank == 0 && job->step >= job->stop_step)
+    fprintf(stderr,
+            "fmnist-train: nothing to train: the checkpoint is at step %lld (of %d rank%s x batch %d) and this run "
+            "stops at step %lld (%s); raise %s to train on\n",
+            (long long)job->step, job->world, job->world == 1 ? "" : "s", cfg->batch, (long long)job->stop_step,
+            job->stop_step < job->total_steps ? "--steps" : "the end of --epochs",
+            job->stop_step < job->total_steps ? "--steps" : "--epochs");
   float *dlogits = malloc((size_t)cfg->batch * 10 * sizeof(float));
   if (!dlogits) {
     fprintf(stderr, "fmnist-train: rank %d: out of memory for the loss gradient\n", job->rank);

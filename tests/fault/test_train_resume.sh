@@ -54,6 +54,13 @@ corrupt)
     fail "resuming from an intact checkpoint failed: $(cat "$TMP/err")"
   [ "$(sha_of "$(final_of "$TMP/out")")" = "$(sha_of "$(final_of "$TMP/straight")")" ] ||
     fail "resuming from an intact checkpoint ended elsewhere than a straight run"
+  # A checkpoint already past --steps: nothing is trained, and rank 0 says why instead of ending at 0 img/s.
+  cp "$good" "$TMP/past.ck"
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 3 --quiet --checkpoint "$TMP/past.ck" --resume >"$TMP/out" 2>"$TMP/err" ||
+    fail "resuming past --steps failed: $(cat "$TMP/err")"
+  want="nothing to train: the checkpoint is at step 5 (of 2 ranks x batch 64) and this run stops at step 3 (--steps)"
+  grep -qF "$want" "$TMP/err" || fail "no 'nothing to train' line for a checkpoint past --steps: $(cat "$TMP/err")"
+  grep -q "final: steps=5 " "$TMP/out" || fail "the final line moved off step 5: $(cat "$TMP/out")"
 
   for cut in 0 7 64 $((size / 2)) $((size - 1)); do
     head -c "$cut" "$good" >"$TMP/cut.ck"
