@@ -77,8 +77,9 @@ for r in $(seq 1 "$REPEAT"); do
       echo "# run $r: $sys np=$np img/s=$v"
       if [ "$np" = 2 ]; then two=$v; elif [ -z "$before" ]; then before=$v; fi
     done
-    SCALING[$sys]="${SCALING[$sys]:-} $(awk -v two="$two" -v a="$before" -v b="$v" 'BEGIN { printf "%.4f", two / (a + b) }')"
-    echo "# run $r: $sys scaling $(awk -v two="$two" -v a="$before" -v b="$v" 'BEGIN { printf "%.1f%%", 100 * two / (a + b) }')"
+    s=$(awk -v two="$two" -v a="$before" -v b="$v" 'BEGIN { printf "%.4f", two / (a + b) }')
+    SCALING[$sys]="${SCALING[$sys]:-} $s"
+    echo "# run $r: $sys scaling $(awk -v s="$s" 'BEGIN { printf "%.1f%%", 100 * s }')"
   done
 done
 c1=$(echo "${RESULTS[cohort.1]}" | median); c2=$(echo "${RESULTS[cohort.2]}" | median)
