@@ -5,7 +5,8 @@
  * 0.9 every step, Adam's exp_avg_sq holds squares of tiny gradients), so late in training a large share of it is
  * subnormal (below FLT_MIN, about 1.2e-38). x86 CPUs handle each subnormal operand or result in a microcode assist
  * that costs on the order of a hundred cycles: on an Intel Xeon the SGD step of the reference CNN went from about
- * 2 ms to over 20 ms after a few epochs, a third of the training step. Flush-to-zero (results) and
+ * 1 ms to over 20 ms after a few epochs, a third of the training step (bench/optim.sh: 75 ms when all of the state
+ * is subnormal). Flush-to-zero (results) and
  * denormals-are-zero (operands) make those values plain zeros. A value below FLT_MIN moves no weight of normal size
  * (it is far below half an ulp of any float above 1e-31), so the arithmetic that matters is unchanged.
  *

@@ -5,7 +5,7 @@
  *
  * The clones give the same results: C11 mode keeps -ffp-contract=off, so no a * b + c becomes an FMA, and IEEE
  * add, multiply, divide and sqrt round the same at any vector width. Sanitizer builds get one plain copy (the
- * sanitizers' runtime and ifunc resolvers do not mix).
+ * clone picker, an ifunc resolver, runs before the sanitizers' runtime is set up).
  */
 #ifndef COHORT_CORE_KERNEL_H
 #define COHORT_CORE_KERNEL_H
