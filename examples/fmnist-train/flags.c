@@ -20,7 +20,8 @@ void train_flags_usage(FILE *f) {
           "Trains a CNN (or an MLP) on Fashion-MNIST, data-parallel over the ranks; rank 0 reports.\n"
           "  --model cnn|mlp         the reference CNN (default) or a 784-256-10 MLP\n"
           "  --epochs N              planned length in epochs; the lr schedule spans it (default 1)\n"
-          "  --steps N               stop after N optimizer steps in all (default: run the epochs)\n"
+          "  --steps N               stop after N optimizer steps in all (default: run the epochs); 0 trains\n"
+          "                          nothing and reports (and dumps) the initial parameters\n"
           "  --batch N               images per rank per step (default 64)\n"
           "  --lr X                  peak learning rate per %d images of global batch; the job uses\n"
           "                          X * ranks * batch / %d (default 0.05)\n"
@@ -105,6 +106,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   cfg->lr = 0.05;
   cfg->momentum = 0.9;
   cfg->warmup_steps = -1;
+  cfg->max_steps = -1;
   cfg->data_dir = COHORT_FMNIST_DEFAULT_DIR;
   cfg->threads = 1;
   cfg->log_every = 50;
@@ -191,7 +193,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     } else if (!strcmp(name, "--epochs")) {
       if ((rc = parse_int(name, value, 1, 100000, &n)) == TRAIN_EXIT_OK) cfg->epochs = (int)n;
     } else if (!strcmp(name, "--steps")) {
-      if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->max_steps = n;
+      if ((rc = parse_int(name, value, 0, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->max_steps = n;
     } else if (!strcmp(name, "--batch")) {
       if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->batch = (int)n;
     } else if (!strcmp(name, "--lr")) {

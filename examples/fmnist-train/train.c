@@ -116,7 +116,7 @@ static int setup(train_job *job) {
   const int64_t batches = (int64_t)((per_rank + (size_t)cfg->batch - 1) / (size_t)cfg->batch);
   job->steps_per_epoch = (batches + cfg->accumulate - 1) / cfg->accumulate;
   job->total_steps = job->steps_per_epoch * cfg->epochs;
-  job->stop_step = cfg->max_steps > 0 && cfg->max_steps < job->total_steps ? cfg->max_steps : job->total_steps;
+  job->stop_step = cfg->max_steps >= 0 && cfg->max_steps < job->total_steps ? cfg->max_steps : job->total_steps;
   TRY("creating the loader", cohort_loader_create(job->train_set, job->sampler, (size_t)cfg->batch, 0, &job->loader));
   job->test_acc = -1.0;
   job->last_loss = NAN;
@@ -312,7 +312,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
 
   /* After a resume, possibly on another number of ranks (whose steps are counted in its own batches), the
    * checkpoint may already lie at or past where this run stops: say so rather than end silently at 0 img/s. */
-  if (job->rank == 0 && job->step >= job->stop_step)
+  if (job->rank == 0 && cfg->resume && job->step >= job->stop_step)
     fprintf(stderr,
             "fmnist-train: nothing to train: the checkpoint is at step %lld (of %d rank%s x batch %d) and this run "
             "stops at step %lld (%s); raise %s to train on\n",

@@ -47,7 +47,7 @@ typedef enum { TRAIN_MODEL_CNN = 0, TRAIN_MODEL_MLP = 1 } train_model_kind;
 typedef struct train_config {
   train_model_kind model;
   int epochs;
-  int64_t max_steps; /* --steps; 0: no limit (the epochs decide) */
+  int64_t max_steps; /* --steps; -1: no limit (the epochs decide); 0: no step, the initial parameters are reported */
   int batch;         /* per rank */
   double lr;         /* per TRAIN_LR_REFERENCE_BATCH images of global batch */
   double momentum;
