@@ -2,7 +2,7 @@
  * test_nn_golden.c: cohort's nn layer against PyTorch. nn_golden.py (run by ctest as the fixture golden.nn_data)
  * writes torch's weights, inputs, outputs, gradients, losses and updated weights to the file named by
  * NN_GOLDEN_FILE; this test loads the same weights into cohort's models, repeats the computation, and requires
- * agreement within 1e-4 relative (to the largest magnitude of each tensor; losses each on their own).
+ * agreement within float32 rounding (relative to the largest magnitude of each tensor; losses each on their own).
  */
 #include <stdint.h>
 
@@ -73,9 +73,29 @@ static const record *find(const char *name) {
 }
 
 /*
+ * Tolerances from the arithmetic, not from the machine where the test was written. cohort and torch compute the
+ * same float32 sums in other orders (each with its own GEMM kernels, which OpenBLAS picks by CPU), and a float32
+ * sum of K terms may be off the exact sum by gamma(K) = K u / (1 - K u) of the sum of its terms' magnitudes
+ * (u = 2^-24). Each model is compared at gamma of its longest sum:
+ *   cnn    fc1's 9216 inputs                                        gamma = 5.5e-4
+ *   small  the conv weight gradient over 6 images x 8 x 8 positions      2.3e-5
+ *   mlp    fc1's 784 inputs                                              4.7e-5
+ * Measured on Zen 3 under OpenBLAS's Prescott, Nehalem, Sandybridge, Haswell and Zen kernels against torch 1.13:
+ * at most 2.4e-6. A wrong formula is off by far more than any of these.
+ */
+static double gamma_of(double k) {
+  const double u = 1.0 / (1 << 24);
+  return k * u / (1 - k * u);
+}
+#define CNN_TOL gamma_of(9216)
+#define SMALL_TOL gamma_of(6 * 8 * 8)
+#define MLP_TOL gamma_of(784)
+
+/*
  * max |got - want| / max(max |want|, floor) over the tensor; prints the worst element when above tol. The floor
  * matters for tensors that are 0 in exact arithmetic (a conv bias feeding batchnorm has gradient 0; torch's is
- * rounding noise of 1e-8): they are compared at the scale of the model's other gradients.
+ * rounding noise of 1e-8): they are compared at the scale of the model's largest gradient, which bounds the terms
+ * whose rounding they are.
  */
 static int close_to_floor(const char *what, const float *got, const float *want, size_t n, double tol, double floor) {
   double scale = floor, worst = 0.0;
@@ -171,7 +191,7 @@ static int grads_close(cohort_model *m, const char *prefix, double tol) {
       if (pass == 0)
         for (size_t j = 0; j < r->numel; j++) global = fmax(global, fabs(r->data[j]));
       else
-        ok &= close_to_floor(name, p->grad, r->data, p->numel, tol, 1e-3 * global);
+        ok &= close_to_floor(name, p->grad, r->data, p->numel, tol, global);
     }
   }
   return ok;
@@ -186,10 +206,10 @@ static void batch(const record *xr, const record *yr, int s, cohort_tensor *x, i
   for (int64_t i = 0; i < yr->shape[1]; i++) labels[i] = (int32_t)yr->data[s * yr->shape[1] + i];
 }
 
-static int loss_close(const char *what, float got, float want) {
+static int loss_close(const char *what, float got, float want, double tol) {
   double rel = fabs((double)got - want) / fmax(fabs(want), 1e-6);
-  if (rel > 1e-4) fprintf(stderr, "%s: %.9g, torch has %.9g (relative error %.3g)\n", what, got, want, rel);
-  return rel <= 1e-4;
+  if (rel > tol) fprintf(stderr, "%s: %.9g, torch has %.9g (relative error %.3g > %.3g)\n", what, got, want, rel, tol);
+  return rel <= tol;
 }
 
 /* One training step; returns the loss before the update (NAN on error). */
@@ -225,11 +245,11 @@ TEST(cnn_forward_backward) {
   float loss, grad[80];
   ASSERT_OK(cohort_model_forward(m, &x, &y));
   ASSERT_EQ(y->numel, lr->numel);
-  ASSERT_TRUE(close_to("cnn.logits", y->data, lr->data, y->numel, 1e-4));
+  ASSERT_TRUE(close_to("cnn.logits", y->data, lr->data, y->numel, CNN_TOL));
   ASSERT_OK(cohort_softmax_xent(y, labels, &loss, grad, NULL));
-  ASSERT_TRUE(loss_close("cnn.loss", loss, loss_r->data[0]));
+  ASSERT_TRUE(loss_close("cnn.loss", loss, loss_r->data[0], CNN_TOL));
   ASSERT_OK(cohort_model_backward(m, grad));
-  ASSERT_TRUE(grads_close(m, "cnn.grad.", 1e-4));
+  ASSERT_TRUE(grads_close(m, "cnn.grad.", CNN_TOL));
   cohort_model_destroy(m);
 }
 
@@ -251,10 +271,10 @@ TEST(cnn_sgd_momentum_20_steps) {
     batch(xr, yr, s, &x, labels);
     float loss = train_step(m, o, &x, labels, 0, NULL);
     snprintf(what, sizeof what, "cnn step %d loss", s);
-    ok &= loss_close(what, loss, losses->data[s]);
+    ok &= loss_close(what, loss, losses->data[s], CNN_TOL);
   }
   ASSERT_TRUE(ok);
-  ASSERT_TRUE(params_close(m, "cnn.final.", 1e-4));
+  ASSERT_TRUE(params_close(m, "cnn.final.", CNN_TOL));
   cohort_optim_destroy(o);
   cohort_model_destroy(m);
 }
@@ -286,16 +306,16 @@ TEST(small_batchnorm_train_and_eval) {
   const cohort_tensor *y;
   float loss, grad[60];
   ASSERT_OK(cohort_model_forward(m, &x, &y));
-  ASSERT_TRUE(close_to("small.logits", y->data, lr->data, lr->numel, 1e-4));
+  ASSERT_TRUE(close_to("small.logits", y->data, lr->data, lr->numel, SMALL_TOL));
   ASSERT_OK(cohort_softmax_xent(y, labels, &loss, grad, NULL));
-  ASSERT_TRUE(loss_close("small.loss", loss, loss_r->data[0]));
+  ASSERT_TRUE(loss_close("small.loss", loss, loss_r->data[0], SMALL_TOL));
   ASSERT_OK(cohort_model_backward(m, grad));
-  ASSERT_TRUE(grads_close(m, "small.grad.", 1e-4));
-  ASSERT_TRUE(close_to("bn.running_mean", cohort_model_buffer(m, 0)->value, rm->data, 4, 1e-4));
-  ASSERT_TRUE(close_to("bn.running_var", cohort_model_buffer(m, 1)->value, rv->data, 4, 1e-4));
+  ASSERT_TRUE(grads_close(m, "small.grad.", SMALL_TOL));
+  ASSERT_TRUE(close_to("bn.running_mean", cohort_model_buffer(m, 0)->value, rm->data, 4, SMALL_TOL));
+  ASSERT_TRUE(close_to("bn.running_var", cohort_model_buffer(m, 1)->value, rv->data, 4, SMALL_TOL));
   cohort_model_set_training(m, 0);
   ASSERT_OK(cohort_model_forward(m, &x, &y));
-  ASSERT_TRUE(close_to("small.eval_logits", y->data, ev->data, ev->numel, 1e-4));
+  ASSERT_TRUE(close_to("small.eval_logits", y->data, ev->data, ev->numel, SMALL_TOL));
   cohort_model_destroy(m);
 }
 
@@ -315,10 +335,10 @@ TEST(small_sgd_nesterov_weight_decay_clip) {
   for (int s = 0; s < 3; s++) {
     float norm = 0;
     ASSERT_TRUE(!isnan(train_step(m, o, &x, labels, 0.5f, &norm)));
-    ASSERT_TRUE(loss_close("grad norm before clipping", norm, norms->data[s]));
+    ASSERT_TRUE(loss_close("grad norm before clipping", norm, norms->data[s], SMALL_TOL));
   }
   ASSERT_TRUE(norms->data[0] > 0.5f); /* the clipping did happen */
-  ASSERT_TRUE(params_close(m, "small.final.", 1e-4));
+  ASSERT_TRUE(params_close(m, "small.final.", SMALL_TOL));
   cohort_optim_destroy(o);
   cohort_model_destroy(m);
 }
@@ -340,10 +360,10 @@ TEST(mlp_adamw_5_steps) {
     char what[32];
     batch(xr, yr, s, &x, labels);
     snprintf(what, sizeof what, "mlp step %d loss", s);
-    ok &= loss_close(what, train_step(m, o, &x, labels, 0, NULL), losses->data[s]);
+    ok &= loss_close(what, train_step(m, o, &x, labels, 0, NULL), losses->data[s], MLP_TOL);
   }
   ASSERT_TRUE(ok);
-  ASSERT_TRUE(params_close_adam(m, "mlp.final.", 1e-4, cfg.lr));
+  ASSERT_TRUE(params_close_adam(m, "mlp.final.", MLP_TOL, cfg.lr));
   cohort_optim_destroy(o);
   cohort_model_destroy(m);
 }

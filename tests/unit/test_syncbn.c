@@ -222,9 +222,14 @@ static void check_equivalence(const int *sizes, int nrep, int engine) {
   ASSERT_EQ(failed, 0);
   printf("  %s%d replicas of %d..%d samples: logits %.2e, summed grads %.2e, running stats %.2e\n",
          engine ? "engine: " : "", nrep, sizes[0], sizes[nrep - 1], dl, dg, ds);
-  ASSERT_TRUE(dl < 1e-5);
-  ASSERT_TRUE(dg < 1e-5);
-  ASSERT_TRUE(ds < 1e-6);
+  /* Replicas and the whole batch make the same float32 sums in other orders (other BLAS blockings, which OpenBLAS
+   * picks by CPU; partial sums added across replicas). The longest, the conv weight gradient and the batch
+   * statistics, run over TOTAL x HW x HW = 300 terms: each may be off the exact sum by gamma(300) = 1.8e-5 of
+   * its terms' magnitudes (u = 2^-24), which these values, of order 1, bound. Measured: at most 3e-7. */
+  const double n = TOTAL * HW * HW, u = 1.0 / (1 << 24), gamma = n * u / (1 - n * u);
+  ASSERT_TRUE(dl <= gamma);
+  ASSERT_TRUE(dg <= gamma);
+  ASSERT_TRUE(ds <= gamma);
   ASSERT_TRUE(spread == 0.0);
 }
 
