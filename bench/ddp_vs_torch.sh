@@ -9,7 +9,7 @@
 #          on a 2-core machine running 2 ranks that is off and the engine averages all buckets in one allreduce
 #          after backward), and the same with --sync fused (one allreduce of a plain gradient buffer after backward:
 #          the non-overlapped baseline)
-# torch:   /usr/bin/python3 torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
+# torch:   $PYTHON (default /usr/bin/python3) torch_ddp_fmnist.py N 1 BATCH STEPS  (the anchor sets 1 thread per rank itself)
 # native:  when the environment sets OPENBLAS_CORETYPE (the environment here sets Haswell, AVX2), cohort once
 #          more without it, on the kernels OpenBLAS picks for the CPU itself (AVX-512 where present); for
 #          information: the verdicts use the environment as given. torch's convolutions (oneDNN, its own JIT
@@ -19,7 +19,7 @@
 # shown; a system's 1->2 rank scaling is the median over the rounds of its 2-rank run against the mean of the
 # 1-rank runs just before and just after it (the ratio of the medians, whose runs lie minutes apart, is printed
 # too). Environment: BUILD (default build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or
-# /work/shared/bench-anchors/).
+# /work/shared/bench-anchors/), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
 cd "$(dirname "$0")/.."
 STEPS=${1:-300}
@@ -33,7 +33,7 @@ if [ -z "${ANCHOR:-}" ]; then
   ANCHOR=bench/anchors/torch_ddp_fmnist.py
   [ -f "$ANCHOR" ] || ANCHOR=/work/shared/bench-anchors/torch_ddp_fmnist.py
 fi
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 for f in "$RUN" "$TRAIN" "$ANCHOR" "$PY"; do
   [ -e "$f" ] || { echo "ddp_vs_torch.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
 done

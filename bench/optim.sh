@@ -5,13 +5,13 @@
 #
 #   bench/optim.sh [STEPS]      (default 100; each figure is the median of STEPS steps)
 #
-# Environment: BUILD (default build).
+# Environment: BUILD (default build), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
 cd "$(dirname "$0")/.."
 STEPS=${1:-100}
 BUILD=${BUILD:-build}
 BIN="$BUILD/bin/optim_step"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 [ -x "$BIN" ] || { echo "optim.sh: $BIN is missing (build first)" >&2; exit 2; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "optim.sh: torch is missing (apt-get install python3-torch)" >&2; exit 2; }
 

@@ -16,7 +16,7 @@ string(CONCAT COHORT_BENCH_ROW "\\| 1 MiB \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x (
 add_test(NAME bench.collectives_smoke
          COMMAND bash ${COHORT_BENCH_DIR}/collectives.sh --max 1M --repeats 1 --build ${CMAKE_BINARY_DIR})
 set_tests_properties(bench.collectives_smoke PROPERTIES LABELS "bench" TIMEOUT 300 RUN_SERIAL TRUE
-                     PASS_REGULAR_EXPRESSION "${COHORT_BENCH_ROW}")
+                     ENVIRONMENT "PYTHON=${COHORT_PYTHON}" PASS_REGULAR_EXPRESSION "${COHORT_BENCH_ROW}")
 
 # bench.ddp_vs_torch_smoke: bench/ddp_vs_torch.sh on 20 steps, one round, against the real torch DDP anchor, so that
 # a change in fmnist-train's final line, cohortrun or the anchor shows up as a failure rather than as a wrong or
@@ -27,7 +27,8 @@ string(CONCAT COHORT_DDP_BENCH_ROWS "\\| 1 \\| [0-9]+ \\| [0-9]+ \\| [0-9]+ \\| 
        ".*targets: 2 ranks vs torch >= 1.0x .*scaling >= 95% \\(median of the rounds\\): [0-9.]+% (PASS|MISS)")
 add_test(NAME bench.ddp_vs_torch_smoke COMMAND bash ${COHORT_BENCH_DIR}/ddp_vs_torch.sh 20 64 1 1)
 set_tests_properties(bench.ddp_vs_torch_smoke PROPERTIES LABELS "bench" TIMEOUT 300 RUN_SERIAL TRUE
-                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_DDP_BENCH_ROWS}")
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR};PYTHON=${COHORT_PYTHON}"
+                     PASS_REGULAR_EXPRESSION "${COHORT_DDP_BENCH_ROWS}")
 
 # bench.optim_smoke: bench/optim.sh on 5 steps against torch.optim; passes when all four rows were printed.
 string(CONCAT COHORT_OPTIM_BENCH_ROWS "\\| sgd \\| normal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|\n"
@@ -36,4 +37,5 @@ string(CONCAT COHORT_OPTIM_BENCH_ROWS "\\| sgd \\| normal \\| [0-9.]+ \\| [0-9.]
        "\\| adamw \\| subnormal \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x \\|")
 add_test(NAME bench.optim_smoke COMMAND bash ${COHORT_BENCH_DIR}/optim.sh 5)
 set_tests_properties(bench.optim_smoke PROPERTIES LABELS "bench" TIMEOUT 120 RUN_SERIAL TRUE
-                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_OPTIM_BENCH_ROWS}")
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR};PYTHON=${COHORT_PYTHON}"
+                     PASS_REGULAR_EXPRESSION "${COHORT_OPTIM_BENCH_ROWS}")
