@@ -2,4 +2,4 @@
 cohort_add_test_binary(test_syncbn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_syncbn.c
                        LAYERS core store transport coll engine ddp nn)
 add_test(NAME unit.syncbn COMMAND test_syncbn)
-set_tests_properties(unit.syncbn PROPERTIES LABELS "unit;sanitize")
+set_tests_properties(unit.syncbn PROPERTIES LABELS "unit;sanitize;numeric")
