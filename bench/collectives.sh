@@ -72,8 +72,9 @@ command -v "$PY" >/dev/null 2>&1 || die "$PY not found: apt-get install -y pytho
 "$PY" -c 'import torch.distributed' >/dev/null 2>&1 ||
   die "$PY cannot import torch.distributed: apt-get install -y python3-torch (or scripts/setup.sh)"
 if [ -z "${ANCHORS:-}" ]; then
-  ANCHORS=$ROOT/bench/anchors
-  [ -f "$ANCHORS/mpi_allreduce.c" ] || ANCHORS=/work/shared/bench-anchors
+  for ANCHORS in "$ROOT/bench/anchors" "$ROOT/../shared/bench-anchors" /work/shared/bench-anchors; do
+    [ -f "$ANCHORS/mpi_allreduce.c" ] && break
+  done
 fi
 for f in mpi_allreduce.c torch_allreduce.py; do
   [ -f "$ANCHORS/$f" ] || die "anchor $ANCHORS/$f is missing (set ANCHORS to the directory holding it)"

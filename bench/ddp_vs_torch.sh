@@ -18,8 +18,8 @@
 # every configuration runs REPEAT times, in rounds (each system on 1 rank, 2 ranks, 1 rank), and the median is
 # shown; a system's 1->2 rank scaling is the median over the rounds of its 2-rank run against the mean of the
 # 1-rank runs just before and just after it (the ratio of the medians, whose runs lie minutes apart, is printed
-# too). Environment: BUILD (default build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/ or
-# /work/shared/bench-anchors/), PYTHON (a python3 with torch; default /usr/bin/python3).
+# too). Environment: BUILD (default build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/,
+# ../shared/bench-anchors/ beside the checkout, or /work/shared/bench-anchors/), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
 cd "$(dirname "$0")/.."
 STEPS=${1:-300}
@@ -30,11 +30,14 @@ BUILD=${BUILD:-build}
 RUN="$BUILD/bin/cohortrun"
 TRAIN="$BUILD/bin/fmnist-train"
 if [ -z "${ANCHOR:-}" ]; then
-  ANCHOR=bench/anchors/torch_ddp_fmnist.py
-  [ -f "$ANCHOR" ] || ANCHOR=/work/shared/bench-anchors/torch_ddp_fmnist.py
+  for ANCHOR in bench/anchors ../shared/bench-anchors /work/shared/bench-anchors; do
+    ANCHOR=$ANCHOR/torch_ddp_fmnist.py
+    [ -f "$ANCHOR" ] && break
+  done
 fi
+[ -f "$ANCHOR" ] || { echo "ddp_vs_torch.sh: anchor $ANCHOR is missing (set ANCHOR to its path)" >&2; exit 2; }
 PY=${PYTHON:-/usr/bin/python3}
-for f in "$RUN" "$TRAIN" "$ANCHOR" "$PY"; do
+for f in "$RUN" "$TRAIN" "$PY"; do
   [ -e "$f" ] || { echo "ddp_vs_torch.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
 done
 if [ "$THREADS" != 1 ]; then
