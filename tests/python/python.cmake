@@ -1,0 +1,18 @@
+# The Python package (python/cohort, docs/torch.md) between real processes under cohortrun, with Debian's
+# python3-torch: every op and dtype against numpy at world sizes 1, 2 and 3; training equivalence with PyTorch DDP
+# (gloo) and with one process; faults (a killed rank, mismatched shapes, Ctrl-C of cohortrun). A missing torch
+# fails them: never a silent skip. Label: python.
+set(COHORT_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python 3 with torch, for the golden and Python tests")
+set(COHORT_PY_ENV "PYTHONPATH=${CMAKE_BINARY_DIR}/python;OMP_NUM_THREADS=1")
+
+foreach(np 1 2 3)
+  add_test(NAME python.ops.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_ops.py)
+  set_tests_properties(python.ops.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
+# 20 steps of a small CNN on 2 ranks: DistributedOptimizer and DistributedDataParallel (with and without
+# no_sync/backward_passes_per_step) against torch DDP on gloo (1e-6) and 1 process with the global batch (1e-5).
+add_test(NAME python.train_equiv COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_train_equiv.py)
+set_tests_properties(python.train_equiv PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
