@@ -16,3 +16,12 @@ endforeach()
 add_test(NAME python.train_equiv COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
          ${CMAKE_CURRENT_LIST_DIR}/test_train_equiv.py)
 set_tests_properties(python.train_equiv PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+
+# Faults (tests/python/test_faults.sh): a rank SIGKILLed inside an allreduce (RemoteError naming it within 2 s),
+# ranks reducing different shapes (MismatchError on both), Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
+foreach(mode kill mismatch sigint)
+  add_test(NAME python.fault.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_faults.sh $<TARGET_FILE:cohortrun>
+           ${COHORT_PYTHON} ${mode})
+  set_tests_properties(python.fault.${mode} PROPERTIES LABELS "python;fault" TIMEOUT 120
+                       ENVIRONMENT "${COHORT_PY_ENV}" PASS_REGULAR_EXPRESSION "PASS \\(${mode}\\)")
+endforeach()
