@@ -25,3 +25,19 @@ foreach(mode kill mismatch sigint)
   set_tests_properties(python.fault.${mode} PROPERTIES LABELS "python;fault" TIMEOUT 120
                        ENVIRONMENT "${COHORT_PY_ENV}" PASS_REGULAR_EXPRESSION "PASS \\(${mode}\\)")
 endforeach()
+
+# The examples (examples/torch) on 2 ranks for a few steps: they train and print fmnist-train's final line.
+foreach(ex horovod ddp)
+  add_test(NAME python.example.${ex} COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+           ${CMAKE_SOURCE_DIR}/examples/torch/fmnist_${ex}.py --steps 20)
+  set_tests_properties(python.example.${ex} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
+                       PASS_REGULAR_EXPRESSION "final: steps=20 loss=[0-9.]+ test_acc=0\\.[0-9]+ img_per_s=[0-9]+")
+endforeach()
+
+# cmake --install into a scratch prefix: the installed package imports and binds the installed library.
+add_test(NAME python.install COMMAND sh -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && \
+${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d >/dev/null && \
+PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
+'import cohort, cohort.torch as hvd, sys; hvd.init(); assert cohort._lib.lib.path.startswith(sys.argv[1]), cohort._lib.lib.path; \
+assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
+set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
