@@ -41,3 +41,8 @@ PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
 'import cohort, cohort.torch as hvd, sys; hvd.init(); assert cohort._lib.lib.path.startswith(sys.argv[1]), cohort._lib.lib.path; \
 assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
 set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
+
+# Two processes started by hand with torchrun's variables (no cohortrun) find each other.
+add_test(NAME python.env_launch COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_env_launch.sh ${COHORT_PYTHON})
+set_tests_properties(python.env_launch PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}"
+                     PASS_REGULAR_EXPRESSION "PASS \\(env launch\\)")
