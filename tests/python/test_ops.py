@@ -175,6 +175,15 @@ for k in reversed(range(5)):
     want = sum(float(r + k) for r in range(N))
     check(torch.all(hvd.synchronize(hs[k]) == want).item(), f"async #{k} of 5 in flight")
 
+# allreduce is differentiable (Horovod's): d/dx sum(allreduce(x, Sum) * w_r) on rank r is the sum of the w's.
+x = torch.ones(4, requires_grad=True)
+(hvd.allreduce(x, op=hvd.Sum) * (R + 1)).sum().backward()
+check(torch.equal(x.grad, torch.full((4,), float(sum(r + 1 for r in range(N))))), f"allreduce gradient {x.grad}")
+x = torch.ones(4, requires_grad=True)
+(hvd.allreduce(x, op=hvd.Average) * (R + 1)).sum().backward()
+check(torch.allclose(x.grad, torch.full((4,), sum(r + 1 for r in range(N)) / N), rtol=1e-6, atol=0),
+      f"allreduce Average gradient {x.grad}")
+
 # Objects.
 for root in range(N):
     obj = {"root": root, "payload": list(range(root * 100)), "t": torch.arange(3) + root}

@@ -21,7 +21,7 @@ import cohort as _core
 from cohort import _lib
 from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
-                    broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size, poll,
+                    broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                     rank, shutdown, size, transport, mpi_threads_supported, abort)
 from cohort._lib import lib as _c
 
@@ -205,11 +205,33 @@ def _output_for(tensor):
     return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
 
+class _AllreduceFunction(torch.autograd.Function):
+    """allreduce as a differentiable op (as in Horovod): the gradient of an Average or Sum is the same reduction of
+    the incoming gradients, scaled by the same factors."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, compression):
+        ctx.args = (op, prescale_factor, postscale_factor, compression)
+        return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+                                "allreduce", False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post, compression = ctx.args
+        if op not in (Average, Sum):
+            raise RuntimeError("allreduce: only Average and Sum are differentiable")
+        g = grad.contiguous()
+        return (_allreduce_start(g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
+                None, None, None, None)
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
-    """A new tensor: op over the ranks of tensor (Average by default)."""
+    """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
     op = _resolve_op(op, average, "allreduce")
     _check_tensor(tensor, "allreduce")
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _AllreduceFunction.apply(tensor, op, prescale_factor, postscale_factor, compression)
     return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                             "allreduce", False)
 
@@ -236,11 +258,6 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     op = _resolve_op(op, average, "allreduce_async_")
     return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression,
                             "allreduce_async_", True)
-
-
-def synchronize(handle):
-    """Waits for an *_async call's work and returns its result."""
-    return _core.synchronize(handle)
 
 
 def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, compression, what, async_):
@@ -320,14 +337,14 @@ def _group_sync(h):
     return res
 
 
-def poll(handle):  # noqa: F811 (the grouped handles need their own walk)
+def poll(handle):
     """True once the work of handle has completed; never blocks."""
     if isinstance(handle, _GroupHandle):
         return _group_poll(handle)
     return _core.poll(handle)
 
 
-def synchronize(handle):  # noqa: F811
+def synchronize(handle):
     """Waits for the work of handle (from any *_async call) and returns its result."""
     if isinstance(handle, _GroupHandle):
         return _group_sync(handle)
