@@ -46,3 +46,18 @@ set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_
 add_test(NAME python.env_launch COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_env_launch.sh ${COHORT_PYTHON})
 set_tests_properties(python.env_launch PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}"
                      PASS_REGULAR_EXPRESSION "PASS \\(env launch\\)")
+
+# A call before init() is a RuntimeError that says so (and the interpreter lives on).
+add_test(NAME python.before_init COMMAND ${COHORT_PYTHON} -c "
+import torch, cohort, cohort.torch as hvd
+for fn in (lambda: hvd.allreduce(torch.ones(1)), hvd.rank, lambda: cohort.allgather(bytearray(2)),
+           lambda: hvd.DistributedDataParallel(torch.nn.Linear(2, 2))):
+    try:
+        fn()
+        raise SystemExit('no error before init()')
+    except RuntimeError as e:
+        assert 'init()' in str(e), e
+assert not hvd.is_initialized()
+print('PASS (before init)')")
+set_tests_properties(python.before_init PROPERTIES LABELS "python" TIMEOUT 60 ENVIRONMENT "${COHORT_PY_ENV}"
+                     PASS_REGULAR_EXPRESSION "PASS \\(before init\\)")
