@@ -155,12 +155,24 @@ def shutdown():
 atexit.register(shutdown)
 
 
+def _forget_after_fork():
+    """A forked child shares its parent's links but is not a rank: it forgets the communicator without touching
+    it (so that the hot paths need no getpid check)."""
+    global _comm, _pid
+    _comm, _pid = None, None
+    _handles.clear()
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def is_initialized():
-    return _comm is not None and _pid == os.getpid()
+    return _comm is not None
 
 
 def _get_comm():
-    if _comm is None or _pid != os.getpid():
+    if _comm is None:
         raise RuntimeError("cohort has not been initialized: call cohort.init() (hvd.init()) first")
     return _comm
 
@@ -352,6 +364,13 @@ def allreduce(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=Non
 
 def allreduce_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """In place: x becomes op over the ranks of x. Returns x (as an array)."""
+    if type(x) is np.ndarray and prescale_factor == 1.0 and postscale_factor == 1.0 and type(op) is int \
+            and op in _OP_NAMES and _comm is not None and x.flags.c_contiguous and x.flags.writeable:
+        dt = _NP_DTYPES.get(x.dtype)
+        if dt is not None:  # the hot path: one ctypes call
+            ptr = x.ctypes.data
+            _check(_c.cohort_allreduce(_comm, ptr, ptr, x.size, dt, op))
+            return x
     a = _as_array(x, writable=True, what="cohort.allreduce_")
     _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_")
     return _np_allreduce(a, a, _op(op), prescale_factor, postscale_factor, False)

@@ -225,9 +225,34 @@ class _AllreduceFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
+_OPS = frozenset(_core._OP_NAMES)
+
+
+def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
+    """The cohort_dtype of tensor when the call can go straight to the library: a contiguous CPU tensor of a
+    supported dtype, a known op, no scaling, no compression, no autograd. Else None (the general path decides)."""
+    if (average is None and prescale_factor == 1.0 and postscale_factor == 1.0 and type(op) is int
+            and op in _OPS and (compression is None or compression is NoneCompressor)
+            and type(tensor) is torch.Tensor):
+        dt = _TORCH_DTYPES.get(tensor.dtype)
+        if dt is not None and not tensor.is_cuda and not tensor.requires_grad and tensor.is_contiguous() \
+                and tensor.layout is torch.strided:
+            return dt
+    return None
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
+    if op is None and average is None:
+        op = Average
+    dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
+    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+        out = torch.empty_like(tensor)
+        st = _c.cohort_allreduce(_core._comm, tensor.data_ptr(), out.data_ptr(), tensor.numel(), dt, op)
+        if st != _lib.OK:
+            raise _core._error(st)
+        return out
     op = _resolve_op(op, average, "allreduce")
     _check_tensor(tensor, "allreduce")
     if tensor.requires_grad and torch.is_grad_enabled():
@@ -239,6 +264,15 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None, compression=Compression.none):
     """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
+    if op is None and average is None:
+        op = Average
+    dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
+    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+        ptr = tensor.data_ptr()
+        st = _c.cohort_allreduce(_core._comm, ptr, ptr, tensor.numel(), dt, op)
+        if st != _lib.OK:
+            raise _core._error(st)
+        return tensor
     op = _resolve_op(op, average, "allreduce_")
     return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression, "allreduce_", False)
 
