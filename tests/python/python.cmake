@@ -61,3 +61,9 @@ assert not hvd.is_initialized()
 print('PASS (before init)')")
 set_tests_properties(python.before_init PROPERTIES LABELS "python" TIMEOUT 60 ENVIRONMENT "${COHORT_PY_ENV}"
                      PASS_REGULAR_EXPRESSION "PASS \\(before init\\)")
+
+# DistributedDataParallel and DistributedOptimizer features on 2 ranks: broadcast_buffers, find_unused_parameters,
+# zero_grad(set_to_none=True), op=Sum, fp16 compression, synchronize/skip_synchronize, a shape mismatch.
+add_test(NAME python.ddp_features COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_ddp_features.py)
+set_tests_properties(python.ddp_features PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
