@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import cohort
 import cohort.torch as hvd
 
 torch.set_num_threads(1)
@@ -127,6 +128,9 @@ p_hvd_acc = train(m, opt, micro=2)
 # cohort.torch.DistributedDataParallel.
 m = hvd.DistributedDataParallel(fresh())
 grads_are_views = all(p.grad is not None for p in m.parameters())
+# Under shm (cohortrun on one host) the buckets, and so the gradients, lie in the node's shared arena.
+in_arena = all(cohort._lib.lib.cohort_in_arena(cohort._get_comm(), p.grad.data_ptr(), p.grad.numel() * 4)
+               for p in m.parameters())
 p_ddp = train(m, sgd(m))
 m = hvd.DistributedDataParallel(fresh(), bucket_cap_mb=0.01)  # several buckets
 p_ddp_acc = train(m, sgd(m), micro=2, no_sync=m.no_sync)
@@ -146,6 +150,8 @@ def diff(a, b):
 
 
 expect(grads_are_views, "DDP points every .grad into the engine's buckets at construction")
+expect(in_arena == (hvd.transport() in ("shm", "tcp+shm")),
+       f"the gradients {'lie' if in_arena else 'do not lie'} in the shared arena (transport {hvd.transport()})")
 expect(stats["steps"] == STEPS and stats["num_buckets"] > 1,
        f"the engine synchronized {stats['steps']} steps (no_sync passes do not count) in {stats['num_buckets']} "
        f"buckets")
