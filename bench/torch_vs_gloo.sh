@@ -7,7 +7,7 @@
 #    the anchor's loop and columns) against torch.distributed.all_reduce on gloo (the anchor torch_allreduce.py);
 #    ordinary tensors (torch's allocator), so cohort copies through its staging buffers, as gloo does.
 # 2. the binding's cost: a one-float allreduce through cohort.torch, the bare ctypes call, and the same call in C
-#    (cohort-bench allreduce --min 4 --max 4 --in-place).
+#    (cohort-bench allreduce --min 4 --max 4 --in-place), on 1 rank (the binding alone) and 2.
 # 3. training img/s, 1 thread per rank, the same model, batch (64 per rank) and data: cohort.torch's
 #    DistributedDataParallel against torch DDP on gloo, for the reference CNN and a 24.2 M-parameter MLP, on 1 and
 #    2 ranks (1->2 scaling printed beside each).
@@ -39,10 +39,14 @@ printf '%12s %14s %14s %12s %12s %8s\n' bytes cohort_time_us gloo_time_us cohort
 join <(awk '{print $1, $3, $4}' "$tmp/cohort") <(awk '{print $1, $3, $4}' "$tmp/gloo") |
   awk '{r = ($5 > 0) ? $3 / $5 : 0; printf "%12d %14.1f %14.1f %12.2f %12.2f %8.1f\n", $1, $2, $4, $3, $5, r}'
 
-echo "== binding overhead: one float, allreduce sum in place, 2 ranks (us per call)"
-"$RUN" -np 2 "$BUILD/bin/cohort-bench" allreduce --min 4 --max 4 --in-place --iters "$OITERS" 2>&1 |
-  sed 's/^\[0\] //' | awk '$1 == 4 && $3 == "f32" {print "overhead C cohort_allreduce (cohort-bench) us=" $4}'
-"$RUN" -np 2 "$PY" $B overhead "$OITERS" 2>&1 | sed 's/^\[0\] //' | grep '^overhead'
+# On 1 rank the call does no communication: what remains is the binding's own cost. On 2 ranks the peer's timing
+# adds in (and on a loaded machine dominates).
+for np in 1 2; do
+  echo "== binding overhead: one float, allreduce sum in place, $np rank(s) (us per call)"
+  "$RUN" -np $np "$BUILD/bin/cohort-bench" allreduce --min 4 --max 4 --in-place --iters "$OITERS" 2>&1 |
+    sed 's/^\[0\] //' | awk '$1 == 4 && $3 == "f32" {print "overhead C cohort_allreduce (cohort-bench) us=" $4}'
+  "$RUN" -np $np "$PY" $B overhead "$OITERS" 2>&1 | sed 's/^\[0\] //' | grep '^overhead'
+done
 
 echo "== training img/s, batch 64 per rank, 1 thread per rank, $STEPS steps"
 for model in cnn mlp; do
