@@ -27,7 +27,8 @@ fi
 for f in "$RUN" "$BUILD/bin/cohort-bench" "$BUILD/python/cohort/_config.py" "$ANCHOR_DIR/torch_allreduce.py" "$PY"; do
   [ -e "$f" ] || { echo "torch_vs_gloo.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
 done
-export PYTHONPATH="$PWD/$BUILD/python" OMP_NUM_THREADS=1
+case $BUILD in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+export PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 B=bench/torch_vs_gloo.py
@@ -54,6 +55,9 @@ for model in cnn mlp; do
   c2=$("$RUN" -np 2 "$PY" $B train cohort $model "$STEPS" 64 2>&1 | sed -n 's/.*img_per_s=//p')
   g1=$("$PY" $B train gloo $model "$STEPS" 64 1 2>&1 | sed -n 's/.*img_per_s=//p')
   g2=$("$PY" $B train gloo $model "$STEPS" 64 2 2>&1 | sed -n 's/.*img_per_s=//p')
+  for v in "$c1" "$c2" "$g1" "$g2"; do
+    [ -n "$v" ] || { echo "torch_vs_gloo.sh: a $model training run printed no img_per_s" >&2; exit 1; }
+  done
   awk -v m=$model -v c1="$c1" -v c2="$c2" -v g1="$g1" -v g2="$g2" 'BEGIN {
     printf "%-4s cohort 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   gloo 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   2-rank ratio %.2fx\n",
       m, c1, c2, 100 * c2 / (2 * c1), g1, g2, 100 * g2 / (2 * g1), c2 / g2 }'

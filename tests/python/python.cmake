@@ -67,3 +67,14 @@ set_tests_properties(python.before_init PROPERTIES LABELS "python" TIMEOUT 60 EN
 add_test(NAME python.ddp_features COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
          ${CMAKE_CURRENT_LIST_DIR}/test_ddp_features.py)
 set_tests_properties(python.ddp_features PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+
+# bench.torch_vs_gloo_smoke: bench/torch_vs_gloo.sh for a few steps up to 1 MiB, against the real gloo anchor, so
+# that a change in the script, the package or the anchor shows up as a failure rather than as a wrong table. It
+# passes when the 1 MiB row, the overhead rows and both training rows were printed; the figures are not judged.
+string(CONCAT COHORT_TORCH_BENCH_ROWS " 1048576 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"
+       ".*overhead cohort.torch.allreduce_ us=[0-9.]+\n.*"
+       "cnn  cohort 1 rank +[0-9.]+ +2 ranks +[0-9.]+ .* ratio [0-9.]+x\n"
+       "mlp  cohort 1 rank +[0-9.]+ +2 ranks +[0-9.]+ .* ratio [0-9.]+x")
+add_test(NAME bench.torch_vs_gloo_smoke COMMAND bash ${CMAKE_SOURCE_DIR}/bench/torch_vs_gloo.sh 3 1 500)
+set_tests_properties(bench.torch_vs_gloo_smoke PROPERTIES LABELS "bench;python" TIMEOUT 600 RUN_SERIAL TRUE
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_TORCH_BENCH_ROWS}")
