@@ -2,7 +2,7 @@
 # Faults of cohort.torch between real processes under cohortrun (tests/python/test_faults.py writes what each rank
 # saw). usage: test_faults.sh COHORTRUN PYTHON MODE
 #   kill      rank 1 is SIGKILLed inside an allreduce: rank 0 raises RemoteError naming rank 1 within 2 s
-#   mismatch  the ranks reduce different shapes: both raise MismatchError, at once, and again on the next call
+#   mismatch  the ranks reduce different shapes: both raise MismatchError (within 2 s), and again on the next call
 #   sigint    Ctrl-C (SIGINT) to cohortrun while the ranks reduce: cohortrun exits 130 within 10 s, no Python
 #             rank is left, and nothing of theirs is left in /dev/shm
 set -u
@@ -28,7 +28,7 @@ mismatch)
   for r in 0 1; do
     [ -f "$tmp/result.$r" ] || fail "rank $r reported nothing"
     [ "$(grep -c '^MismatchError' "$tmp/result.$r")" = 2 ] || fail "rank $r did not raise MismatchError twice"
-    grep -q "^MismatchError 0\.[0-4]" "$tmp/result.$r" || fail "rank $r took 0.5 s or more to see the mismatch"
+    grep -q "^MismatchError [01]\." "$tmp/result.$r" || fail "rank $r took 2 s or more to see the mismatch"
   done
   ;;
 sigint)
