@@ -14,7 +14,6 @@ ranks together.
 """
 import ctypes
 import gzip
-import os
 import socket
 import sys
 import time

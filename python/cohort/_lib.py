@@ -7,7 +7,8 @@ not stop the others (or the interpreter's signal handling once the call returns)
 import ctypes
 import os
 
-c_int, c_size_t, c_void_p, c_char_p, c_int64 = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64
+c_int, c_size_t, c_void_p, c_char_p, c_int64 = (ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
+                                                 ctypes.c_int64)
 
 # cohort_status
 OK, ERR_INVALID, ERR_SYSTEM, ERR_TIMEOUT, ERR_REMOTE, ERR_MISMATCH, ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL = range(9)
@@ -119,7 +120,8 @@ def load():
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise ImportError(f"cohort: cannot load libcohort ({path}): {e}; build it (README) or set COHORT_LIBRARY") from e
+        raise ImportError(f"cohort: cannot load libcohort ({path}): {e}; build it (README) or set "
+                          f"COHORT_LIBRARY") from e
     for name, (res, args) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype = res

@@ -11,7 +11,6 @@ as it is (no copy); a non-contiguous one is made contiguous first (and the resul
 forms); a CUDA tensor is staged through pinned host memory and the result put back on its device. docs/torch.md
 has the API table against Horovod and torch.distributed, and what differs.
 """
-import contextlib
 import ctypes
 
 import numpy as np
@@ -389,7 +388,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """New tensors: each of tensors reduced over the ranks, in one fused allreduce per dtype."""
     op = _resolve_op(op, average, "grouped_allreduce")
-    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None for t in _core._list_arg(tensors, "grouped_allreduce")]
+    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
+            for t in _core._list_arg(tensors, "grouped_allreduce")]
     return _grouped_start(tensors, outs, op, prescale_factor, postscale_factor, compression, "grouped_allreduce",
                           False)
 
