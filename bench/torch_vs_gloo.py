@@ -1,0 +1,141 @@
+"""cohort.torch beside torch.distributed on gloo: the pieces bench/torch_vs_gloo.sh runs and tabulates.
+
+  cohortrun -np 2 python3 torch_vs_gloo.py allreduce MAXMB      cohort.torch.allreduce_ busbw, the columns and
+                                                                 loop of the gloo anchor (torch_allreduce.py)
+  cohortrun -np 2 python3 torch_vs_gloo.py overhead ITERS       a one-float allreduce: through cohort.torch, and
+                                                                 the bare ctypes call of cohort_allreduce
+  cohortrun -np N python3 torch_vs_gloo.py train cohort MODEL STEPS BATCH
+  python3 torch_vs_gloo.py train gloo MODEL STEPS BATCH WORLD    (spawns WORLD ranks itself, as the anchors do)
+
+MODEL: cnn (the reference CNN of fmnist-train and torch_ddp_fmnist.py) or mlp (784-4096-4096-1024-10, 24.2 M
+parameters: far more gradient than compute per step). Training: 1 torch thread per rank, SGD with momentum, the same
+Fashion-MNIST batches (preloaded tensors, no DataLoader) on both; img/s of the loop after 5 warm-up steps, all
+ranks together.
+"""
+import ctypes
+import gzip
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load():
+    d = "/usr/share/datasets/fashion-mnist/"
+    with gzip.open(d + "train-images-idx3-ubyte.gz") as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16)
+    with gzip.open(d + "train-labels-idx1-ubyte.gz") as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    return torch.tensor(x.reshape(-1, 1, 28, 28), dtype=torch.float32) / 255.0, torch.tensor(y, dtype=torch.long)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)
+        self.f1, self.f2 = nn.Linear(9216, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c2(F.relu(self.c1(x)))), 2)
+        return self.f2(F.relu(self.f1(x.flatten(1))))
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                         nn.Linear(4096, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def train_loop(model, rank, world, steps, batch, wrap):
+    torch.manual_seed(0)
+    x, y = load()
+    net = wrap(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    t0 = None
+    for s in range(steps + 5):
+        if s == 5:
+            t0 = time.perf_counter()
+        lo = ((s * world + rank) * batch) % (len(x) - batch)
+        opt.zero_grad()
+        F.cross_entropy(net(x[lo:lo + batch]), y[lo:lo + batch]).backward()
+        opt.step()
+    return steps * batch * world / (time.perf_counter() - t0)
+
+
+def gloo_rank(rank, world, port, model_name, steps, batch):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model = CNN() if model_name == "cnn" else mlp()
+    ips = train_loop(model, rank, world, steps, batch,
+                     lambda m: nn.parallel.DistributedDataParallel(m) if world > 1 else m)
+    if rank == 0:
+        print(f"train gloo {model_name} world={world} img_per_s={ips:.1f}", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "train" and sys.argv[2] == "gloo":
+        import torch.multiprocessing as mp
+        model_name, steps, batch, world = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        mp.spawn(gloo_rank, args=(world, port, model_name, steps, batch), nprocs=world)
+        return
+    import cohort
+    import cohort.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    if mode == "allreduce":
+        maxmb = int(sys.argv[2])
+        if r == 0:
+            print(f"{'bytes':>12} {'iters':>8} {'time_us':>10} {'busbw_GBs':>10}", flush=True)
+        b = 4096
+        while b <= maxmb << 20:
+            t = torch.ones(b // 4)
+            iters = 200 if b < 1 << 20 else 40 if b < 16 << 20 else 10
+            hvd.allreduce_(t, op=hvd.Sum)
+            hvd.barrier()
+            s = time.perf_counter()
+            for _ in range(iters):
+                hvd.allreduce_(t, op=hvd.Sum)
+            el = (time.perf_counter() - s) / iters
+            if r == 0:
+                print(f"{b:12d} {iters:8d} {el * 1e6:10.1f} {b / el * 2 * (n - 1) / n / 1e9:10.2f}", flush=True)
+            b *= 4
+    elif mode == "overhead":
+        iters = int(sys.argv[2])
+        t = torch.ones(1)
+        lib, comm = cohort._lib.lib, cohort._get_comm()
+        ptr = ctypes.c_void_p(t.data_ptr())
+        res = {}
+        for name, fn in [("cohort.torch.allreduce_", lambda: hvd.allreduce_(t, op=hvd.Sum)),
+                         ("ctypes cohort_allreduce", lambda: lib.cohort_allreduce(comm, ptr, ptr, 1, 0, 0))]:
+            for _ in range(1000):
+                fn()
+            hvd.barrier()
+            s = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            res[name] = (time.perf_counter() - s) / iters * 1e6
+        if r == 0:
+            for k, v in res.items():
+                print(f"overhead {k} us={v:.2f}", flush=True)
+    elif mode == "train":
+        model_name, steps, batch = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        torch.set_num_threads(1)
+        model = CNN() if model_name == "cnn" else mlp()
+        ips = train_loop(model, r, n, steps, batch, lambda m: hvd.DistributedDataParallel(m) if n > 1 else m)
+        if r == 0:
+            print(f"train cohort {model_name} world={n} img_per_s={ips:.1f}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# torch_vs_gloo.sh: cohort.torch beside torch.distributed on gloo, measured side by side in one run, 2 ranks.
+#
+#   bench/torch_vs_gloo.sh [STEPS [MAXMB [OVERHEAD_ITERS]]]      (defaults: 100 256 20000)
+#
+# 1. allreduce busbw of float32 CPU tensors, in place, 4 KiB .. MAXMB MiB: cohort.torch.allreduce_ (torch_vs_gloo.py,
+#    the anchor's loop and columns) against torch.distributed.all_reduce on gloo (the anchor torch_allreduce.py);
+#    ordinary tensors (torch's allocator), so cohort copies through its staging buffers, as gloo does.
+# 2. the binding's cost: a one-float allreduce through cohort.torch, the bare ctypes call, and the same call in C
+#    (cohort-bench allreduce --min 4 --max 4 --in-place), on 1 rank (the binding alone) and 2.
+# 3. training img/s, 1 thread per rank, the same model, batch (64 per rank) and data: cohort.torch's
+#    DistributedDataParallel against torch DDP on gloo, for the reference CNN and a 24.2 M-parameter MLP, on 1 and
+#    2 ranks (1->2 scaling printed beside each).
+# Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, else /work/shared/bench-anchors).
+set -eu
+cd "$(dirname "$0")/.."
+STEPS=${1:-100}
+MAXMB=${2:-256}
+OITERS=${3:-20000}
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/cohortrun"
+PY=/usr/bin/python3
+if [ -z "${ANCHOR_DIR:-}" ]; then
+  ANCHOR_DIR=bench/anchors
+  [ -f "$ANCHOR_DIR/torch_allreduce.py" ] || ANCHOR_DIR=/work/shared/bench-anchors
+fi
+for f in "$RUN" "$BUILD/bin/cohort-bench" "$BUILD/python/cohort/_config.py" "$ANCHOR_DIR/torch_allreduce.py" "$PY"; do
+  [ -e "$f" ] || { echo "torch_vs_gloo.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
+done
+case $BUILD in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+export PYTHONPATH="$BUILD/python" OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+B=bench/torch_vs_gloo.py
+
+echo "== allreduce, 2 ranks, float32 sum in place (busbw GB/s)"
+"$RUN" -np 2 "$PY" $B allreduce "$MAXMB" 2>&1 | sed 's/^\[0\] //' | grep -E '^ *[0-9]' >"$tmp/cohort"
+"$PY" "$ANCHOR_DIR/torch_allreduce.py" 2 "$MAXMB" 2>&1 | grep -E '^ *[0-9]' >"$tmp/gloo"
+printf '%12s %14s %14s %12s %12s %8s\n' bytes cohort_time_us gloo_time_us cohort_busbw gloo_busbw ratio
+join <(awk '{print $1, $3, $4}' "$tmp/cohort") <(awk '{print $1, $3, $4}' "$tmp/gloo") |
+  awk '{r = ($5 > 0) ? $3 / $5 : 0; printf "%12d %14.1f %14.1f %12.2f %12.2f %8.1f\n", $1, $2, $4, $3, $5, r}'
+
+# On 1 rank the call does no communication: what remains is the binding's own cost. On 2 ranks the peer's timing
+# adds in (and on a loaded machine dominates).
+for np in 1 2; do
+  echo "== binding overhead: one float, allreduce sum in place, $np rank(s) (us per call)"
+  "$RUN" -np $np "$BUILD/bin/cohort-bench" allreduce --min 4 --max 4 --in-place --iters "$OITERS" 2>&1 |
+    sed 's/^\[0\] //' | awk '$1 == 4 && $3 == "f32" {print "overhead C cohort_allreduce (cohort-bench) us=" $4}'
+  "$RUN" -np $np "$PY" $B overhead "$OITERS" 2>&1 | sed 's/^\[0\] //' | grep '^overhead'
+done
+
+echo "== training img/s, batch 64 per rank, 1 thread per rank, $STEPS steps"
+for model in cnn mlp; do
+  c1=$("$RUN" -np 1 "$PY" $B train cohort $model "$STEPS" 64 2>&1 | sed -n 's/.*img_per_s=//p')
+  c2=$("$RUN" -np 2 "$PY" $B train cohort $model "$STEPS" 64 2>&1 | sed -n 's/.*img_per_s=//p')
+  g1=$("$PY" $B train gloo $model "$STEPS" 64 1 2>&1 | sed -n 's/.*img_per_s=//p')
+  g2=$("$PY" $B train gloo $model "$STEPS" 64 2 2>&1 | sed -n 's/.*img_per_s=//p')
+  for v in "$c1" "$c2" "$g1" "$g2"; do
+    [ -n "$v" ] || { echo "torch_vs_gloo.sh: a $model training run printed no img_per_s" >&2; exit 1; }
+  done
+  awk -v m=$model -v c1="$c1" -v c2="$c2" -v g1="$g1" -v g2="$g2" 'BEGIN {
+    printf "%-4s cohort 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   gloo 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   2-rank ratio %.2fx\n",
+      m, c1, c2, 100 * c2 / (2 * c1), g1, g2, 100 * g2 / (2 * g1), c2 / g2 }'
+done

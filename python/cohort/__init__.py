@@ -1,0 +1,550 @@
+"""cohort: data-parallel collectives for Python, over libcohort.so.
+
+The core works on numpy arrays and any object with the buffer protocol; cohort.torch does the same for tensors and
+adds Horovod's training API and a DistributedDataParallel wrapper (docs/torch.md).
+
+    import cohort, numpy as np
+    cohort.init()                       # reads RANK, WORLD_SIZE, ... as set by cohortrun, torchrun, mpirun or srun
+    x = cohort.allreduce(np.ones(4, np.float32), op=cohort.Sum)
+
+Every failure of the library raises a CohortError subclass carrying the C message, which names the rank and the
+call. After any such error (other than a bad argument) the communicator is aborted: later calls raise the same
+error at once, and the job should end (cohortrun stops the others).
+"""
+import atexit
+import builtins
+import ctypes
+import os
+import pickle
+import threading
+import weakref
+
+import numpy as np
+
+from cohort import _lib
+from cohort._lib import lib as _c
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "transport",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "poll", "synchronize",
+    "allgather", "broadcast", "broadcast_", "reducescatter", "barrier", "broadcast_object", "allgather_object",
+    "CohortError", "RemoteError", "MismatchError", "TimeoutError", "AuthError", "InvalidArgumentError",
+    "Handle",
+]
+
+# ---- errors ----
+
+
+class CohortError(RuntimeError):
+    """A failure reported by libcohort: .status is the cohort_status, .message the C message (rank and call)."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.message = message
+        name = _c.cohort_strerror(status).decode()
+        super().__init__(f"{name}: {message}" if message else name)
+
+
+class RemoteError(CohortError):
+    """A peer died, closed its link or aborted (COHORT_ERR_REMOTE); the message names it."""
+
+
+class MismatchError(CohortError):
+    """Ranks called different collectives, counts, dtypes, ops or roots (COHORT_ERR_MISMATCH)."""
+
+
+class TimeoutError(CohortError, builtins.TimeoutError):  # noqa: A001 (Horovod-style name, also a builtin subclass)
+    """A peer or the store did not answer within COHORT_OP_TIMEOUT (COHORT_ERR_TIMEOUT)."""
+
+
+class AuthError(CohortError):
+    """A peer or the store failed the COHORT_SECRET handshake (COHORT_ERR_AUTH)."""
+
+
+class InvalidArgumentError(CohortError, ValueError):
+    """libcohort refused an argument (COHORT_ERR_INVALID); nothing was started."""
+
+
+class ProtocolError(CohortError):
+    """A malformed or unexpected frame arrived (COHORT_ERR_PROTOCOL)."""
+
+
+_ERROR_CLASSES = {_lib.ERR_INVALID: InvalidArgumentError, _lib.ERR_TIMEOUT: TimeoutError,
+                  _lib.ERR_REMOTE: RemoteError, _lib.ERR_MISMATCH: MismatchError, _lib.ERR_AUTH: AuthError,
+                  _lib.ERR_PROTOCOL: ProtocolError}
+
+
+def _error(status, prefix=None):
+    msg = _c.cohort_last_error().decode(errors="replace")
+    if prefix:
+        msg = f"{prefix}: {msg}" if msg else prefix
+    return _ERROR_CLASSES.get(status, CohortError)(status, msg)
+
+
+def _check(status, prefix=None):
+    if status != _lib.OK:
+        raise _error(status, prefix)
+
+
+# ---- ops (Horovod's names; the values are cohort_op) ----
+
+Sum = _lib.SUM
+Average = _lib.AVG
+Min = _lib.MIN
+Max = _lib.MAX
+Product = _lib.PROD
+Adasum = -1  # Horovod's Adasum is not implemented: passing it raises ValueError
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
+
+
+def _op(op):
+    if op is None:
+        return Average
+    if op == Adasum:
+        raise ValueError("cohort: op=Adasum is not supported (use Average or Sum)")
+    if op not in _OP_NAMES:
+        raise ValueError(f"cohort: unknown reduction op {op!r} (use Average, Sum, Min, Max or Product)")
+    return op
+
+
+# ---- the communicator ----
+
+_state = threading.local()  # nothing per thread yet; the communicator is per process
+_lock = threading.RLock()
+_comm = None  # c_void_p
+_pid = None
+_engines = weakref.WeakSet()  # DDP engines (cohort.torch), destroyed before the communicator
+_handles = weakref.WeakSet()  # outstanding async work, freed before the communicator
+
+
+def init(comm=None):
+    """Joins the job described by the environment (cohortrun, torchrun, mpirun, srun; none: a 1-rank job).
+
+    Calling it again is a no-op, as in Horovod. comm (a list of ranks, Horovod's sub-communicators) is not
+    supported.
+    """
+    global _comm, _pid
+    if comm is not None:
+        raise ValueError("cohort.init: sub-communicators (comm=...) are not supported")
+    with _lock:
+        if _comm is not None and _pid == os.getpid():
+            return
+        p = ctypes.c_void_p()
+        _check(_c.cohort_init(ctypes.byref(p)), "cohort.init")
+        _comm, _pid = p, os.getpid()
+
+
+def shutdown():
+    """Destroys the communicator (engines and outstanding handles first). Safe to call twice."""
+    global _comm, _pid
+    with _lock:
+        if _comm is None:
+            return
+        if _pid != os.getpid():  # a forked child must not tear down its parent's links
+            _comm, _pid = None, None
+            return
+        for h in list(_handles):
+            h._release()
+        for e in list(_engines):
+            e.close()
+        _c.cohort_comm_destroy(_comm)
+        _comm, _pid = None, None
+
+
+atexit.register(shutdown)
+
+
+def _forget_after_fork():
+    """A forked child shares its parent's links but is not a rank: it forgets the communicator without touching
+    it (so that the hot paths need no getpid check)."""
+    global _comm, _pid
+    _comm, _pid = None, None
+    _handles.clear()
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def is_initialized():
+    return _comm is not None
+
+
+def _get_comm():
+    if _comm is None:
+        raise RuntimeError("cohort has not been initialized: call cohort.init() (hvd.init()) first")
+    return _comm
+
+
+def rank():
+    return _c.cohort_rank(_get_comm())
+
+
+def size():
+    return _c.cohort_size(_get_comm())
+
+
+def local_rank():
+    return _c.cohort_local_rank(_get_comm())
+
+
+def local_size():
+    return _c.cohort_local_size(_get_comm())
+
+
+def cross_rank():
+    return rank() // max(local_size(), 1)
+
+
+def cross_size():
+    return max(size() // max(local_size(), 1), 1)
+
+
+def transport():
+    """The transport in use: "shm", "tcp", "tcp+shm", "inproc"."""
+    return _c.cohort_transport_name(_get_comm()).decode()
+
+
+def mpi_threads_supported():
+    return True
+
+
+def abort(reason="aborted by the application"):
+    """Makes every later call on every rank fail with RemoteError naming this rank and reason."""
+    _c.cohort_comm_abort(_get_comm(), reason.encode())
+
+
+# ---- asynchronous work ----
+
+
+class Handle:
+    """Outstanding work from an *_async call. poll(h) tells whether it is done; synchronize(h) waits and returns
+    the result. The buffers involved belong to the library until then."""
+
+    __slots__ = ("_work", "_keep", "_finish", "_done", "_result", "_status", "__weakref__")
+
+    def __init__(self, finish, keep):
+        self._work = ctypes.c_void_p()
+        self._keep = keep  # the buffers the C call reads and writes: kept alive until the work completes
+        self._finish = finish  # () -> result, run once after the work succeeded
+        self._done = False
+        self._result = None
+        self._status = _lib.OK
+
+    def _release(self):
+        if self._work:
+            _c.cohort_work_free(self._work)  # waits if still running
+            self._work = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:
+            pass
+
+
+def _start(handle, start_fn):
+    """Runs start_fn(byref(work)) (a cohort_i* call); raises on an argument error."""
+    st = start_fn(ctypes.byref(handle._work))
+    if st != _lib.OK:
+        handle._work = ctypes.c_void_p()
+        raise _error(st)
+    _handles.add(handle)
+    return handle
+
+
+def _completed(result):
+    h = Handle(None, None)
+    h._done, h._result = True, result
+    return h
+
+
+def poll(handle):
+    """True once the work of handle has completed (successfully or not); never blocks."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"cohort.poll: expected a handle from an *_async call, got {type(handle).__name__}")
+    if handle._done or not handle._work:
+        return True
+    done = ctypes.c_int(0)
+    st = _c.cohort_work_test(handle._work, ctypes.byref(done))
+    if done.value or st != _lib.OK:
+        return True
+    return False
+
+
+def synchronize(handle):
+    """Waits for the work of handle and returns its result (the output tensor/array). Raises its error."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"cohort.synchronize: expected a handle from an *_async call, got {type(handle).__name__}")
+    if handle._done:
+        if handle._status != _lib.OK:
+            raise _error(handle._status)
+        return handle._result
+    if handle._work:
+        st = _c.cohort_work_wait(handle._work)
+        err = _error(st) if st != _lib.OK else None
+        handle._release()
+        _handles.discard(handle)
+        handle._done = True
+        if err is not None:
+            handle._status = st
+            handle._keep = None
+            raise err
+    handle._done = True
+    handle._result = handle._finish() if handle._finish else None
+    handle._keep = handle._finish = None
+    return handle._result
+
+
+def wait_all(handles):
+    return [synchronize(h) for h in handles]
+
+
+# ---- numpy and buffers ----
+
+_NP_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float64): _lib.F64, np.dtype(np.float16): _lib.F16,
+              np.dtype(np.int32): _lib.I32, np.dtype(np.int64): _lib.I64, np.dtype(np.uint8): _lib.U8}
+
+
+def _as_array(obj, writable=False, what="cohort"):
+    if isinstance(obj, np.ndarray):
+        a = obj
+    else:
+        try:
+            a = np.asarray(memoryview(obj))
+        except TypeError:
+            raise TypeError(f"{what}: expected a numpy array or an object with the buffer protocol, "
+                            f"got {type(obj).__name__}") from None
+    if a.dtype not in _NP_DTYPES:
+        raise TypeError(f"{what}: unsupported dtype {a.dtype} (supported: float32, float64, float16, int32, "
+                        f"int64, uint8; bfloat16 through cohort.torch)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{what}: the buffer is read-only and the operation writes into it")
+    return a
+
+
+def _ptr(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def _scale_ok(a, prescale, postscale, what):
+    if (prescale != 1.0 or postscale != 1.0) and a.dtype.kind not in "f":
+        raise ValueError(f"{what}: prescale_factor/postscale_factor apply to floating-point data only")
+
+
+def _np_allreduce(a, out, op, prescale, postscale, async_):
+    comm = _get_comm()
+    if prescale != 1.0:
+        a = (a * a.dtype.type(prescale)).astype(a.dtype)
+    src = np.ascontiguousarray(a)
+    dst = out if out.flags.c_contiguous else np.empty_like(src)
+
+    def finish():
+        if dst is not out:
+            out[...] = dst
+        if postscale != 1.0:
+            out[...] = out * out.dtype.type(postscale)
+        return out
+
+    dt = _NP_DTYPES[src.dtype]
+    if async_:
+        return _start(Handle(finish, (src, dst, out)),
+                      lambda w: _c.cohort_iallreduce(comm, _ptr(src), _ptr(dst), src.size, dt, op, w))
+    _check(_c.cohort_allreduce(comm, _ptr(src), _ptr(dst), src.size, dt, op))
+    return finish()
+
+
+def allreduce(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """A new array: op over the ranks of x, element by element (Average of integers rounds toward zero)."""
+    a = _as_array(x, what="cohort.allreduce")
+    _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce")
+    return _np_allreduce(a, np.empty(a.shape, a.dtype), _op(op), prescale_factor, postscale_factor, False)
+
+
+def allreduce_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """In place: x becomes op over the ranks of x. Returns x (as an array)."""
+    if type(x) is np.ndarray and prescale_factor == 1.0 and postscale_factor == 1.0 and type(op) is int \
+            and op in _OP_NAMES and _comm is not None and x.flags.c_contiguous and x.flags.writeable:
+        dt = _NP_DTYPES.get(x.dtype)
+        if dt is not None:  # the hot path: one ctypes call
+            ptr = x.ctypes.data
+            _check(_c.cohort_allreduce(_comm, ptr, ptr, x.size, dt, op))
+            return x
+    a = _as_array(x, writable=True, what="cohort.allreduce_")
+    _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_")
+    return _np_allreduce(a, a, _op(op), prescale_factor, postscale_factor, False)
+
+
+def allreduce_async(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    a = _as_array(x, what="cohort.allreduce_async")
+    _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_async")
+    return _np_allreduce(a, np.empty(a.shape, a.dtype), _op(op), prescale_factor, postscale_factor, True)
+
+
+def allreduce_async_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    a = _as_array(x, writable=True, what="cohort.allreduce_async_")
+    _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_async_")
+    return _np_allreduce(a, a, _op(op), prescale_factor, postscale_factor, True)
+
+
+def grouped_allreduce(xs, op=Average, name=None):
+    """A list of new arrays, reduced as one fused allreduce per dtype."""
+    arrays = [_as_array(x, what="cohort.grouped_allreduce") for x in _list_arg(xs, "cohort.grouped_allreduce")]
+    out = [None] * len(arrays)
+    for dt in sorted({a.dtype.str for a in arrays}):
+        idx = [i for i, a in enumerate(arrays) if a.dtype.str == dt]
+        flat = np.concatenate([arrays[i].ravel() for i in idx])
+        _np_allreduce(flat, flat, _op(op), 1.0, 1.0, False)
+        off = 0
+        for i in idx:
+            n = arrays[i].size
+            out[i] = flat[off:off + n].reshape(arrays[i].shape).copy()
+            off += n
+    return out
+
+
+def _list_arg(xs, what):
+    if not isinstance(xs, (list, tuple)):
+        raise TypeError(f"{what}: expected a list of tensors/arrays, got {type(xs).__name__}")
+    if len(xs) == 0:
+        raise ValueError(f"{what}: the list is empty")
+    return list(xs)
+
+
+def broadcast_(x, root_rank, name=None):
+    a = _as_array(x, writable=True, what="cohort.broadcast_")
+    _root(root_rank, "cohort.broadcast_")
+    buf = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    _check(_c.cohort_broadcast(_get_comm(), _ptr(buf), buf.size, _NP_DTYPES[a.dtype], root_rank))
+    if buf is not a:
+        a[...] = buf
+    return a
+
+
+def broadcast(x, root_rank, name=None):
+    a = _as_array(x, what="cohort.broadcast")
+    return broadcast_(np.array(a, copy=True), root_rank)
+
+
+def _root(root_rank, what):
+    if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
+        raise TypeError(f"{what}: root_rank must be an int, got {type(root_rank).__name__}")
+    n = size()
+    if not 0 <= root_rank < n:
+        raise ValueError(f"{what}: root_rank {root_rank} is out of range (the job has {n} ranks)")
+
+
+# The header every rank contributes before an allgather: the shapes and dtypes may differ in the first dimension
+# only, and every rank must see the same verdict, so each learns all the others' headers.
+_MAX_NDIM = 8
+
+
+def _gather_headers(shape, dtype_code, what):
+    if len(shape) > _MAX_NDIM:
+        raise ValueError(f"{what}: at most {_MAX_NDIM} dimensions")
+    if len(shape) == 0:
+        raise ValueError(f"{what}: a scalar cannot be gathered along dimension 0 (give it one dimension)")
+    hdr = np.full(2 + _MAX_NDIM, -1, np.int64)
+    hdr[0], hdr[1] = dtype_code, len(shape)
+    hdr[2:2 + len(shape)] = shape
+    n = size()
+    allh = np.empty((n, hdr.size), np.int64)
+    _check(_c.cohort_allgather(_get_comm(), _ptr(hdr), _ptr(allh), hdr.size, _lib.I64), what)
+    me = rank()
+    for r in range(n):
+        h = allh[r]
+        if h[0] != hdr[0] or h[1] != hdr[1] or np.any(h[3:2 + h[1]] != hdr[3:2 + hdr[1]]):
+            raise MismatchError(_lib.ERR_MISMATCH,
+                                f"{what}: rank {me} has dtype {_lib_dtype_name(hdr[0])} shape "
+                                f"{tuple(int(v) for v in hdr[2:2 + hdr[1]])}, rank {r} has dtype "
+                                f"{_lib_dtype_name(h[0])} shape {tuple(int(v) for v in h[2:2 + h[1]])}: the tensors "
+                                f"must agree in dtype and in every dimension but the first")
+    return [int(allh[r, 2]) for r in range(n)]
+
+
+def _lib_dtype_name(code):
+    return {_lib.F32: "float32", _lib.F64: "float64", _lib.F16: "float16", _lib.BF16: "bfloat16",
+            _lib.I32: "int32", _lib.I64: "int64", _lib.U8: "uint8"}.get(int(code), f"code {int(code)}")
+
+
+def _allgatherv_bytes(src, firsts, row_bytes, dst):
+    """src: a contiguous uint8 view of this rank's rows; dst: uint8 of sum(firsts) rows. Pads when uneven."""
+    comm = _get_comm()
+    n = len(firsts)
+    if len(set(firsts)) == 1:
+        _check(_c.cohort_allgather(comm, _ptr(src), _ptr(dst), src.size, _lib.U8), "cohort.allgather")
+        return
+    m = max(firsts) * row_bytes
+    pad = np.zeros(m, np.uint8)
+    pad[:src.size] = src
+    tmp = np.empty(m * n, np.uint8)
+    _check(_c.cohort_allgather(comm, _ptr(pad), _ptr(tmp), m, _lib.U8), "cohort.allgather")
+    off = 0
+    for r in range(n):
+        k = firsts[r] * row_bytes
+        dst[off:off + k] = tmp[r * m:r * m + k]
+        off += k
+
+
+def allgather(x, name=None):
+    """Concatenates every rank's x along dimension 0; the first dimensions may differ between ranks."""
+    a = np.ascontiguousarray(_as_array(x, what="cohort.allgather"))
+    firsts = _gather_headers(a.shape, _NP_DTYPES[a.dtype], "cohort.allgather")
+    out = np.empty((sum(firsts),) + a.shape[1:], a.dtype)
+    row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    _allgatherv_bytes(a.reshape(-1).view(np.uint8), firsts, row, out.reshape(-1).view(np.uint8))
+    return out
+
+
+def reducescatter(x, op=Average, name=None):
+    """Reduces x over the ranks and returns this rank's part of dimension 0 (the first dim % size ranks get one
+    row more, as in Horovod)."""
+    a = np.ascontiguousarray(_as_array(x, what="cohort.reducescatter"))
+    if a.ndim == 0:
+        raise ValueError("cohort.reducescatter: a scalar cannot be scattered")
+    op = _op(op)
+    n, r = size(), rank()
+    rows = [a.shape[0] // n + (1 if i < a.shape[0] % n else 0) for i in range(n)]
+    start = sum(rows[:r])
+    if a.shape[0] % n == 0:
+        per = a.size // n
+        out = np.empty((rows[r],) + a.shape[1:], a.dtype)
+        _check(_c.cohort_reduce_scatter(_get_comm(), _ptr(a), _ptr(out), per, _NP_DTYPES[a.dtype], op))
+        return out
+    full = np.empty_like(a)
+    _check(_c.cohort_allreduce(_get_comm(), _ptr(a), _ptr(full), a.size, _NP_DTYPES[a.dtype], op))
+    return full[start:start + rows[r]].copy()
+
+
+def barrier():
+    _check(_c.cohort_barrier(_get_comm()), "cohort.barrier")
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's obj (pickled) on every rank."""
+    _root(root_rank, "cohort.broadcast_object")
+    comm = _get_comm()
+    data = pickle.dumps(obj) if rank() == root_rank else b""
+    n = np.array([len(data)], np.int64)
+    _check(_c.cohort_broadcast(comm, _ptr(n), 1, _lib.I64, root_rank), "cohort.broadcast_object")
+    buf = np.frombuffer(data, np.uint8).copy() if rank() == root_rank else np.empty(int(n[0]), np.uint8)
+    if buf.size:
+        _check(_c.cohort_broadcast(comm, _ptr(buf), buf.size, _lib.U8, root_rank), "cohort.broadcast_object")
+    return obj if rank() == root_rank else pickle.loads(buf.tobytes())
+
+
+def allgather_object(obj, name=None):
+    """The list of every rank's obj, in rank order."""
+    data = np.frombuffer(pickle.dumps(obj), np.uint8).copy()
+    sizes = np.empty(size(), np.int64)
+    mine = np.array([data.size], np.int64)
+    _check(_c.cohort_allgather(_get_comm(), _ptr(mine), _ptr(sizes), 1, _lib.I64),
+           "cohort.allgather_object")
+    out = np.empty(int(sizes.sum()), np.uint8)
+    _allgatherv_bytes(data, [int(s) for s in sizes], 1, out)
+    objs, off = [], 0
+    for s in sizes:
+        objs.append(pickle.loads(out[off:off + int(s)].tobytes()))
+        off += int(s)
+    return objs

@@ -1,0 +1,133 @@
+"""The ctypes binding of libcohort.so: the library's location, its function signatures and its status codes.
+
+Only the public API (include/cohort/cohort.h and ddp.h) is bound; nothing here reaches into cohort__ internals.
+ctypes releases the GIL for the duration of every foreign call, so a blocking collective on one Python thread does
+not stop the others (or the interpreter's signal handling once the call returns).
+"""
+import ctypes
+import os
+
+c_int, c_size_t, c_void_p, c_char_p, c_int64 = (ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
+                                                 ctypes.c_int64)
+
+# cohort_status
+OK, ERR_INVALID, ERR_SYSTEM, ERR_TIMEOUT, ERR_REMOTE, ERR_MISMATCH, ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL = range(9)
+# cohort_dtype
+F32, F64, F16, BF16, I32, I64, U8 = range(7)
+DTYPE_SIZE = {F32: 4, F64: 8, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
+# cohort_op
+SUM, AVG, MIN, MAX, PROD = range(5)
+# cohort_ddp_compression
+COMPRESS_NONE, COMPRESS_F16, COMPRESS_BF16 = range(3)
+
+
+def _find_library():
+    """COHORT_LIBRARY if set; else the library of the build (or install) this package was copied from."""
+    explicit = os.environ.get("COHORT_LIBRARY")
+    if explicit:
+        return explicit
+    try:
+        from cohort import _config  # written by CMake next to this file: the absolute path of libcohort.so
+        if os.path.exists(_config.LIBRARY):
+            return _config.LIBRARY
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "..", "..", "lib", "libcohort.so"),):  # build/python/cohort -> build/lib
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    return "libcohort.so.0"  # the dynamic linker's search path
+
+
+class DdpTensor(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("value", c_void_p), ("count", c_size_t), ("dtype", c_int), ("ndim", c_int),
+                ("shape", c_int64 * 4)]
+
+
+class DdpOptions(ctypes.Structure):
+    _fields_ = [("bucket_bytes", c_size_t), ("first_bucket_bytes", c_size_t), ("broadcast_buffers", c_int),
+                ("find_unused_params", c_int), ("compression", c_int), ("static_bucket_order", c_int),
+                ("overlap", c_int)]
+
+
+class DdpBucket(ctypes.Structure):
+    _fields_ = [("index", c_int), ("data", ctypes.POINTER(ctypes.c_float)), ("count", c_size_t),
+                ("num_params", c_int), ("params", ctypes.POINTER(c_int)), ("step", c_int64)]
+
+
+HOOK_LAUNCH = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, ctypes.POINTER(DdpBucket), ctypes.POINTER(c_void_p))
+HOOK_COMPLETE = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, ctypes.POINTER(DdpBucket))
+
+
+class DdpCommHook(ctypes.Structure):
+    _fields_ = [("launch", HOOK_LAUNCH), ("complete", HOOK_COMPLETE), ("user", c_void_p)]
+
+
+class DdpStats(ctypes.Structure):
+    _fields_ = [("steps", c_int64), ("compute_s", ctypes.c_double), ("comm_s", ctypes.c_double),
+                ("exposed_comm_s", ctypes.c_double), ("last_compute_s", ctypes.c_double),
+                ("last_comm_s", ctypes.c_double), ("last_exposed_comm_s", ctypes.c_double),
+                ("bytes_per_step", c_size_t), ("num_buckets", c_int)]
+
+
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "cohort_strerror": (c_char_p, [c_int]),
+    "cohort_last_error": (c_char_p, []),
+    "cohort_init": (c_int, [ctypes.POINTER(c_void_p)]),
+    "cohort_comm_destroy": (None, [c_void_p]),
+    "cohort_rank": (c_int, [c_void_p]),
+    "cohort_size": (c_int, [c_void_p]),
+    "cohort_local_rank": (c_int, [c_void_p]),
+    "cohort_local_size": (c_int, [c_void_p]),
+    "cohort_transport_name": (c_char_p, [c_void_p]),
+    "cohort_alloc": (c_void_p, [c_void_p, c_size_t]),
+    "cohort_free": (None, [c_void_p, c_void_p]),
+    "cohort_in_arena": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "cohort_comm_abort": (None, [c_void_p, c_char_p]),
+    "cohort_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "cohort_broadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "cohort_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int]),
+    "cohort_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "cohort_barrier": (c_int, [c_void_p]),
+    "cohort_iallreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
+    "cohort_ibroadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
+    "cohort_iallgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, ctypes.POINTER(c_void_p)]),
+    "cohort_ireduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
+                                       ctypes.POINTER(c_void_p)]),
+    "cohort_ibarrier": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
+    "cohort_work_wait": (c_int, [c_void_p]),
+    "cohort_work_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
+    "cohort_work_free": (None, [c_void_p]),
+    "cohort_ddp_options_init": (None, [ctypes.POINTER(DdpOptions)]),
+    "cohort_ddp_create": (c_int, [c_void_p, ctypes.POINTER(DdpTensor), c_int, ctypes.POINTER(DdpTensor), c_int,
+                                  ctypes.POINTER(DdpOptions), ctypes.POINTER(c_void_p)]),
+    "cohort_ddp_destroy": (None, [c_void_p]),
+    "cohort_ddp_grad": (c_void_p, [c_void_p, c_int]),
+    "cohort_ddp_num_buckets": (c_int, [c_void_p]),
+    "cohort_ddp_overlapping": (c_int, [c_void_p]),
+    "cohort_ddp_set_comm_hook": (c_int, [c_void_p, ctypes.POINTER(DdpCommHook)]),
+    "cohort_ddp_set_sync": (None, [c_void_p, c_int]),
+    "cohort_ddp_prepare": (c_int, [c_void_p]),
+    "cohort_ddp_mark_ready": (c_int, [c_void_p, c_int]),
+    "cohort_ddp_finish": (c_int, [c_void_p]),
+    "cohort_ddp_get_stats": (None, [c_void_p, ctypes.POINTER(DdpStats)]),
+}
+
+
+def load():
+    path = _find_library()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"cohort: cannot load libcohort ({path}): {e}; build it (README) or set "
+                          f"COHORT_LIBRARY") from e
+    for name, (res, args) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    lib.path = path
+    return lib
+
+
+lib = load()

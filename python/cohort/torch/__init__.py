@@ -1,0 +1,550 @@
+"""cohort.torch: Horovod's PyTorch API, and a DistributedDataParallel wrapper, over libcohort.
+
+    import cohort.torch as hvd
+    hvd.init()
+    ...
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+Tensors: float32, float64, float16, bfloat16, int32, int64, uint8. A contiguous CPU tensor is handed to the library
+as it is (no copy); a non-contiguous one is made contiguous first (and the result copied back for the in-place
+forms); a CUDA tensor is staged through pinned host memory and the result put back on its device. docs/torch.md
+has the API table against Horovod and torch.distributed, and what differs.
+"""
+import ctypes
+
+import numpy as np
+import torch
+
+import cohort as _core
+from cohort import _lib
+from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
+                    TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
+                    broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                    rank, shutdown, size, transport, mpi_threads_supported, abort)
+from cohort._lib import lib as _c
+
+_TORCH_DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
+                 torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
+
+
+def nccl_built():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+# ---- compression (Horovod's Compression.none / fp16, plus bf16) ----
+
+
+class Compressor:
+    """compress(tensor) -> (tensor to send, context); decompress(tensor, context) -> tensor in the original dtype."""
+    ddp_code = _lib.COMPRESS_NONE
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class NoneCompressor(Compressor):
+    pass
+
+
+class _CastCompressor(Compressor):
+    wire = None
+
+    @classmethod
+    def compress(cls, tensor):
+        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire:
+            return tensor.to(cls.wire), tensor.dtype
+        return tensor, None
+
+    @classmethod
+    def decompress(cls, tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+class FP16Compressor(_CastCompressor):
+    """Floating-point tensors travel as IEEE half; the sums are computed in float32 by the library."""
+    wire = torch.float16
+    ddp_code = _lib.COMPRESS_F16
+
+
+class BF16Compressor(_CastCompressor):
+    """Floating-point tensors travel as bfloat16 (float32's range, 8 bits of mantissa)."""
+    wire = torch.bfloat16
+    ddp_code = _lib.COMPRESS_BF16
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+
+# ---- tensors to pointers ----
+
+
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in _TORCH_DTYPES:
+        raise TypeError(f"{what}: unsupported dtype {tensor.dtype} (supported: float32, float64, float16, "
+                        f"bfloat16, int32, int64, uint8)")
+    if tensor.is_sparse:
+        raise TypeError(f"{what}: sparse tensors are not supported")
+
+
+def _host(tensor):
+    """A contiguous CPU tensor with tensor's values: tensor itself when it already is one (no copy)."""
+    if tensor.device.type == "cpu":
+        return tensor if tensor.is_contiguous() else tensor.contiguous()
+    # A device tensor: staged through pinned host memory (page-locked, so the copies can run at full speed).
+    staged = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=torch.cuda.is_available())
+    staged.copy_(tensor)
+    return staged
+
+
+def _put_back(result, dest):
+    """Writes result into dest (in place) unless they are the same memory."""
+    if result.data_ptr() != dest.data_ptr() or result.device != dest.device or not dest.is_contiguous():
+        dest.copy_(result)
+    return dest
+
+
+def _like(tensor):
+    return torch.empty(tensor.shape, dtype=tensor.dtype)
+
+
+def _p(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _bytes(t):
+    """A numpy uint8 array over a contiguous CPU tensor's memory (no copy)."""
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return np.empty(0, np.uint8)
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(t.data_ptr()))
+
+
+def _scales(tensor, prescale_factor, postscale_factor, what):
+    if (prescale_factor != 1.0 or postscale_factor != 1.0) and not tensor.dtype.is_floating_point:
+        raise ValueError(f"{what}: prescale_factor/postscale_factor apply to floating-point tensors only")
+
+
+def _resolve_op(op, average, what):
+    if average is not None:
+        if op is not None:
+            raise ValueError(f"{what}: give op or average, not both")
+        return Average if average else Sum
+    return _core._op(op)
+
+
+# ---- allreduce ----
+
+
+def _allreduce_start(tensor, output, op, prescale_factor, postscale_factor, compression, what, async_):
+    """Reduces tensor into output (which may be tensor itself); returns a Handle (async_) or output."""
+    _check_tensor(tensor, what)
+    _scales(tensor, prescale_factor, postscale_factor, what)
+    comm = _core._get_comm()
+    compression = compression or Compression.none
+    with torch.no_grad():
+        wire, ctx = compression.compress(tensor)
+        if prescale_factor != 1.0:
+            wire = wire * prescale_factor
+        src = _host(wire)
+        # In place straight into the caller's memory when nothing had to be converted.
+        dst = src if (src is tensor and output is tensor) else _like(src)
+
+    def finish():
+        with torch.no_grad():
+            res = dst
+            if postscale_factor != 1.0:
+                res.mul_(postscale_factor)
+            res = compression.decompress(res, ctx)
+            return _put_back(res, output)
+
+    dt = _TORCH_DTYPES[src.dtype]
+    if async_:
+        return _core._start(Handle(finish, (tensor, src, dst, output)),
+                            lambda w: _c.cohort_iallreduce(comm, _p(src), _p(dst), src.numel(), dt, op, w))
+    _core._check(_c.cohort_allreduce(comm, _p(src), _p(dst), src.numel(), dt, op))
+    return finish()
+
+
+def _output_for(tensor):
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+
+
+class _AllreduceFunction(torch.autograd.Function):
+    """allreduce as a differentiable op (as in Horovod): the gradient of an Average or Sum is the same reduction of
+    the incoming gradients, scaled by the same factors."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, compression):
+        ctx.args = (op, prescale_factor, postscale_factor, compression)
+        return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+                                "allreduce", False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post, compression = ctx.args
+        if op not in (Average, Sum):
+            raise RuntimeError("allreduce: only Average and Sum are differentiable")
+        g = grad.contiguous()
+        return (_allreduce_start(g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
+                None, None, None, None)
+
+
+_OPS = frozenset(_core._OP_NAMES)
+
+
+def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
+    """The cohort_dtype of tensor when the call can go straight to the library: a contiguous CPU tensor of a
+    supported dtype, a known op, no scaling, no compression, no autograd. Else None (the general path decides)."""
+    if (average is None and prescale_factor == 1.0 and postscale_factor == 1.0 and type(op) is int
+            and op in _OPS and (compression is None or compression is NoneCompressor)
+            and type(tensor) is torch.Tensor):
+        dt = _TORCH_DTYPES.get(tensor.dtype)
+        if dt is not None and not tensor.is_cuda and not tensor.requires_grad and tensor.is_contiguous() \
+                and tensor.layout is torch.strided:
+            return dt
+    return None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
+    if op is None and average is None:
+        op = Average
+    dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
+    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+        out = torch.empty_like(tensor)
+        st = _c.cohort_allreduce(_core._comm, tensor.data_ptr(), out.data_ptr(), tensor.numel(), dt, op)
+        if st != _lib.OK:
+            raise _core._error(st)
+        return out
+    op = _resolve_op(op, average, "allreduce")
+    _check_tensor(tensor, "allreduce")
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _AllreduceFunction.apply(tensor, op, prescale_factor, postscale_factor, compression)
+    return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+                            "allreduce", False)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=None, compression=Compression.none):
+    """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
+    if op is None and average is None:
+        op = Average
+    dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
+    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+        ptr = tensor.data_ptr()
+        st = _c.cohort_allreduce(_core._comm, ptr, ptr, tensor.numel(), dt, op)
+        if st != _lib.OK:
+            raise _core._error(st)
+        return tensor
+    op = _resolve_op(op, average, "allreduce_")
+    return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression, "allreduce_", False)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None, compression=Compression.none):
+    """Starts allreduce and returns a handle; synchronize(handle) returns the new tensor."""
+    op = _resolve_op(op, average, "allreduce_async")
+    _check_tensor(tensor, "allreduce_async")
+    return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+                            "allreduce_async", True)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None, compression=Compression.none):
+    """Starts an in-place allreduce; synchronize(handle) returns tensor. Do not touch tensor until then."""
+    op = _resolve_op(op, average, "allreduce_async_")
+    return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression,
+                            "allreduce_async_", True)
+
+
+def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, compression, what, async_):
+    tensors = _core._list_arg(tensors, what)
+    for t in tensors:
+        _check_tensor(t, what)
+        _scales(t, prescale_factor, postscale_factor, what)
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise ValueError(f"{what}: the tensors are on different devices ({', '.join(map(str, devices))})")
+    compression = compression or Compression.none
+    comm = _core._get_comm()
+    # One fused buffer per wire dtype (in order of first appearance, the same on every rank).
+    groups = {}
+    with torch.no_grad():
+        wires = []
+        for i, t in enumerate(tensors):
+            w, ctx = compression.compress(t)
+            wires.append((w, ctx))
+            groups.setdefault(w.dtype, []).append(i)
+        fused = []
+        for dt, idx in groups.items():
+            flat = torch.cat([_host(wires[i][0]).reshape(-1) for i in idx]) if len(idx) > 1 else \
+                _host(wires[idx[0]][0]).reshape(-1).clone()
+            if prescale_factor != 1.0:
+                flat.mul_(prescale_factor)
+            fused.append((dt, idx, flat))
+
+    def finish():
+        with torch.no_grad():
+            for dt, idx, flat in fused:
+                if postscale_factor != 1.0:
+                    flat.mul_(postscale_factor)
+                off = 0
+                for i in idx:
+                    n = tensors[i].numel()
+                    part = compression.decompress(flat[off:off + n].view(tensors[i].shape), wires[i][1])
+                    _put_back(part, outputs[i])
+                    off += n
+        return outputs
+
+    if async_:
+        # One handle per fused buffer, chained: the last one's finish unpacks everything.
+        handles = []
+        for k, (dt, idx, flat) in enumerate(fused):
+            code = _TORCH_DTYPES[dt]
+            h = Handle(finish if k == len(fused) - 1 else None, (tensors, outputs, fused))
+            handles.append(_core._start(h, lambda w, f=flat, c=code: _c.cohort_iallreduce(comm, _p(f), _p(f),
+                                                                                          f.numel(), c, op, w)))
+        return _GroupHandle(handles)
+    for dt, idx, flat in fused:
+        _core._check(_c.cohort_allreduce(comm, _p(flat), _p(flat), flat.numel(), _TORCH_DTYPES[dt], op), what)
+    return finish()
+
+
+class _GroupHandle(Handle):
+    """The handle of a grouped call: several fused reductions, one result list."""
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts):
+        super().__init__(None, None)
+        self._parts = parts
+
+    def _release(self):
+        for h in self._parts:
+            h._release()
+
+
+def _group_poll(h):
+    return all(_core.poll(p) for p in h._parts)
+
+
+def _group_sync(h):
+    res = None
+    for p in h._parts:
+        res = _core.synchronize(p)
+    return res
+
+
+def poll(handle):
+    """True once the work of handle has completed; never blocks."""
+    if isinstance(handle, _GroupHandle):
+        return _group_poll(handle)
+    return _core.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for the work of handle (from any *_async call) and returns its result."""
+    if isinstance(handle, _GroupHandle):
+        return _group_sync(handle)
+    return _core.synchronize(handle)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """New tensors: each of tensors reduced over the ranks, in one fused allreduce per dtype."""
+    op = _resolve_op(op, average, "grouped_allreduce")
+    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
+            for t in _core._list_arg(tensors, "grouped_allreduce")]
+    return _grouped_start(tensors, outs, op, prescale_factor, postscale_factor, compression, "grouped_allreduce",
+                          False)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None, compression=Compression.none):
+    op = _resolve_op(op, average, "grouped_allreduce_")
+    tensors = _core._list_arg(tensors, "grouped_allreduce_")
+    return _grouped_start(tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
+                          "grouped_allreduce_", False)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None, compression=Compression.none):
+    op = _resolve_op(op, average, "grouped_allreduce_async")
+    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
+            for t in _core._list_arg(tensors, "grouped_allreduce_async")]
+    return _grouped_start(tensors, outs, op, prescale_factor, postscale_factor, compression,
+                          "grouped_allreduce_async", True)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None, compression=Compression.none):
+    op = _resolve_op(op, average, "grouped_allreduce_async_")
+    tensors = _core._list_arg(tensors, "grouped_allreduce_async_")
+    return _grouped_start(tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
+                          "grouped_allreduce_async_", True)
+
+
+# ---- broadcast, allgather, reducescatter ----
+
+
+def _broadcast_start(tensor, output, root_rank, what, async_):
+    _check_tensor(tensor, what)
+    _core._root(root_rank, what)
+    comm = _core._get_comm()
+    with torch.no_grad():
+        src = _host(tensor)
+        buf = src if (src is tensor and output is tensor) else src.clone()
+
+    def finish():
+        with torch.no_grad():
+            return _put_back(buf, output)
+
+    dt = _TORCH_DTYPES[buf.dtype]
+    if async_:
+        return _core._start(Handle(finish, (tensor, buf, output)),
+                            lambda w: _c.cohort_ibroadcast(comm, _p(buf), buf.numel(), dt, root_rank, w))
+    _core._check(_c.cohort_broadcast(comm, _p(buf), buf.numel(), dt, root_rank))
+    return finish()
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """A new tensor holding root_rank's tensor."""
+    return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast", False)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    """In place: tensor becomes root_rank's tensor. Returns tensor."""
+    return _broadcast_start(tensor, tensor, root_rank, "broadcast_", False)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast_async", True)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    return _broadcast_start(tensor, tensor, root_rank, "broadcast_async_", True)
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Every rank's tensor concatenated along dimension 0 (ranks may pass different first dimensions)."""
+    _check_tensor(tensor, "allgather")
+    with torch.no_grad():
+        src = _host(tensor)
+        firsts = _core._gather_headers(tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather")
+        out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype)
+        row = src.element_size() * (src[0].numel() if src.shape[0] > 0 else int(np.prod(src.shape[1:])))
+        _core._allgatherv_bytes(_bytes(src), firsts, row, _bytes(out))
+        return out.to(tensor.device) if tensor.device.type != "cpu" else out
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """allgather, run now; the handle returns its result (the uneven case needs the sizes first)."""
+    return _core._completed(allgather(tensor, name))
+
+
+def reducescatter(tensor, op=Average, name=None, compression=Compression.none, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """tensor reduced over the ranks, then split along dimension 0: rank r gets its part (the first
+    dim % size ranks get one row more, as in Horovod)."""
+    _check_tensor(tensor, "reducescatter")
+    op = _core._op(op)
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter: a scalar cannot be scattered along dimension 0")
+    _scales(tensor, prescale_factor, postscale_factor, "reducescatter")
+    comm = _core._get_comm()
+    n, r = size(), rank()
+    with torch.no_grad():
+        wire, ctx = (compression or Compression.none).compress(tensor)
+        if prescale_factor != 1.0:
+            wire = wire * prescale_factor
+        src = _host(wire)
+        rows = [src.shape[0] // n + (1 if i < src.shape[0] % n else 0) for i in range(n)]
+        dt = _TORCH_DTYPES[src.dtype]
+        if src.shape[0] % n == 0:
+            out = torch.empty((rows[r],) + tuple(src.shape[1:]), dtype=src.dtype)
+            _core._check(_c.cohort_reduce_scatter(comm, _p(src), _p(out), src.numel() // n, dt, op))
+        else:
+            full = _like(src)
+            _core._check(_c.cohort_allreduce(comm, _p(src), _p(full), src.numel(), dt, op))
+            start = sum(rows[:r])
+            out = full[start:start + rows[r]].clone()
+        if postscale_factor != 1.0:
+            out.mul_(postscale_factor)
+        out = (compression or Compression.none).decompress(out, ctx)
+        return out.to(tensor.device) if tensor.device.type != "cpu" else out
+
+
+# ---- parameters and optimizer state ----
+
+
+def broadcast_parameters(params, root_rank):
+    """Copies root_rank's values into params, in place: a state_dict, or named_parameters() (pairs), on every
+    rank in the same order."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list) or hasattr(params, "__iter__"):
+        items = list(params)
+        for it in items:
+            if not (isinstance(it, tuple) and len(it) == 2):
+                raise ValueError("broadcast_parameters: expected a state_dict or (name, tensor) pairs")
+    else:
+        raise ValueError(f"broadcast_parameters: invalid params of type {type(params).__name__}")
+    handles = []
+    for _, p in items:
+        if p is None:
+            continue
+        t = p.data if isinstance(p, torch.nn.Parameter) else p
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"broadcast_parameters: {type(t).__name__} is not a tensor")
+        handles.append(broadcast_async_(t, root_rank))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Copies root_rank's optimizer state (its state_dict: hyperparameters and per-parameter state) to every
+    rank. The optimizers must hold the same parameters in the same order."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"broadcast_optimizer_state: expected a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank)
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer  # noqa: E402,F401

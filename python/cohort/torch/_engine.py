@@ -1,0 +1,418 @@
+"""The C DDP engine (include/cohort/ddp.h) under PyTorch's autograd: DistributedOptimizer and DistributedDataParallel.
+
+Both give the engine the parameters' memory and point every parameter's .grad at its slice of the engine's bucket
+memory (torch's gradient_as_bucket_view=True; in the node's shared arena when the transport is shm). A hook on each
+parameter's gradient accumulator calls cohort_ddp_mark_ready once autograd has accumulated that gradient, so the
+engine starts each bucket's allreduce while backward still computes the earlier layers (when it overlaps: see
+cohort_ddp_options.overlap). DistributedDataParallel finishes the reduction in an autograd callback at the end of
+backward, as torch's DDP does; DistributedOptimizer finishes it in step() or synchronize(), as Horovod does.
+
+When a gradient is not already in the bucket (optimizer.zero_grad(set_to_none=True), the default of torch 2.x,
+makes autograd allocate a fresh one), the hook copies it in and rebinds .grad to the bucket view.
+
+After the first synchronized step the engine rebuilds its buckets in the order gradients really arrived: the views
+move, and .grad is rebound to the new ones (the values are carried over by the engine).
+"""
+import contextlib
+import ctypes
+import weakref
+
+import numpy as np
+import torch
+
+import cohort as _core
+from cohort import _lib
+from cohort._lib import lib as _c
+
+
+def _queue_callback(fn):
+    torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+def _float_view(ptr, numel, shape):
+    if numel == 0 or not ptr:
+        return torch.zeros(shape, dtype=torch.float32)
+    arr = np.ctypeslib.as_array((ctypes.c_float * numel).from_address(ptr))
+    return torch.from_numpy(arr).view(shape)
+
+
+def _ddp_tensor(name, t, what):
+    from cohort.torch import _TORCH_DTYPES
+    if t.device.type != "cpu":
+        raise ValueError(f"{what}: '{name}' is on {t.device}; the engine works on CPU tensors (reduce CUDA "
+                         f"gradients with allreduce/grouped_allreduce)")
+    if not t.is_contiguous():
+        raise ValueError(f"{what}: '{name}' is not contiguous; the engine needs the memory of the tensor itself")
+    if t.dtype not in _TORCH_DTYPES:
+        raise TypeError(f"{what}: '{name}' has unsupported dtype {t.dtype}")
+    d = _lib.DdpTensor()
+    enc = name.encode()
+    d.name = enc
+    d.value = t.data_ptr()
+    d.count = t.numel()
+    d.dtype = _TORCH_DTYPES[t.dtype]
+    shape = list(t.shape)
+    if len(shape) > 4:  # the engine compares at most 4 dimensions: fold the rest into the last
+        shape = shape[:3] + [int(np.prod(shape[3:]))]
+    d.ndim = len(shape)
+    for k, s in enumerate(shape):
+        d.shape[k] = s
+    return d, enc
+
+
+class _Engine:
+    """One cohort_ddp over a list of (name, parameter) and (name, buffer); owner gets the backward callbacks."""
+
+    def __init__(self, named_params, named_buffers, owner, bucket_bytes=0, find_unused=False, broadcast_buffers=True,
+                 compression=_lib.COMPRESS_NONE, op=_lib.AVG, what="DistributedDataParallel"):
+        comm = _core._get_comm()
+        self.ddp = None
+        self._owner = weakref.ref(owner)
+        self.params = []
+        seen = set()
+        for name, p in named_params:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{what}: '{name}' is a {type(p).__name__}, not a tensor")
+            if not p.requires_grad or id(p) in seen:
+                continue
+            if p.dtype != torch.float32:
+                raise TypeError(f"{what}: parameter '{name}' is {p.dtype}; the engine averages float32 gradients "
+                                f"(keep float32 master weights)")
+            seen.add(id(p))
+            self.params.append((name, p))
+        self.buffers = [(n, b) for n, b in named_buffers if b is not None]
+        if op not in (_lib.AVG, _lib.SUM):
+            raise ValueError(f"{what}: op must be Average or Sum")
+        names = [n for n, _ in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{what}: parameter names must be unique")
+        keep = []
+        ptab = (_lib.DdpTensor * max(len(self.params), 1))()
+        for i, (n, p) in enumerate(self.params):
+            ptab[i], enc = _ddp_tensor(n, p.data, what)
+            keep.append(enc)
+        btab = (_lib.DdpTensor * max(len(self.buffers), 1))()
+        for i, (n, b) in enumerate(self.buffers):
+            btab[i], enc = _ddp_tensor(n, b, what)
+            keep.append(enc)
+        self._buffer_ptrs = [b.data_ptr() for _, b in self.buffers]
+        opts = _lib.DdpOptions()
+        _c.cohort_ddp_options_init(ctypes.byref(opts))
+        opts.bucket_bytes = int(bucket_bytes)
+        opts.broadcast_buffers = 1 if broadcast_buffers else 0
+        opts.find_unused_params = 1 if find_unused else 0
+        opts.compression = compression
+        ddp = ctypes.c_void_p()
+        _core._check(_c.cohort_ddp_create(comm, ptab, len(self.params), btab, len(self.buffers), ctypes.byref(opts),
+                                          ctypes.byref(ddp)), what)
+        self.ddp = ddp
+        _core._engines.add(self)
+        self._hook = None
+        if op == _lib.SUM:
+            self._set_sum_hook()
+        self.views = [None] * len(self.params)
+        self._bind()
+        self.rebound = False
+        self.in_backward = False
+        self.step_open = False
+        self.sync = True
+        self._seen = set()
+        self._hooks = []
+        self._accs = []
+        me = weakref.ref(self)
+        for i, (_, p) in enumerate(self.params):
+            def hook(*_args, i=i):
+                e = me()
+                if e is not None:
+                    e._on_grad(i)
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                self._hooks.append(p.register_post_accumulate_grad_hook(hook))
+            else:
+                with torch.enable_grad():
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc.register_hook(hook))
+                self._accs.append(acc)  # the accumulator lives only as long as someone holds it
+
+    def _set_sum_hook(self):
+        comm = _core._get_comm()
+
+        def launch(user, comm_ptr, bucket, work):
+            b = bucket.contents
+            ptr = ctypes.cast(b.data, ctypes.c_void_p)
+            return _c.cohort_iallreduce(comm, ptr, ptr, b.count, _lib.F32, _lib.SUM, work)
+
+        hook = _lib.DdpCommHook()
+        hook.launch = _lib.HOOK_LAUNCH(launch)
+        hook.complete = _lib.HOOK_COMPLETE()
+        hook.user = None
+        self._hook = hook  # the C side holds these function pointers: keep them alive
+        _core._check(_c.cohort_ddp_set_comm_hook(self.ddp, ctypes.byref(hook)), "op=Sum")
+
+    def _bind(self):
+        """Points every parameter's .grad at its bucket view (again after a rebuild moved them)."""
+        for i, (_, p) in enumerate(self.params):
+            ptr = _c.cohort_ddp_grad(self.ddp, i) or 0
+            v = self.views[i]
+            if v is None or (p.numel() > 0 and v.data_ptr() != ptr):
+                self.views[i] = _float_view(ptr, p.numel(), p.shape)
+                p.grad = self.views[i]
+
+    # ---- the step ----
+
+    def check(self, status, what):
+        if status != _lib.OK:
+            raise _core._error(status, what)
+
+    def prepare(self):
+        if self.ddp is None:
+            raise RuntimeError("cohort: the engine has been closed (cohort.shutdown() was called)")
+        if self._buffer_ptrs and [b.data_ptr() for _, b in self.buffers] != self._buffer_ptrs:
+            raise RuntimeError("cohort DistributedDataParallel: a module buffer was replaced by a new tensor; "
+                               "update buffers in place (the engine broadcasts the memory it was given)")
+        self.check(_c.cohort_ddp_prepare(self.ddp), "cohort_ddp_prepare")
+        self.step_open = True
+        self._seen = set()
+
+    def set_sync(self, sync):
+        self.sync = bool(sync)
+        if self.ddp is not None:
+            _c.cohort_ddp_set_sync(self.ddp, 1 if sync else 0)
+
+    def finish(self):
+        st = _c.cohort_ddp_finish(self.ddp)
+        self.step_open = False
+        self.check(st, "cohort_ddp_finish")
+        if self.sync:
+            if not self.rebound:  # the rebuild after the first synchronized step moved the buckets
+                self.rebound = True
+                self._bind()
+            # Parameters that got no gradient here (find_unused_parameters) still get the average.
+            if len(self._seen) != len(self.params):
+                for i, (_, p) in enumerate(self.params):
+                    if i not in self._seen and (p.grad is None or p.grad.data_ptr() != self.views[i].data_ptr()):
+                        p.grad = self.views[i]
+
+    def _on_grad(self, i):
+        if self.ddp is None:
+            return
+        if not self.in_backward:
+            self.in_backward = True
+            owner = self._owner()
+            try:
+                if owner is not None:
+                    owner._backward_begins()
+                if not self.step_open:
+                    self.prepare()
+            except BaseException:
+                self.in_backward = False
+                raise
+            _queue_callback(self._backward_ends)
+        p = self.params[i][1]
+        v = self.views[i]
+        g = p.grad
+        if g is not None and g.data_ptr() != v.data_ptr():
+            with torch.no_grad():
+                v.copy_(g)
+            p.grad = v
+        self._seen.add(i)
+        self.check(_c.cohort_ddp_mark_ready(self.ddp, i), f"gradient of '{self.params[i][0]}'")
+
+    def _backward_ends(self):
+        self.in_backward = False
+        owner = self._owner()
+        if owner is not None:
+            owner._backward_ends()
+
+    def stats(self):
+        s = _lib.DdpStats()
+        _c.cohort_ddp_get_stats(self.ddp, ctypes.byref(s))
+        return {k: getattr(s, k) for k, _ in s._fields_}
+
+    def close(self):
+        """Gives every parameter its own copy of its gradient and destroys the engine (before the communicator)."""
+        if self.ddp is None:
+            return
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._accs = [], []
+        for i, (_, p) in enumerate(self.params):
+            if p.grad is not None and self.views[i] is not None and p.grad.data_ptr() == self.views[i].data_ptr():
+                p.grad = self.views[i].clone()
+        self.views = [None] * len(self.params)
+        _c.cohort_ddp_destroy(self.ddp)
+        self.ddp = None
+        _core._engines.discard(self)
+
+    def __del__(self):
+        try:
+            if _core.is_initialized():
+                self.close()
+        except Exception:
+            pass
+
+
+# ---- DistributedDataParallel ----
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """torch.nn.parallel.DistributedDataParallel on cohort's engine (CPU parameters, float32).
+
+    Construction broadcasts rank 0's parameters and buffers (after checking every rank has the same names and
+    shapes). Each forward with grad enabled starts a step (broadcasting rank 0's buffers when broadcast_buffers);
+    backward reduces the gradients in buckets of bucket_cap_mb, and when backward() returns every .grad holds the
+    average over the ranks. Gradients live in the engine's buckets (gradient_as_bucket_view=True).
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=True, static_graph=False, compression=None):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"DistributedDataParallel: expected a torch.nn.Module, got {type(module).__name__}")
+        if process_group is not None:
+            raise ValueError("DistributedDataParallel: process_group is not supported (cohort has one group: the "
+                             "job)")
+        if device_ids and any(str(d) != "cpu" for d in device_ids):
+            raise ValueError("DistributedDataParallel: the engine reduces CPU parameters; device_ids must be None")
+        if bucket_cap_mb is None or bucket_cap_mb <= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
+        self.module = module
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.require_backward_grad_sync = True
+        code = compression.ddp_code if compression is not None else _lib.COMPRESS_NONE
+        self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
+                               bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
+                               broadcast_buffers=broadcast_buffers, compression=code)
+
+    def forward(self, *inputs, **kwargs):
+        if torch.is_grad_enabled() and not self._engine.step_open:
+            self._engine.prepare()
+        return self.module(*inputs, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside only accumulate into .grad; the first one after the block averages the sum."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        self._engine.set_sync(False)
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+            self._engine.set_sync(old)
+
+    def _backward_begins(self):
+        pass
+
+    def _backward_ends(self):
+        self._engine.finish()
+
+    def ddp_stats(self):
+        """The engine's statistics (cohort_ddp_stats): steps, compute_s, comm_s, exposed_comm_s, ..."""
+        return self._engine.stats()
+
+    def close(self):
+        self._engine.close()
+
+
+# ---- DistributedOptimizer ----
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op):
+        super(self.__class__, self).__init__(params)
+        from cohort.torch import Compression
+        compression = compression or Compression.none
+        if op not in (_lib.AVG, _lib.SUM):
+            raise ValueError("DistributedOptimizer: op must be Average or Sum (Adasum is not supported)")
+        if op == _lib.SUM and compression.ddp_code != _lib.COMPRESS_NONE:
+            raise ValueError("DistributedOptimizer: compression is implemented for op=Average only")
+        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
+                             f"{backward_passes_per_step!r}")
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+                raise ValueError("DistributedOptimizer: named_parameters must be (name, parameter) pairs, as "
+                                 "model.named_parameters() gives")
+            ids = {id(p) for _, p in named}
+            missing = [p for p in all_params if id(p) not in ids]
+            if missing:
+                raise ValueError(f"DistributedOptimizer: named_parameters lacks {len(missing)} of the optimizer's "
+                                 f"parameters")
+            mine = {id(p) for p in all_params}
+            named = [(n, p) for n, p in named if id(p) in mine]
+        else:
+            named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
+        self.backward_passes_per_step = backward_passes_per_step
+        self._passes = 0
+        self._pending = False
+        self._should_synchronize = True
+        self._synchronized = False
+        self._engine = _Engine(named, [], self, find_unused=True, broadcast_buffers=False,
+                               compression=compression.ddp_code, op=op, what="DistributedOptimizer")
+
+    def _backward_begins(self):
+        if self._pending:
+            raise RuntimeError("DistributedOptimizer: gradients were computed more than backward_passes_per_step "
+                               "times before step() or synchronize(); raise backward_passes_per_step to "
+                               "accumulate")
+        self._passes += 1
+        self._engine.set_sync(self._passes % self.backward_passes_per_step == 0)
+
+    def _backward_ends(self):
+        if self._engine.sync:
+            self._pending = True
+        else:
+            self._engine.finish()  # accumulating: nothing to wait for
+
+    def synchronize(self):
+        """Waits for the averaged gradients (for clipping before step(); then step() inside skip_synchronize())."""
+        if self._pending:
+            self._pending = False
+            self._engine.finish()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._pending:
+            raise AssertionError("DistributedOptimizer: zero_grad() was called after backward() but before step() "
+                                 "or synchronize(): the gradients are still being averaged")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def ddp_stats(self):
+        return self._engine.stats()
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1, op=None,
+                         gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=None):
+    """Horovod's DistributedOptimizer: wraps a torch optimizer so that backward averages the gradients over the
+    ranks (in the engine's buckets, as they are produced) and step() waits for them first.
+
+    Returns an instance of a subclass of optimizer's class over the same param_groups (its state starts empty, as
+    in Horovod). Like Horovod: call broadcast_parameters and broadcast_optimizer_state after it.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"DistributedOptimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if gradient_predivide_factor != 1.0 or num_groups or groups or sparse_as_dense or process_set is not None:
+        raise ValueError("DistributedOptimizer: gradient_predivide_factor, num_groups, groups, sparse_as_dense and "
+                         "process_set are not supported")
+    op = _core._op(op)
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op)

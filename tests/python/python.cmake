@@ -1,0 +1,80 @@
+# The Python package (python/cohort, docs/torch.md) between real processes under cohortrun, with Debian's
+# python3-torch: every op and dtype against numpy at world sizes 1, 2 and 3; training equivalence with PyTorch DDP
+# (gloo) and with one process; faults (a killed rank, mismatched shapes, Ctrl-C of cohortrun). A missing torch
+# fails them: never a silent skip. Label: python.
+set(COHORT_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python 3 with torch, for the golden and Python tests")
+set(COHORT_PY_ENV "PYTHONPATH=${CMAKE_BINARY_DIR}/python;OMP_NUM_THREADS=1")
+
+foreach(np 1 2 3)
+  add_test(NAME python.ops.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_ops.py)
+  set_tests_properties(python.ops.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
+# 20 steps of a small CNN on 2 ranks: DistributedOptimizer and DistributedDataParallel (with and without
+# no_sync/backward_passes_per_step) against torch DDP on gloo (1e-6) and 1 process with the global batch (1e-5).
+add_test(NAME python.train_equiv COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_train_equiv.py)
+set_tests_properties(python.train_equiv PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+
+# Faults (tests/python/test_faults.sh): a rank SIGKILLed inside an allreduce (RemoteError naming it within 2 s),
+# ranks reducing different shapes (MismatchError on both), Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
+foreach(mode kill mismatch sigint)
+  add_test(NAME python.fault.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_faults.sh $<TARGET_FILE:cohortrun>
+           ${COHORT_PYTHON} ${mode})
+  set_tests_properties(python.fault.${mode} PROPERTIES LABELS "python;fault" TIMEOUT 120
+                       ENVIRONMENT "${COHORT_PY_ENV}" PASS_REGULAR_EXPRESSION "PASS \\(${mode}\\)")
+endforeach()
+
+# The examples (examples/torch) on 2 ranks for a few steps: they train and print fmnist-train's final line.
+foreach(ex horovod ddp)
+  add_test(NAME python.example.${ex} COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+           ${CMAKE_SOURCE_DIR}/examples/torch/fmnist_${ex}.py --steps 20)
+  set_tests_properties(python.example.${ex} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
+                       PASS_REGULAR_EXPRESSION "final: steps=20 loss=[0-9.]+ test_acc=0\\.[0-9]+ img_per_s=[0-9]+")
+endforeach()
+
+# cmake --install into a scratch prefix: the installed package imports and binds the installed library.
+add_test(NAME python.install COMMAND sh -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && \
+${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d >/dev/null && \
+PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
+'import cohort, cohort.torch as hvd, sys; hvd.init(); assert cohort._lib.lib.path.startswith(sys.argv[1]), cohort._lib.lib.path; \
+assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
+set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
+
+# Two processes started by hand with torchrun's variables (no cohortrun) find each other.
+add_test(NAME python.env_launch COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_env_launch.sh ${COHORT_PYTHON})
+set_tests_properties(python.env_launch PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}"
+                     PASS_REGULAR_EXPRESSION "PASS \\(env launch\\)")
+
+# A call before init() is a RuntimeError that says so (and the interpreter lives on).
+add_test(NAME python.before_init COMMAND ${COHORT_PYTHON} -c "
+import torch, cohort, cohort.torch as hvd
+for fn in (lambda: hvd.allreduce(torch.ones(1)), hvd.rank, lambda: cohort.allgather(bytearray(2)),
+           lambda: hvd.DistributedDataParallel(torch.nn.Linear(2, 2))):
+    try:
+        fn()
+        raise SystemExit('no error before init()')
+    except RuntimeError as e:
+        assert 'init()' in str(e), e
+assert not hvd.is_initialized()
+print('PASS (before init)')")
+set_tests_properties(python.before_init PROPERTIES LABELS "python" TIMEOUT 60 ENVIRONMENT "${COHORT_PY_ENV}"
+                     PASS_REGULAR_EXPRESSION "PASS \\(before init\\)")
+
+# DistributedDataParallel and DistributedOptimizer features on 2 ranks: broadcast_buffers, find_unused_parameters,
+# zero_grad(set_to_none=True), op=Sum, fp16 compression, synchronize/skip_synchronize, a shape mismatch.
+add_test(NAME python.ddp_features COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_ddp_features.py)
+set_tests_properties(python.ddp_features PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+
+# bench.torch_vs_gloo_smoke: bench/torch_vs_gloo.sh for a few steps up to 1 MiB, against the real gloo anchor, so
+# that a change in the script, the package or the anchor shows up as a failure rather than as a wrong table. It
+# passes when the 1 MiB row, the overhead rows and both training rows were printed; the figures are not judged.
+string(CONCAT COHORT_TORCH_BENCH_ROWS " 1048576 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n"
+       ".*overhead cohort.torch.allreduce_ us=[0-9.]+\n.*"
+       "cnn  cohort 1 rank +[0-9.]+ +2 ranks +[0-9.]+ .* ratio [0-9.]+x\n"
+       "mlp  cohort 1 rank +[0-9.]+ +2 ranks +[0-9.]+ .* ratio [0-9.]+x")
+add_test(NAME bench.torch_vs_gloo_smoke COMMAND bash ${CMAKE_SOURCE_DIR}/bench/torch_vs_gloo.sh 3 1 500)
+set_tests_properties(bench.torch_vs_gloo_smoke PROPERTIES LABELS "bench;python" TIMEOUT 600 RUN_SERIAL TRUE
+                     ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}" PASS_REGULAR_EXPRESSION "${COHORT_TORCH_BENCH_ROWS}")

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Faults of cohort.torch between real processes under cohortrun (tests/python/test_faults.py writes what each rank
+# saw). usage: test_faults.sh COHORTRUN PYTHON MODE
+#   kill      rank 1 is SIGKILLed inside an allreduce: rank 0 raises RemoteError naming rank 1 within 2 s
+#   mismatch  the ranks reduce different shapes: both raise MismatchError (within 2 s), and again on the next call
+#   sigint    Ctrl-C (SIGINT) to cohortrun while the ranks reduce: cohortrun exits 130 within 10 s, no Python
+#             rank is left, and nothing of theirs is left in /dev/shm
+set -u
+run=$1 py=$2 mode=$3
+here=$(dirname "$0")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL ($mode): $*"; echo "--- job output:"; cat "$tmp/out"; for f in "$tmp"/result.*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+
+case $mode in
+kill)
+  "$run" -np 2 --grace 10 "$py" "$here/test_faults.py" kill "$tmp" >"$tmp/out" 2>&1
+  [ -f "$tmp/result.0" ] || fail "rank 0 reported nothing"
+  [ -f "$tmp/killed_at" ] || fail "rank 1 was not killed"
+  [ "$(sed -n 2p "$tmp/result.0")" = RemoteError ] || fail "rank 0 did not raise RemoteError"
+  sed -n '3,$p' "$tmp/result.0" | grep -q "rank 1" || fail "rank 0's error does not name rank 1"
+  "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
+print(f"rank 0 raised {d:.3f} s after the kill"); sys.exit(0 if 0 <= d < 2.0 else 1)' \
+    "$tmp/result.0" "$tmp/killed_at" >>"$tmp/out" 2>&1 || fail "RemoteError came 2 s or more after the kill"
+  ;;
+mismatch)
+  "$run" -np 2 "$py" "$here/test_faults.py" mismatch "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"
+  for r in 0 1; do
+    [ -f "$tmp/result.$r" ] || fail "rank $r reported nothing"
+    [ "$(grep -c '^MismatchError' "$tmp/result.$r")" = 2 ] || fail "rank $r did not raise MismatchError twice"
+    grep -q "^MismatchError [01]\." "$tmp/result.$r" || fail "rank $r took 2 s or more to see the mismatch"
+  done
+  ;;
+sigint)
+  # A background command of a non-interactive shell starts with SIGINT ignored (and so would the ranks): put back
+  # the default that a launch from a terminal has, then exec cohortrun.
+  "$py" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+    "$run" -np 2 "$py" "$here/test_faults.py" sigint "$tmp" >"$tmp/out" 2>&1 &
+  job=$!
+  i=0
+  while [ ! -s "$tmp/pid.0" ] || [ ! -s "$tmp/pid.1" ]; do
+    i=$((i + 1)); [ $i -gt 600 ] && { kill -9 $job; fail "the ranks did not start"; }
+    sleep 0.1
+  done
+  sleep 1
+  pids="$(cat "$tmp/pid.0") $(cat "$tmp/pid.1")"
+  kill -INT $job
+  i=0
+  while kill -0 $job 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 100 ] && { kill -9 $job; fail "cohortrun still runs 10 s after SIGINT"; }
+    sleep 0.1
+  done
+  wait $job; rc=$?
+  [ $rc = 130 ] || fail "cohortrun exited $rc, not 130"
+  grep -q "SIGKILL" "$tmp/out" && fail "the ranks did not stop on SIGINT: cohortrun had to SIGKILL them"
+  for p in $pids; do
+    kill -0 "$p" 2>/dev/null && fail "rank pid $p still runs"
+    ls /dev/shm | grep -q "cohort-shm-$p-" && fail "/dev/shm still holds a segment of pid $p: $(ls /dev/shm | grep "cohort-shm-$p-")"
+  done
+  echo "stopped in $i tenths of a second; ranks $pids gone; nothing of theirs in /dev/shm" >>"$tmp/out"
+  ;;
+*) echo "unknown mode $mode"; exit 2 ;;
+esac
+cat "$tmp/out"; for f in "$tmp"/result.*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+echo "PASS ($mode)"
