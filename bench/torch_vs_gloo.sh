@@ -11,7 +11,8 @@
 # 3. training img/s, 1 thread per rank, the same model, batch (64 per rank) and data: cohort.torch's
 #    DistributedDataParallel against torch DDP on gloo, for the reference CNN and a 24.2 M-parameter MLP, on 1 and
 #    2 ranks (1->2 scaling printed beside each).
-# Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, else /work/shared/bench-anchors).
+# Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, ../shared/bench-anchors beside the
+# checkout, or /work/shared/bench-anchors), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
 cd "$(dirname "$0")/.."
 STEPS=${1:-100}
@@ -19,12 +20,15 @@ MAXMB=${2:-256}
 OITERS=${3:-20000}
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/cohortrun"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 if [ -z "${ANCHOR_DIR:-}" ]; then
-  ANCHOR_DIR=bench/anchors
-  [ -f "$ANCHOR_DIR/torch_allreduce.py" ] || ANCHOR_DIR=/work/shared/bench-anchors
+  for ANCHOR_DIR in bench/anchors ../shared/bench-anchors /work/shared/bench-anchors; do
+    [ -f "$ANCHOR_DIR/torch_allreduce.py" ] && break
+  done
 fi
-for f in "$RUN" "$BUILD/bin/cohort-bench" "$BUILD/python/cohort/_config.py" "$ANCHOR_DIR/torch_allreduce.py" "$PY"; do
+[ -f "$ANCHOR_DIR/torch_allreduce.py" ] ||
+  { echo "torch_vs_gloo.sh: anchor $ANCHOR_DIR/torch_allreduce.py is missing (set ANCHOR_DIR)" >&2; exit 2; }
+for f in "$RUN" "$BUILD/bin/cohort-bench" "$BUILD/python/cohort/_config.py" "$PY"; do
   [ -e "$f" ] || { echo "torch_vs_gloo.sh: $f is missing (build first; torch: apt-get install python3-torch)" >&2; exit 2; }
 done
 case $BUILD in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
