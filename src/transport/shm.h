@@ -2,7 +2,7 @@
  * shm.h: the shared-memory transport (shm.c), for a job whose ranks all run on one host (COHORT_TRANSPORT=shm).
  *
  * Setting it up is a rendezvous of its own over the store, so it lives beside the transport rather than in
- * engine/rendezvous.c: every rank first publishes its arrival (its host identity) and waits for everyone's, so that
+ * comm/rendezvous.c: every rank first publishes its arrival (its host identity) and waits for everyone's, so that
  * nothing exists in /dev/shm while a rank may still be killed waiting for late peers; then every rank creates one
  * segment for its inbound rings, publishes its name, its pid and its host identity under "<prefix>shm/<rank>", maps
  * every peer's segment, and after a store barrier (which also stands for the TCP path's "connected" barrier: no rank
@@ -44,17 +44,5 @@ void cohort__shm_set_idle_check(cohort__transport *t, cohort_status (*check)(voi
 /* Whether a node peer has published a node collective of t's current call number that differs from it
  * (COHORT_ERR_MISMATCH naming both, and t aborted), for a rank that waits elsewhere (on the TCP mesh). */
 cohort_status cohort__shm_check_node_calls(cohort__transport *t);
-
-/* Completes one reduced slice of a node allreduce in place: slice holds count elements, the node's reduction (AVG
- * as SUM) of elements [first, first + count) of the vector. Called once per chunk on every rank, with count 0 for an
- * empty slice, so that the ranks that complete the same slices on other nodes make the same calls. */
-typedef cohort_status (*cohort__shm_complete_fn)(void *arg, void *slice, size_t first, size_t count);
-
-/* The node allreduce of t (a shm transport; the call has been set) where each rank's reduced slice of every chunk
- * goes through complete (which also divides AVG) before the peers copy it; small vectors (every rank reduces the
- * whole vector) go through complete whole, on every rank. */
-cohort_status cohort__shm_allreduce_completed(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                              cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete,
-                                              void *arg);
 
 #endif

@@ -159,9 +159,8 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
 /* ptr's offset in our arena when all its bytes lie in it, else -1. */
 int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes);
 
-/* The node allreduce (shm_coll.c); the call has been set. cohort__shm_allreduce_completed (shm.h) is its hierarchical
- * variant. */
+/* The node allreduce (shm_coll.c): the transport's node_allreduce operation (transport.h); the call has been set. */
 cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                         cohort_dtype dtype, cohort_op op);
+                                         cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg);
 
 #endif

@@ -26,7 +26,7 @@
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
-#include "engine/heartbeat.h"
+#include "comm/heartbeat.h"
 #include "launcher.h"
 #include "store/store.h"
 

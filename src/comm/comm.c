@@ -9,8 +9,9 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm.h"
-#include "engine/launch_env.h"
+#include "comm/comm.h"
+#include "comm/launch_env.h"
+#include "comm/stall_board.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 
@@ -64,7 +65,7 @@ cohort_status cohort_init(cohort_comm **out) {
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_tcp(&env, &t, &store, &server, prefix, sizeof prefix));
+    COHORT_CHECK(cohort__rendezvous_connect(&env, &t, &store, &server, prefix, sizeof prefix));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);

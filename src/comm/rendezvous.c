@@ -1,12 +1,19 @@
 /*
  * rendezvous.c: how the ranks of a job find each other over the store.
  *
- * Every rank listens on a fresh port, publishes "cohort/<generation>/peer/<rank>" = "ip:port", and waits for
- * everyone else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final
- * counter in the store makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
+ * cohort__rendezvous_connect() opens the store, then chooses the transport: with COHORT_TRANSPORT=auto every rank
+ * first publishes its host ("<prefix>host/<rank>") and learns where the others are; one host means shm (whose setup
+ * runs over the store: transport/shm.h), several nodes of several ranks each mean tcp plus shm within each node
+ * (the layered transport, keys under "<prefix>node/<j>/"), anything else plain tcp.
+ *
+ * For tcp every rank listens on a fresh port, publishes "<prefix>peer/<rank>" = "ip:port", and waits for everyone
+ * else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final counter
+ * ("<prefix>connected") makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
  * rank never arrives, the error names it once COHORT_TIMEOUT has passed.
  *
- * Keys are scoped by COHORT_RESTART_COUNT so that the ranks of a restarted job never meet stale addresses.
+ * <prefix> is "cohort/<run id>/<generation>/": the run id (COHORT_RUN_ID, else derived from COHORT_SECRET) keeps
+ * jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a restarted job from meeting stale
+ * addresses.
  */
 #include <errno.h>
 #include <ifaddrs.h>
@@ -24,8 +31,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sock.h"
-#include "engine/comm.h"
-#include "engine/launch_env.h"
+#include "comm/comm.h"
+#include "comm/launch_env.h"
 #include "transport/frame.h"
 #include "transport/layered.h"
 #include "transport/shm.h"
@@ -344,8 +351,9 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
   return st;
 }
 
-cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out, cohort__store **store_out,
-                                     cohort__store_server **server_out, char *prefix_out, size_t prefix_len) {
+cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, cohort__transport **out,
+                                         cohort__store **store_out, cohort__store_server **server_out,
+                                         char *prefix_out, size_t prefix_len) {
   int rank = env->rank, size = env->size, local_size = env->local_size;
   rdv r = {.env = env};
   cohort__store *store = NULL;
