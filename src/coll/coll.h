@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "cohort/cohort.h"
+#include "core/config.h"
 #include "transport/transport.h"
 
 typedef enum cohort__algo {
@@ -60,8 +61,9 @@ typedef struct cohort__coll_ctx {
   struct cohort__coll_ctx *across;
 } cohort__coll_ctx;
 
-/* Reads COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES; COHORT_ALGO=hier needs a layered transport. */
-cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t);
+/* Takes COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES from cfg; COHORT_ALGO=hier needs a layered
+ * transport. */
+cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one). */
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a);

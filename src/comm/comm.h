@@ -17,6 +17,7 @@
 
 #include "cohort/cohort.h"
 #include "coll/coll.h"
+#include "core/config.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
@@ -34,6 +35,7 @@ struct cohort_work {
 
 struct cohort_comm {
   int rank, size, local_rank, local_size;
+  cohort__config config; /* the knobs, parsed once when it was made; the DDP engine reads its own here too */
   cohort__transport *transport;
   cohort__coll_ctx coll;
   uint32_t seq; /* number of the next collective; the same on every rank */
@@ -56,16 +58,17 @@ struct cohort_comm {
 };
 
 /* Makes the communicator around a connected transport (takes ownership of it) and starts the progress thread. */
-cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out);
+cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
+                                  const cohort__config *config, cohort_comm **out);
 
 /* Joins the job (rendezvous.c): opens the store (serving it on rank 0 unless the launcher does), chooses the
  * transport by COHORT_TRANSPORT and where the ranks are (shm on one host, tcp, or tcp+shm for several nodes of
  * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; prefix_out
  * receives the job's key prefix "cohort/<run id>/<generation>/". */
 struct cohort__launch_env;
-cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, cohort__transport **out,
-                                         cohort__store **store_out, cohort__store_server **server_out,
-                                         char *prefix_out, size_t prefix_len);
+cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, const cohort__config *config,
+                                         cohort__transport **out, cohort__store **store_out,
+                                         cohort__store_server **server_out, char *prefix_out, size_t prefix_len);
 
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */

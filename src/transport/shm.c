@@ -53,7 +53,6 @@
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "transport/frame.h"
@@ -790,7 +789,7 @@ static char *ring_data(seg_hdr *s, int owner, int producer) {
 
 static ring_ctl *ring_ctl_of(seg_hdr *s, int producer) { return (ring_ctl *)((char *)s + s->ctl_offset) + producer; }
 
-void cohort__shm_host_identity(char *out, size_t len) {
+void cohort__shm_host_identity(const char *node, char *out, size_t len) {
   char host[128] = "?", boot[64] = "?", ns[64] = "?";
   gethostname(host, sizeof host - 1);
   int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -802,12 +801,14 @@ void cohort__shm_host_identity(char *out, size_t len) {
   }
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   ns[n > 0 ? n : 0] = '\0';
-  const char *node = cohort__env_str("COHORT_NODE_ID");
-  if (node[0])
+  if (node && node[0])
     snprintf(out, len, "%s/%s/%s node %.64s", host, boot, ns, node);
   else
     snprintf(out, len, "%s/%s/%s", host, boot, ns);
 }
+
+/* Where a rank whose setup failed leaves "<status> rank <r>: <message>" for the others. */
+#define ERROR_KEY "error"
 
 /* A setup failure another rank reported under err_key ("<status> rank <r>: <message>"), as our own. */
 static cohort_status peer_setup_failure(cohort__store *store, const char *err_key, int *found) {
@@ -825,36 +826,16 @@ static cohort_status peer_setup_failure(cohort__store *store, const char *err_ke
   return st;
 }
 
-/* A rank that runs COHORT_TRANSPORT=auto or tcp publishes its host or its address under the job's prefix (not under a
- * node's, where the layered transport runs this rendezvous) and never a segment: waiting for it would last until
- * COHORT_TIMEOUT. */
-static cohort_status other_transport(shm_transport *t, cohort__store *store, const char *prefix, int p) {
-  static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}};
-  for (int i = 0; i < 2; i++) {
-    char key[160];
-    int there = 0;
-    snprintf(key, sizeof key, "%s%s/%d", prefix, first_key_of[i][1], p);
-    COHORT_CHECK(cohort__store_check(store, key, &there));
-    if (there)
-      return cohort__error(COHORT_ERR_INVALID,
-                           "rank %d runs with COHORT_TRANSPORT=%s but rank %d with shm: set it alike on every rank",
-                           WORLD(t, p), first_key_of[i][0], WORLD(t, t->base.rank));
-  }
-  return COHORT_OK;
-}
-
-/* Waits for key (rank p's segment), failing early if some rank has reported a setup failure under err_key, or when
- * p runs another transport while we run COHORT_TRANSPORT=shm (auto ranks that found one host come here too, after
- * publishing their hosts; the layered transport's node rendezvous has keys of its own, under "node/"). */
-static cohort_status await_key(shm_transport *t, cohort__store *store, const char *prefix, int p, const char *key,
-                               const char *err_key, int64_t deadline, void **value, size_t *len) {
-  int job_wide = !strstr(prefix, "/node/") && strcmp(cohort__env_str("COHORT_TRANSPORT"), "shm") == 0;
+/* Waits for key (rank p's), failing early if some rank has reported a setup failure under "error", or when the
+ * caller's peer_elsewhere check fails (p runs another transport while we run COHORT_TRANSPORT=shm). */
+static cohort_status await_key(cohort__store *store, const cohort__shm_options *opt, int p, const char *key,
+                               int64_t deadline, void **value, size_t *len) {
   for (;;) {
     int exists = 0;
     COHORT_CHECK(cohort__store_check(store, key, &exists));
     if (exists) return cohort__store_get(store, key, 1.0, value, len);
-    if (job_wide) COHORT_CHECK(other_transport(t, store, prefix, p));
-    COHORT_CHECK(peer_setup_failure(store, err_key, &exists));
+    if (opt->peer_elsewhere) COHORT_CHECK(opt->peer_elsewhere(opt->arg, p));
+    COHORT_CHECK(peer_setup_failure(store, ERROR_KEY, &exists));
     if (cohort__now_ns() > deadline) return COHORT_ERR_TIMEOUT;
     usleep(1000);
   }
@@ -976,32 +957,28 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
   return st;
 }
 
-cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, const char *prefix,
-                                     int64_t deadline_ns, long spin_us, cohort__transport **out) {
-  long ring_bytes = 0, op_timeout = 0, chunk_bytes = 0, arena_bytes = 0;
-  COHORT_CHECK(cohort__env_long("COHORT_SHM_ARENA_BYTES", 0, 1L << 44, &arena_bytes));
-  COHORT_CHECK(cohort__env_long("COHORT_SHM_RING_BYTES", 256, 1L << 30, &ring_bytes));
-  COHORT_CHECK(cohort__env_long("COHORT_SHM_CHUNK_BYTES", 4096, 1L << 30, &chunk_bytes));
+cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, int64_t deadline_ns,
+                                     const cohort__shm_options *opt, cohort__transport **out) {
+  long ring_bytes = opt->ring_bytes, chunk_bytes = opt->chunk_bytes, arena_bytes = opt->arena_bytes;
   if (chunk_bytes % CACHE_LINE)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
                          CACHE_LINE);
   /* The small-message path puts a whole vector of up to COHORT__SHM_SMALL_BYTES into one staging buffer. */
   uint64_t stage_bytes =
       (uint64_t)chunk_bytes < COHORT__SHM_SMALL_BYTES ? COHORT__SHM_SMALL_BYTES : (uint64_t)chunk_bytes;
-  COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout));
   cohort_status st = COHORT_OK;
-  char name[96] = "", key[160], err_key[160], host[HOST_ID_MAX];
+  const char *err_key = ERROR_KEY;
+  char name[96] = "", key[160], host[HOST_ID_MAX];
   int created = 0;
-  snprintf(err_key, sizeof err_key, "%sshm/error", prefix);
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &shm_ops, .rank = rank, .size = size};
   t->world_offset = world_offset;
   t->me_fd = -1;
   pthread_mutex_init(&t->arena_mu, NULL);
-  t->spin_ns = spin_us * 1000;
-  t->op_timeout_s = (double)op_timeout;
-  t->timeout_ns = (int64_t)op_timeout * 1000000000;
+  t->spin_ns = opt->spin_us * 1000;
+  t->op_timeout_s = opt->op_timeout_s;
+  t->timeout_ns = (int64_t)(opt->op_timeout_s * 1e9);
   t->peers = calloc((size_t)size, sizeof *t->peers);
   if (!t->peers) {
     st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
@@ -1014,15 +991,15 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
    * other rank failed to start, say) then leaves nothing in /dev/shm, where a segment would keep its memory until
    * reboot; the segments exist only for the moments in which every rank is there to map them. Everyone's host
    * identity comes with it, so ranks on several hosts are refused before anything is created. */
-  cohort__shm_host_identity(host, sizeof host);
-  snprintf(key, sizeof key, "%sshm/arrived/%d", prefix, rank);
+  cohort__shm_host_identity(opt->node_id, host, sizeof host);
+  snprintf(key, sizeof key, "arrived/%d", rank);
   if ((st = cohort__store_set(store, key, host, strlen(host))) != COHORT_OK) goto fail;
   for (int p = 0; p < size; p++) {
     if (p == rank) continue;
     char *v = NULL, peer_host[HOST_ID_MAX];
     size_t len = 0;
-    snprintf(key, sizeof key, "%sshm/arrived/%d", prefix, p);
-    st = await_key(t, store, prefix, p, key, err_key, deadline_ns, (void **)&v, &len);
+    snprintf(key, sizeof key, "arrived/%d", p);
+    st = await_key(store, opt, p, key, deadline_ns, (void **)&v, &len);
     if (st == COHORT_ERR_TIMEOUT)
       st = cohort__error(COHORT_ERR_TIMEOUT,
                          "shm rendezvous timed out: rank %d never arrived (COHORT_TIMEOUT sets the wait)", WORLD(t, p));
@@ -1038,7 +1015,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   created = 1;
   char mine[HOST_ID_MAX + 160];
   snprintf(mine, sizeof mine, "%d %s %s", (int)getpid(), name, host);
-  snprintf(key, sizeof key, "%sshm/%d", prefix, rank);
+  snprintf(key, sizeof key, "%d", rank);
   if ((st = cohort__store_set(store, key, mine, strlen(mine))) != COHORT_OK) goto fail;
 
   /* Everyone's segment, pid and host; all ranks see the same set, so all agree on whether shm can work. */
@@ -1046,8 +1023,8 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
     if (p == rank) continue;
     char *v = NULL;
     size_t len = 0;
-    snprintf(key, sizeof key, "%sshm/%d", prefix, p);
-    st = await_key(t, store, prefix, p, key, err_key, deadline_ns, (void **)&v, &len);
+    snprintf(key, sizeof key, "%d", p);
+    st = await_key(store, opt, p, key, deadline_ns, (void **)&v, &len);
     if (st == COHORT_ERR_TIMEOUT)
       st = cohort__error(COHORT_ERR_TIMEOUT,
                          "shm rendezvous timed out: rank %d never published its segment "
@@ -1068,7 +1045,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   }
 
   /* Once every rank has mapped every segment, the names can go: the mappings keep the memory alive. */
-  snprintf(key, sizeof key, "%sshm/mapped", prefix);
+  snprintf(key, sizeof key, "mapped");
   int64_t joined = 0;
   if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail;
   while (joined < size) {

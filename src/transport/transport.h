@@ -167,8 +167,8 @@ cohort_status cohort__tcp_poll(cohort__transport *t);
 typedef struct cohort__inproc_hub cohort__inproc_hub;
 cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out);
 void cohort__inproc_hub_release(cohort__inproc_hub *hub);
-/* Makes rank's transport; a rank may join a hub once. */
-cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out);
+/* Makes rank's transport; a rank may join a hub once. op_timeout_s: COHORT_OP_TIMEOUT. */
+cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, double op_timeout_s, cohort__transport **out);
 /* Fails every member's current and later calls with status and message (a rank that could not join). */
 void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, const char *message);
 

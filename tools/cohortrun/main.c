@@ -24,6 +24,7 @@
 #include <openssl/rand.h>
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "comm/heartbeat.h"
@@ -71,6 +72,7 @@ typedef struct job {
   int remote_code;
   int root_is_job_root; /* this node's failure is the whole job's root cause (always so on one node) */
   double heartbeat_s;   /* COHORT_HEARTBEAT_S; 0: off */
+  double timeout_s;     /* COHORT_TIMEOUT: how long the nodes of a cluster wait for each other */
   char hang[600];       /* the root is a worker that made no progress: what it was doing ("" otherwise) */
 } job;
 
@@ -627,14 +629,16 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  const char *hb = cohort__env_str("COHORT_HEARTBEAT_S");
-  char *hb_end = NULL;
-  j.heartbeat_s = strtod(hb, &hb_end);
-  if (hb_end == hb || *hb_end != '\0' || !(j.heartbeat_s >= 0) || j.heartbeat_s > 1e6) {
-    fprintf(stderr, "cohortrun: COHORT_HEARTBEAT_S must be a number of seconds (0 for off), got '%s'\n", hb);
+  /* The knobs cohortrun itself uses, checked against the table (core/env_knobs.h) as the workers check theirs. */
+  static cohort__config knobs;
+  if (cohort__config_load_one(&knobs, "COHORT_HEARTBEAT_S") != COHORT_OK ||
+      cohort__config_load_one(&knobs, "COHORT_TIMEOUT") != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     free(program);
     return 2;
   }
+  j.heartbeat_s = knobs.heartbeat_s;
+  j.timeout_s = (double)knobs.timeout_s;
   int rc = 1;
   int *log_fds = NULL;
   pid_t ssh_pids[COHORT_LAUNCH_HOSTS_MAX] = {0};
@@ -705,8 +709,7 @@ int main(int argc, char **argv) {
     }
   }
   if (j.opts.nnodes > 1) {
-    double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
-    if (!(timeout_s > 0)) timeout_s = 300;
+    double timeout_s = j.timeout_s;
     int end_code = 1;
     cohort_status st =
         cohort__cluster_join(j.opts.master_addr, port, secret, timeout_s, &j.opts, j.host, &end_code, &j.cluster);
@@ -792,8 +795,7 @@ int main(int argc, char **argv) {
     if (j.opts.elastic) {
       /* Whether this was a failure (which uses up a restart) or a change of membership (which does not), and who
        * is in the next generation, is node 0's decision; every node follows it. */
-      double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
-      if (!(timeout_s > 0)) timeout_s = 300;
+      double timeout_s = j.timeout_s;
       int end_code = 1;
       char *why = NULL;
       if (!cohort__cluster_regroup(j.cluster, timeout_s, &end_code, &why)) {
@@ -814,8 +816,7 @@ int main(int argc, char **argv) {
       /* Every node starts the next generation together, once all of them have stopped this one: a node whose
        * workers came up early would only wait for the others at the workers' rendezvous, and a node that cannot
        * come back (its cohortrun or host gone) ends the job instead. */
-      double timeout_s = strtod(cohort__env_str("COHORT_TIMEOUT"), NULL);
-      if (!(timeout_s > 0)) timeout_s = 300;
+      double timeout_s = j.timeout_s;
       if (cohort__cluster_restart(j.cluster, timeout_s) != COHORT_OK) {
         fprintf(stderr, "cohortrun: node %d: no restart: %s\n", j.opts.node_rank, cohort_last_error());
         break;
