@@ -9,8 +9,8 @@
  * After a failure the communicator is dead: `failed` keeps the first status and message, and every later call
  * returns them at once.
  */
-#ifndef COHORT_ENGINE_COMM_H
-#define COHORT_ENGINE_COMM_H
+#ifndef COHORT_COMM_COMM_H
+#define COHORT_COMM_COMM_H
 
 #include <pthread.h>
 #include <stdint.h>
