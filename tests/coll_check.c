@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/reduce.h"
 
 /* Inputs are small integers so that every sum and product is exact in every dtype; only AVG rounds. */
 static double input(int rank, size_t i, cohort_dtype d, cohort_op op) {

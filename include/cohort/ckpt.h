@@ -44,22 +44,22 @@ extern "C" {
 typedef struct cohort_ckpt_writer cohort_ckpt_writer;
 
 /* A writer for a model with this signature (a non-empty string). */
-cohort_status cohort_ckpt_writer_create(const char *signature, cohort_ckpt_writer **out);
-void cohort_ckpt_writer_destroy(cohort_ckpt_writer *w);
+COHORT_API cohort_status cohort_ckpt_writer_create(const char *signature, cohort_ckpt_writer **out);
+COHORT_API void cohort_ckpt_writer_destroy(cohort_ckpt_writer *w);
 
 /* Adds a copy of an entry: dims[0..ndims) elements of dtype at data. Names are unique, 1..255 bytes. */
-cohort_status cohort_ckpt_add(cohort_ckpt_writer *w, const char *name, cohort_dtype dtype, int ndims,
+COHORT_API cohort_status cohort_ckpt_add(cohort_ckpt_writer *w, const char *name, cohort_dtype dtype, int ndims,
                               const int64_t *dims, const void *data);
 /* A float32 tensor. */
-cohort_status cohort_ckpt_add_f32(cohort_ckpt_writer *w, const char *name, int ndims, const int64_t *dims,
+COHORT_API cohort_status cohort_ckpt_add_f32(cohort_ckpt_writer *w, const char *name, int ndims, const int64_t *dims,
                                   const float *data);
 /* Opaque bytes (a u8 vector of len elements), e.g. a struct such as cohort_sampler_state or an RNG state. */
-cohort_status cohort_ckpt_add_bytes(cohort_ckpt_writer *w, const char *name, const void *data, size_t len);
+COHORT_API cohort_status cohort_ckpt_add_bytes(cohort_ckpt_writer *w, const char *name, const void *data, size_t len);
 /* One int64 (a 0-dimensional i64 entry), e.g. the step. */
-cohort_status cohort_ckpt_add_i64(cohort_ckpt_writer *w, const char *name, int64_t value);
+COHORT_API cohort_status cohort_ckpt_add_i64(cohort_ckpt_writer *w, const char *name, int64_t value);
 
 /* Writes everything added so far to path, atomically (see above). The writer may be saved again. */
-cohort_status cohort_ckpt_writer_save(cohort_ckpt_writer *w, const char *path);
+COHORT_API cohort_status cohort_ckpt_writer_save(cohort_ckpt_writer *w, const char *path);
 
 /* ---- loading ---- */
 
@@ -81,23 +81,23 @@ typedef struct cohort_ckpt_entry {
  * otherwise a file written for another signature is refused ("written by a model with signature X, this model
  * is Y").
  */
-cohort_status cohort_ckpt_load(const char *path, const char *expected_signature, cohort_ckpt **out);
-void cohort_ckpt_destroy(cohort_ckpt *ck);
+COHORT_API cohort_status cohort_ckpt_load(const char *path, const char *expected_signature, cohort_ckpt **out);
+COHORT_API void cohort_ckpt_destroy(cohort_ckpt *ck);
 
-const char *cohort_ckpt_signature(const cohort_ckpt *ck);
+COHORT_API const char *cohort_ckpt_signature(const cohort_ckpt *ck);
 /* The format version of the file (today always COHORT_CKPT_VERSION). */
-uint32_t cohort_ckpt_version(const cohort_ckpt *ck);
-size_t cohort_ckpt_count(const cohort_ckpt *ck);
+COHORT_API uint32_t cohort_ckpt_version(const cohort_ckpt *ck);
+COHORT_API size_t cohort_ckpt_count(const cohort_ckpt *ck);
 /* The i-th entry, in the order they were added. */
-cohort_status cohort_ckpt_entry_at(const cohort_ckpt *ck, size_t i, cohort_ckpt_entry *out);
+COHORT_API cohort_status cohort_ckpt_entry_at(const cohort_ckpt *ck, size_t i, cohort_ckpt_entry *out);
 /* The entry called name; COHORT_ERR_INVALID naming the file when there is none. */
-cohort_status cohort_ckpt_find(const cohort_ckpt *ck, const char *name, cohort_ckpt_entry *out);
+COHORT_API cohort_status cohort_ckpt_find(const cohort_ckpt *ck, const char *name, cohort_ckpt_entry *out);
 
 /* Copies the float32 tensor name into out, after checking that its shape is exactly dims[0..ndims). */
-cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims, float *out);
+COHORT_API cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims, float *out);
 /* Copies the bytes entry name into out, which must be exactly len bytes long. */
-cohort_status cohort_ckpt_get_bytes(const cohort_ckpt *ck, const char *name, void *out, size_t len);
-cohort_status cohort_ckpt_get_i64(const cohort_ckpt *ck, const char *name, int64_t *out);
+COHORT_API cohort_status cohort_ckpt_get_bytes(const cohort_ckpt *ck, const char *name, void *out, size_t len);
+COHORT_API cohort_status cohort_ckpt_get_i64(const cohort_ckpt *ck, const char *name, int64_t *out);
 
 #ifdef __cplusplus
 }

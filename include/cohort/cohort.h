@@ -38,6 +38,14 @@ extern "C" {
 #define COHORT_VERSION_MINOR 1
 #define COHORT_VERSION_PATCH 0
 
+/* Marks the public API: libcohort is built with -fvisibility=hidden, so libcohort.so exports these functions and
+ * nothing else (the cohort__ internals stay inside; tests that need them link the static objects). */
+#if defined(__GNUC__)
+#define COHORT_API __attribute__((visibility("default")))
+#else
+#define COHORT_API
+#endif
+
 typedef enum cohort_status {
   COHORT_OK = 0,
   COHORT_ERR_INVALID = 1,  /* a bad argument or bad environment: nothing was started */
@@ -76,32 +84,32 @@ typedef struct cohort_work cohort_work;
 /* ---- errors ---- */
 
 /* A constant, human-readable name for a status ("remote failure", ...). Never NULL. */
-const char *cohort_strerror(cohort_status status);
+COHORT_API const char *cohort_strerror(cohort_status status);
 /* The detail of the last failure on this thread; "" when there is none. Valid until the next cohort call. */
-const char *cohort_last_error(void);
+COHORT_API const char *cohort_last_error(void);
 
 /* Bytes per element of dtype, 0 for an unknown dtype. */
-size_t cohort_dtype_size(cohort_dtype dtype);
+COHORT_API size_t cohort_dtype_size(cohort_dtype dtype);
 /* "f32", "bf16", ...; cohort_dtype_parse() accepts these names. */
-const char *cohort_dtype_name(cohort_dtype dtype);
-cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out);
+COHORT_API const char *cohort_dtype_name(cohort_dtype dtype);
+COHORT_API cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out);
 /* "sum", "avg", "min", "max", "prod". */
-const char *cohort_op_name(cohort_op op);
-cohort_status cohort_op_parse(const char *name, cohort_op *out);
+COHORT_API const char *cohort_op_name(cohort_op op);
+COHORT_API cohort_status cohort_op_parse(const char *name, cohort_op *out);
 
 /* ---- communicators ---- */
 
 /* Joins the job described by the environment. With neither RANK nor WORLD_SIZE set, makes a 1-rank communicator. */
-cohort_status cohort_init(cohort_comm **comm);
+COHORT_API cohort_status cohort_init(cohort_comm **comm);
 /* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted. */
-void cohort_comm_destroy(cohort_comm *comm);
+COHORT_API void cohort_comm_destroy(cohort_comm *comm);
 
-int cohort_rank(const cohort_comm *comm);
-int cohort_size(const cohort_comm *comm);
-int cohort_local_rank(const cohort_comm *comm);
-int cohort_local_size(const cohort_comm *comm);
+COHORT_API int cohort_rank(const cohort_comm *comm);
+COHORT_API int cohort_size(const cohort_comm *comm);
+COHORT_API int cohort_local_rank(const cohort_comm *comm);
+COHORT_API int cohort_local_size(const cohort_comm *comm);
 /* The name of the transport in use: "tcp", "inproc", ... */
-const char *cohort_transport_name(const cohort_comm *comm);
+COHORT_API const char *cohort_transport_name(const cohort_comm *comm);
 
 /*
  * Zero-copy buffers: bytes of memory (page-aligned) in this rank's shared arena when the transport has one (shm on
@@ -110,13 +118,13 @@ const char *cohort_transport_name(const cohort_comm *comm);
  * copies through staging buffers: the other ranks of the node read the input and the result in place. Free with
  * cohort_free() on the same communicator, before cohort_comm_destroy(). Any thread.
  */
-void *cohort_alloc(cohort_comm *comm, size_t bytes);
-void cohort_free(cohort_comm *comm, void *ptr);
+COHORT_API void *cohort_alloc(cohort_comm *comm, size_t bytes);
+COHORT_API void cohort_free(cohort_comm *comm, void *ptr);
 /* 1 when [ptr, ptr + bytes) lies in this rank's shared arena (collectives on it are zero copy), else 0. Any thread. */
-int cohort_in_arena(const cohort_comm *comm, const void *ptr, size_t bytes);
+COHORT_API int cohort_in_arena(const cohort_comm *comm, const void *ptr, size_t bytes);
 
 /* Makes every later call on comm (on every rank) fail with COHORT_ERR_REMOTE naming this rank and reason. */
-void cohort_comm_abort(cohort_comm *comm, const char *reason);
+COHORT_API void cohort_comm_abort(cohort_comm *comm, const char *reason);
 
 /*
  * In-process groups: N ranks as threads of one process, joined by the in-process transport. Make the group once,
@@ -124,25 +132,25 @@ void cohort_comm_abort(cohort_comm *comm, const char *reason);
  * The group may be destroyed once every thread's cohort_init_inproc() has returned.
  */
 typedef struct cohort_inproc_group cohort_inproc_group;
-cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **group);
-void cohort_inproc_group_destroy(cohort_inproc_group *group);
-cohort_status cohort_init_inproc(cohort_inproc_group *group, int rank, cohort_comm **comm);
+COHORT_API cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **group);
+COHORT_API void cohort_inproc_group_destroy(cohort_inproc_group *group);
+COHORT_API cohort_status cohort_init_inproc(cohort_inproc_group *group, int rank, cohort_comm **comm);
 
 /* ---- collectives (blocking) ---- */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */
-cohort_status cohort_allreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_allreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                cohort_dtype dtype, cohort_op op);
 /* Copies root's buf to every rank's buf. */
-cohort_status cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root);
+COHORT_API cohort_status cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root);
 /* recvbuf holds size*count elements: rank r's sendbuf at offset r*count. count is per rank. */
-cohort_status cohort_allgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_allgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                cohort_dtype dtype);
 /* sendbuf holds size*count elements; rank r receives block r of the reduction. count is per rank. */
-cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                     cohort_dtype dtype, cohort_op op);
 /* Returns once every rank has entered the barrier. */
-cohort_status cohort_barrier(cohort_comm *comm);
+COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
 
 /* ---- collectives (asynchronous) ---- */
 
@@ -151,22 +159,22 @@ cohort_status cohort_barrier(cohort_comm *comm);
  * handle. Work completes in issue order; several may be in flight. Argument errors are returned by the call itself;
  * communication errors are returned by cohort_work_wait()/cohort_work_test().
  */
-cohort_status cohort_iallreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_iallreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                 cohort_dtype dtype, cohort_op op, cohort_work **work);
-cohort_status cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root,
+COHORT_API cohort_status cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root,
                                 cohort_work **work);
-cohort_status cohort_iallgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_iallgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                 cohort_dtype dtype, cohort_work **work);
-cohort_status cohort_ireduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+COHORT_API cohort_status cohort_ireduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                      cohort_dtype dtype, cohort_op op, cohort_work **work);
-cohort_status cohort_ibarrier(cohort_comm *comm, cohort_work **work);
+COHORT_API cohort_status cohort_ibarrier(cohort_comm *comm, cohort_work **work);
 
 /* Blocks until work completes; returns its status (and sets cohort_last_error() on this thread). */
-cohort_status cohort_work_wait(cohort_work *work);
+COHORT_API cohort_status cohort_work_wait(cohort_work *work);
 /* *done = 1 and returns the work's status once it has completed; *done = 0 and COHORT_OK while it runs. */
-cohort_status cohort_work_test(cohort_work *work, int *done);
+COHORT_API cohort_status cohort_work_test(cohort_work *work, int *done);
 /* Frees a handle; if the work is still running it is waited for first. Safe on NULL. */
-void cohort_work_free(cohort_work *work);
+COHORT_API void cohort_work_free(cohort_work *work);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,7 @@ typedef struct cohort_idx {
 } cohort_idx;
 
 /* Bytes per element of an IDX type; 0 for a type the format does not define. */
-size_t cohort_idx_type_size(int type);
+COHORT_API size_t cohort_idx_type_size(int type);
 
 /*
  * Reads an IDX file; a name ending in ".gz" may be gzip-compressed, and a plain file is read as it is. what names
@@ -70,11 +70,11 @@ size_t cohort_idx_type_size(int type);
  * type, has no or too many dimensions, is shorter than its dimensions say ("expected N bytes of images, got M")
  * or has bytes after the payload. On success *out owns its data; on failure *out is left empty.
  */
-cohort_status cohort_idx_read(const char *path, const char *what, cohort_idx *out);
+COHORT_API cohort_status cohort_idx_read(const char *path, const char *what, cohort_idx *out);
 /* Writes idx to path, gzip-compressed when gzip != 0. For tests and tools that make small data sets. */
-cohort_status cohort_idx_write(const char *path, const cohort_idx *idx, int gzip);
+COHORT_API cohort_status cohort_idx_write(const char *path, const cohort_idx *idx, int gzip);
 /* Frees idx->data and empties idx. Safe on an empty cohort_idx. */
-void cohort_idx_free(cohort_idx *idx);
+COHORT_API void cohort_idx_free(cohort_idx *idx);
 
 /* ---- datasets ---- */
 
@@ -95,27 +95,27 @@ typedef struct cohort_dataset cohort_dataset;
  * mean 0 and std 1 to match the anchor. Fails when a file is missing or malformed, when the images are not 28x28,
  * when the image and label counts differ, or when a label is outside 0..9.
  */
-cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, float mean, float std,
+COHORT_API cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, float mean, float std,
                                          cohort_dataset **out);
 /*
  * Loads any pair of IDX files: images u8 [N, H, W] (one channel) or [N, C, H, W], labels u8 or i32 [N]. Pixels
  * are normalized as in cohort_dataset_load_fmnist(). num_classes > 0 makes a label outside 0..num_classes-1 an
  * error.
  */
-cohort_status cohort_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std,
+COHORT_API cohort_status cohort_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std,
                                       int num_classes, cohort_dataset **out);
 /* Makes a dataset from arrays in memory (copied): images holds count*channels*height*width floats. */
-cohort_status cohort_dataset_create(size_t count, int channels, int height, int width, const float *images,
+COHORT_API cohort_status cohort_dataset_create(size_t count, int channels, int height, int width, const float *images,
                                     const int32_t *labels, cohort_dataset **out);
-void cohort_dataset_destroy(cohort_dataset *ds);
+COHORT_API void cohort_dataset_destroy(cohort_dataset *ds);
 
-size_t cohort_dataset_size(const cohort_dataset *ds);
+COHORT_API size_t cohort_dataset_size(const cohort_dataset *ds);
 /* Floats per sample: channels * height * width. */
-size_t cohort_dataset_sample_floats(const cohort_dataset *ds);
-void cohort_dataset_shape(const cohort_dataset *ds, int *channels, int *height, int *width);
+COHORT_API size_t cohort_dataset_sample_floats(const cohort_dataset *ds);
+COHORT_API void cohort_dataset_shape(const cohort_dataset *ds, int *channels, int *height, int *width);
 /* All images, sample after sample, each CHW. Valid until the dataset is destroyed. */
-const float *cohort_dataset_images(const cohort_dataset *ds);
-const int32_t *cohort_dataset_labels(const cohort_dataset *ds);
+COHORT_API const float *cohort_dataset_images(const cohort_dataset *ds);
+COHORT_API const int32_t *cohort_dataset_labels(const cohort_dataset *ds);
 
 /* ---- the distributed sampler ---- */
 
@@ -130,21 +130,21 @@ typedef struct cohort_sampler cohort_sampler;
  *  - rank r takes order[r], order[r + world], order[r + 2 world], ... (num_samples of them).
  * The sampler starts at epoch 0, cursor 0.
  */
-cohort_status cohort_sampler_create(size_t dataset_size, int world_size, int rank, int shuffle, uint64_t seed,
+COHORT_API cohort_status cohort_sampler_create(size_t dataset_size, int world_size, int rank, int shuffle, uint64_t seed,
                                     int drop_last, cohort_sampler **out);
-void cohort_sampler_destroy(cohort_sampler *s);
+COHORT_API void cohort_sampler_destroy(cohort_sampler *s);
 
 /* Recomputes the order for epoch and moves the cursor to its start. */
-cohort_status cohort_sampler_set_epoch(cohort_sampler *s, uint64_t epoch);
-uint64_t cohort_sampler_epoch(const cohort_sampler *s);
+COHORT_API cohort_status cohort_sampler_set_epoch(cohort_sampler *s, uint64_t epoch);
+COHORT_API uint64_t cohort_sampler_epoch(const cohort_sampler *s);
 /* How many indices this rank visits per epoch. */
-size_t cohort_sampler_num_samples(const cohort_sampler *s);
+COHORT_API size_t cohort_sampler_num_samples(const cohort_sampler *s);
 /* This rank's indices for the current epoch (num_samples of them). Valid until the next set_epoch/restore. */
-const int64_t *cohort_sampler_indices(const cohort_sampler *s);
+COHORT_API const int64_t *cohort_sampler_indices(const cohort_sampler *s);
 /* Copies up to max of the next indices to out and advances the cursor; returns how many (0 at the epoch's end). */
-size_t cohort_sampler_next(cohort_sampler *s, int64_t *out, size_t max);
+COHORT_API size_t cohort_sampler_next(cohort_sampler *s, int64_t *out, size_t max);
 /* How many indices of this epoch have been taken. */
-size_t cohort_sampler_cursor(const cohort_sampler *s);
+COHORT_API size_t cohort_sampler_cursor(const cohort_sampler *s);
 
 /*
  * Where a sampler stands, to be stored in a checkpoint. Every rank has the same state (ranks advance in step), so
@@ -162,9 +162,9 @@ typedef struct cohort_sampler_state {
   int32_t reserved; /* 0 */
 } cohort_sampler_state;
 
-void cohort_sampler_get_state(const cohort_sampler *s, cohort_sampler_state *state);
+COHORT_API void cohort_sampler_get_state(const cohort_sampler *s, cohort_sampler_state *state);
 /* Goes back to state: COHORT_ERR_INVALID, naming the field, when it was saved with another configuration. */
-cohort_status cohort_sampler_restore(cohort_sampler *s, const cohort_sampler_state *state);
+COHORT_API cohort_status cohort_sampler_restore(cohort_sampler *s, const cohort_sampler_state *state);
 
 /* ---- the loader ---- */
 
@@ -184,26 +184,26 @@ typedef struct cohort_batch {
  * batch of an epoch is smaller unless drop_last, which skips it. The loader starts gathering at once, on its own
  * thread, into two buffers. ds and sampler must outlive the loader; the loader owns the sampler while it lives.
  */
-cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size, int drop_last,
+COHORT_API cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size, int drop_last,
                                    cohort_loader **out);
 /* Stops and joins the background thread, then frees the loader. Safe on NULL. */
-void cohort_loader_destroy(cohort_loader *l);
+COHORT_API void cohort_loader_destroy(cohort_loader *l);
 
 /*
  * The next batch of the epoch (waiting for it if it is not gathered yet); batch->size == 0 at the end of the epoch.
  * Returning a batch moves the sampler's cursor past it, so that a state saved now resumes after this batch.
  */
-cohort_status cohort_loader_next(cohort_loader *l, cohort_batch *batch);
+COHORT_API cohort_status cohort_loader_next(cohort_loader *l, cohort_batch *batch);
 /* Starts epoch: the sampler's set_epoch, then prefetching from its start. */
-cohort_status cohort_loader_set_epoch(cohort_loader *l, uint64_t epoch);
+COHORT_API cohort_status cohort_loader_set_epoch(cohort_loader *l, uint64_t epoch);
 /* Restores the sampler's state (see cohort_sampler_restore) and prefetches from there. */
-cohort_status cohort_loader_restore(cohort_loader *l, const cohort_sampler_state *state);
+COHORT_API cohort_status cohort_loader_restore(cohort_loader *l, const cohort_sampler_state *state);
 /* Batches of this epoch still to come from cohort_loader_next(). */
-size_t cohort_loader_batches_left(const cohort_loader *l);
+COHORT_API size_t cohort_loader_batches_left(const cohort_loader *l);
 /* Batches gathered and waiting (0..2): a loader that keeps up shows 1 or 2 here right after cohort_loader_next. */
-int cohort_loader_ready(cohort_loader *l);
+COHORT_API int cohort_loader_ready(cohort_loader *l);
 /* Total seconds cohort_loader_next() has spent waiting for the background thread (a data-bound job shows it). */
-double cohort_loader_wait_seconds(cohort_loader *l);
+COHORT_API double cohort_loader_wait_seconds(cohort_loader *l);
 
 #ifdef __cplusplus
 }

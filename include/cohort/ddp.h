@@ -110,14 +110,14 @@ typedef struct cohort_ddp_options {
 } cohort_ddp_options;
 
 /* The defaults described above (broadcast_buffers = 1, everything else 0). */
-void cohort_ddp_options_init(cohort_ddp_options *options);
+COHORT_API void cohort_ddp_options_init(cohort_ddp_options *options);
 
 /*
  * Makes an engine over comm for params[0..num_params) and buffers[0..num_buffers). Gradients live in the engine's
  * bucket memory: cohort_ddp_grad(ddp, i) gives parameter i's view (zeroed at creation). options may be NULL for
  * the defaults. Collective: every rank must call it; it compares the lists and broadcasts rank 0's values.
  */
-cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *params, int num_params,
+COHORT_API cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *params, int num_params,
                                 const cohort_ddp_tensor *buffers, int num_buffers, const cohort_ddp_options *options,
                                 cohort_ddp **out);
 /*
@@ -126,46 +126,46 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
  * destroying the engine gives the model its own gradient arrays back (zeroed) and clears its hooks (grad hook and
  * SyncBatchNorm).
  */
-cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model, const cohort_ddp_options *options,
+COHORT_API cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model, const cohort_ddp_options *options,
                                       cohort_ddp **out);
 /* Waits for anything in flight, writes the timeline if COHORT_TIMELINE is set, and frees the engine. Safe on NULL. */
-void cohort_ddp_destroy(cohort_ddp *ddp);
+COHORT_API void cohort_ddp_destroy(cohort_ddp *ddp);
 
 /* The communicator the engine reduces over. */
-cohort_comm *cohort_ddp_comm(const cohort_ddp *ddp);
+COHORT_API cohort_comm *cohort_ddp_comm(const cohort_ddp *ddp);
 
 /*
  * SyncBatchNorm: with on = 1 the model's batchnorm layers compute their batch statistics over every rank's batch
  * (PyTorch's SyncBatchNorm): a blocking allreduce of per-channel sums in forward and another in backward. Running
  * statistics then agree across ranks too. on = 0 goes back to per-rank statistics. Every rank must do the same.
  */
-cohort_status cohort_ddp_sync_batchnorm(cohort_ddp *ddp, struct cohort_model *model, int on);
+COHORT_API cohort_status cohort_ddp_sync_batchnorm(cohort_ddp *ddp, struct cohort_model *model, int on);
 
 /* Whether this engine overlaps (the resolved cohort_ddp_options.overlap). */
-int cohort_ddp_overlapping(const cohort_ddp *ddp);
+COHORT_API int cohort_ddp_overlapping(const cohort_ddp *ddp);
 
 /* Parameter i's gradient inside its bucket (count floats), or NULL when i is out of range. */
-float *cohort_ddp_grad(cohort_ddp *ddp, int i);
-int cohort_ddp_num_buckets(const cohort_ddp *ddp);
+COHORT_API float *cohort_ddp_grad(cohort_ddp *ddp, int i);
+COHORT_API int cohort_ddp_num_buckets(const cohort_ddp *ddp);
 /* The reduction order's bucket b (its params and size); NULL when out of range. data stays valid until the next
  * rebuild (after the first synchronized step) or destroy. */
-const cohort_ddp_bucket *cohort_ddp_bucket_at(const cohort_ddp *ddp, int b);
+COHORT_API const cohort_ddp_bucket *cohort_ddp_bucket_at(const cohort_ddp *ddp, int b);
 
 /* Replaces the reduction (NULL: back to the built-in average, with the compression of the options). */
-cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_hook *hook);
+COHORT_API cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_hook *hook);
 
 /*
  * Gradient accumulation: with sync off, steps only accumulate into the gradients (mark_ready launches nothing and
  * finish waits for nothing); turn it back on for the step that should average. PyTorch's no_sync().
  */
-void cohort_ddp_set_sync(cohort_ddp *ddp, int sync);
+COHORT_API void cohort_ddp_set_sync(cohort_ddp *ddp, int sync);
 
 /* Starts a step: forgets the last step's readiness; broadcasts buffers when asked; opens the "forward" span. */
-cohort_status cohort_ddp_prepare(cohort_ddp *ddp);
+COHORT_API cohort_status cohort_ddp_prepare(cohort_ddp *ddp);
 /* Parameter i's gradient is final (the grad hook). Starts its bucket (and any held-back later ones) when full. */
-cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i);
+COHORT_API cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i);
 /* Starts what has not started, waits for every bucket, and leaves the average in every gradient. */
-cohort_status cohort_ddp_finish(cohort_ddp *ddp);
+COHORT_API cohort_status cohort_ddp_finish(cohort_ddp *ddp);
 
 /* ---- observability ---- */
 
@@ -177,8 +177,8 @@ typedef enum cohort_ddp_span {
   COHORT_SPAN_COUNT
 } cohort_ddp_span;
 /* Opens and closes a span of the training loop in the timeline (cheap and a no-op when there is no timeline). */
-void cohort_ddp_span_begin(cohort_ddp *ddp, cohort_ddp_span span);
-void cohort_ddp_span_end(cohort_ddp *ddp, cohort_ddp_span span);
+COHORT_API void cohort_ddp_span_begin(cohort_ddp *ddp, cohort_ddp_span span);
+COHORT_API void cohort_ddp_span_end(cohort_ddp *ddp, cohort_ddp_span span);
 
 /*
  * Per-step statistics of the synchronized steps, in seconds. compute: prepare() to finish() (forward and
@@ -196,7 +196,7 @@ typedef struct cohort_ddp_stats {
   size_t bytes_per_step;    /* gradient bytes reduced per step (before compression) */
   int num_buckets;
 } cohort_ddp_stats;
-void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats);
+COHORT_API void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats);
 
 #ifdef __cplusplus
 }

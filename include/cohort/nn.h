@@ -53,11 +53,11 @@ typedef struct cohort_tensor {
 } cohort_tensor;
 
 /* Allocates a zeroed tensor of the given shape; free it with cohort_tensor_free(). */
-cohort_status cohort_tensor_alloc(cohort_tensor *t, int ndim, const int64_t *shape);
+COHORT_API cohort_status cohort_tensor_alloc(cohort_tensor *t, int ndim, const int64_t *shape);
 /* Frees data from cohort_tensor_alloc() and clears the struct. Safe on a cleared struct. */
-void cohort_tensor_free(cohort_tensor *t);
+COHORT_API void cohort_tensor_free(cohort_tensor *t);
 /* Describes caller memory as a tensor (nothing is allocated or copied; do not cohort_tensor_free it). */
-cohort_status cohort_tensor_wrap(cohort_tensor *t, float *data, int ndim, const int64_t *shape);
+COHORT_API cohort_status cohort_tensor_wrap(cohort_tensor *t, float *data, int ndim, const int64_t *shape);
 
 /* ---- random numbers ---- */
 
@@ -66,12 +66,12 @@ typedef struct cohort_rng {
   uint64_t s[4];
 } cohort_rng;
 
-void cohort_rng_seed(cohort_rng *rng, uint64_t seed);
-uint64_t cohort_rng_next(cohort_rng *rng);
+COHORT_API void cohort_rng_seed(cohort_rng *rng, uint64_t seed);
+COHORT_API uint64_t cohort_rng_next(cohort_rng *rng);
 /* Uniform in [0, 1) with 24 random bits (exactly representable in float). */
-float cohort_rng_uniform(cohort_rng *rng);
+COHORT_API float cohort_rng_uniform(cohort_rng *rng);
 /* Standard normal (Box-Muller in double). */
-double cohort_rng_normal(cohort_rng *rng);
+COHORT_API double cohort_rng_normal(cohort_rng *rng);
 
 /* ---- models ---- */
 
@@ -91,23 +91,23 @@ typedef struct cohort_param {
 typedef void (*cohort_grad_hook)(void *user, int param_index);
 
 /* An empty model in training mode. Add layers, then cohort_model_init() before the first forward. */
-cohort_status cohort_model_create(cohort_model **out);
-void cohort_model_destroy(cohort_model *model);
+COHORT_API cohort_status cohort_model_create(cohort_model **out);
+COHORT_API void cohort_model_destroy(cohort_model *model);
 
 /* Layers, applied in the order added. Names ("conv1") prefix the parameter names; they must be unique. */
-cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features, int out_features);
-cohort_status cohort_model_add_conv2d(cohort_model *model, const char *name, int in_channels, int out_channels,
+COHORT_API cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features, int out_features);
+COHORT_API cohort_status cohort_model_add_conv2d(cohort_model *model, const char *name, int in_channels, int out_channels,
                                       int kernel, int stride, int padding);
 /* stride 0 means stride = kernel (PyTorch's default). No padding, floor mode. */
-cohort_status cohort_model_add_maxpool2d(cohort_model *model, int kernel, int stride);
-cohort_status cohort_model_add_relu(cohort_model *model);
+COHORT_API cohort_status cohort_model_add_maxpool2d(cohort_model *model, int kernel, int stride);
+COHORT_API cohort_status cohort_model_add_relu(cohort_model *model);
 /* Inverted dropout with probability p in [0, 1]; masks come from the model's RNG (cohort_model_rng()). */
-cohort_status cohort_model_add_dropout(cohort_model *model, float p);
+COHORT_API cohort_status cohort_model_add_dropout(cohort_model *model, float p);
 /* Per-channel batch normalisation of NCHW input; momentum as in PyTorch (0.1 is PyTorch's default). */
-cohort_status cohort_model_add_batchnorm2d(cohort_model *model, const char *name, int channels, float eps,
+COHORT_API cohort_status cohort_model_add_batchnorm2d(cohort_model *model, const char *name, int channels, float eps,
                                            float momentum);
 /* [N, C, H, W] -> [N, C*H*W]. */
-cohort_status cohort_model_add_flatten(cohort_model *model);
+COHORT_API cohort_status cohort_model_add_flatten(cohort_model *model);
 
 typedef enum cohort_init_kind {
   COHORT_INIT_TORCH_DEFAULT = 0, /* PyTorch's default: weights kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) */
@@ -122,67 +122,67 @@ typedef enum cohort_init_kind {
  * batchnorm to weight 1, bias 0, running mean 0, running var 1; zeroes the gradients; seeds the dropout RNG from
  * seed as well. May be called again to re-initialise. No layers can be added after it.
  */
-cohort_status cohort_model_init(cohort_model *model, cohort_init_kind kind, uint64_t seed);
+COHORT_API cohort_status cohort_model_init(cohort_model *model, cohort_init_kind kind, uint64_t seed);
 /* The RNG that dropout draws from: its state is part of a checkpoint; reseed it (e.g. with the rank) if wanted. */
-cohort_rng *cohort_model_rng(cohort_model *model);
+COHORT_API cohort_rng *cohort_model_rng(cohort_model *model);
 
 /* Training mode (the default) uses batch statistics and dropout; eval mode uses running stats and no dropout. */
-void cohort_model_set_training(cohort_model *model, int training);
-int cohort_model_training(const cohort_model *model);
+COHORT_API void cohort_model_set_training(cohort_model *model, int training);
+COHORT_API int cohort_model_training(const cohort_model *model);
 
 /* Runs every layer. *output belongs to the model (see Ownership). The batch size may change between calls. */
-cohort_status cohort_model_forward(cohort_model *model, const cohort_tensor *input, const cohort_tensor **output);
+COHORT_API cohort_status cohort_model_forward(cohort_model *model, const cohort_tensor *input, const cohort_tensor **output);
 /*
  * Back-propagates grad_output (the gradient of the loss with respect to the last forward's output, same shape)
  * and adds each parameter's gradient into its grad array, firing the grad hook as each one is final.
  */
-cohort_status cohort_model_backward(cohort_model *model, const float *grad_output);
-void cohort_model_zero_grad(cohort_model *model);
+COHORT_API cohort_status cohort_model_backward(cohort_model *model, const float *grad_output);
+COHORT_API void cohort_model_zero_grad(cohort_model *model);
 /* Sets (or with fn NULL clears) the grad hook. */
-void cohort_model_set_grad_hook(cohort_model *model, cohort_grad_hook fn, void *user);
+COHORT_API void cohort_model_set_grad_hook(cohort_model *model, cohort_grad_hook fn, void *user);
 /* Cross-replica batch statistics (SyncBatchNorm): when set, batchnorm layers in training mode pass their
  * per-channel partial sums to fn, which must replace them in place with the sums over all replicas (e.g. an
  * allreduce SUM) and return COHORT_OK; a failure stops forward/backward with that status. Forward passes 2*C+1
  * sums ([sum x per channel], [sum x^2 per channel], sample count), backward 2*C ([sum dy], [sum dy*xhat]) for a
  * layer with an input gradient; every replica makes the same calls in the same order. NULL fn clears it. */
 typedef cohort_status (*cohort_batchnorm_sync_fn)(void *user, double *sums, size_t count);
-void cohort_model_set_batchnorm_sync(cohort_model *model, cohort_batchnorm_sync_fn fn, void *user);
+COHORT_API void cohort_model_set_batchnorm_sync(cohort_model *model, cohort_batchnorm_sync_fn fn, void *user);
 
-int cohort_model_num_params(const cohort_model *model);
+COHORT_API int cohort_model_num_params(const cohort_model *model);
 /* Parameter i in the stable order, or NULL when i is out of range or the model is not initialised. */
-const cohort_param *cohort_model_param(const cohort_model *model, int i);
-int cohort_model_num_buffers(const cohort_model *model);
-const cohort_param *cohort_model_buffer(const cohort_model *model, int i);
+COHORT_API const cohort_param *cohort_model_param(const cohort_model *model, int i);
+COHORT_API int cohort_model_num_buffers(const cohort_model *model);
+COHORT_API const cohort_param *cohort_model_buffer(const cohort_model *model, int i);
 /* All parameter values back to back in parameter order (e.g. to broadcast or checkpoint them in one go). */
-float *cohort_model_param_data(cohort_model *model);
+COHORT_API float *cohort_model_param_data(cohort_model *model);
 /* Total number of parameter elements. */
-size_t cohort_model_param_count(const cohort_model *model);
+COHORT_API size_t cohort_model_param_count(const cohort_model *model);
 /*
  * Makes backward write parameter i's gradient into caller memory of its numel floats (so a DDP engine can keep
  * gradients inside its buckets); NULL goes back to the model's own array. The contents are left as they are.
  */
-cohort_status cohort_model_set_grad_buffer(cohort_model *model, int i, float *grad);
+COHORT_API cohort_status cohort_model_set_grad_buffer(cohort_model *model, int i, float *grad);
 
 /*
  * Scales all gradients so that their global L2 norm is at most max_norm (PyTorch clip_grad_norm_ semantics:
  * coefficient max_norm / (norm + 1e-6), applied only when below 1). *total_norm (may be NULL) gets the norm before
  * clipping.
  */
-cohort_status cohort_model_clip_grad_norm(cohort_model *model, float max_norm, float *total_norm);
+COHORT_API cohort_status cohort_model_clip_grad_norm(cohort_model *model, float max_norm, float *total_norm);
 
 /* SHA-256 of every parameter's float32 bytes (little-endian) in parameter order, as lowercase hex. */
-cohort_status cohort_model_hash(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
+COHORT_API cohort_status cohort_model_hash(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
 /* SHA-256 of the parameter and buffer names and shapes: equal signatures mean a checkpoint fits the model. */
-cohort_status cohort_model_signature(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
+COHORT_API cohort_status cohort_model_signature(const cohort_model *model, char hex[COHORT_HASH_HEX_LEN]);
 
 /*
  * The reference CNN of the main job, the same as the anchor's (bench-anchors/torch_ddp_fmnist.py): conv1 1->32 3x3,
  * relu, conv2 32->64 3x3, relu, maxpool 2, flatten, fc1 9216->128, relu, fc2 128->10 (no dropout, as in the
  * anchor). Input [N, 1, 28, 28]. Initialised with COHORT_INIT_TORCH_DEFAULT from seed.
  */
-cohort_status cohort_model_create_cnn(uint64_t seed, cohort_model **out);
+COHORT_API cohort_status cohort_model_create_cnn(uint64_t seed, cohort_model **out);
 /* flatten, fc1 in->hidden, relu, fc2 hidden->classes: input [N, ...] with in elements per sample. */
-cohort_status cohort_model_create_mlp(uint64_t seed, int in, int hidden, int classes, cohort_model **out);
+COHORT_API cohort_status cohort_model_create_mlp(uint64_t seed, int in, int hidden, int classes, cohort_model **out);
 
 /* ---- loss ---- */
 
@@ -191,7 +191,7 @@ cohort_status cohort_model_create_mlp(uint64_t seed, int in, int hidden, int cla
  * (log-sum-exp). *loss gets the mean; grad (may be NULL) gets d loss / d logits, N*C floats; *correct (may be
  * NULL) gets the number of rows whose argmax equals the label.
  */
-cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *labels, float *loss, float *grad,
+COHORT_API cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *labels, float *loss, float *grad,
                                   int *correct);
 
 /* ---- optimizers ---- */
@@ -221,21 +221,21 @@ typedef struct cohort_named_array {
 } cohort_named_array;
 
 /* The model must be initialised and must outlive the optimizer. */
-cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config, cohort_optim **out);
-cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config, cohort_optim **out);
-void cohort_optim_destroy(cohort_optim *optim);
+COHORT_API cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config, cohort_optim **out);
+COHORT_API cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config, cohort_optim **out);
+COHORT_API void cohort_optim_destroy(cohort_optim *optim);
 /* One update of every parameter from its current gradient. Subnormal floats (below FLT_MIN) in the gradients and
  * state count as zero during the step and results that small become zero: state decayed that far would otherwise
  * make the step tens of times slower on x86. The calling thread's floating-point mode is put back afterwards. */
-cohort_status cohort_optim_step(cohort_optim *optim);
-void cohort_optim_set_lr(cohort_optim *optim, float lr);
-float cohort_optim_lr(const cohort_optim *optim);
+COHORT_API cohort_status cohort_optim_step(cohort_optim *optim);
+COHORT_API void cohort_optim_set_lr(cohort_optim *optim, float lr);
+COHORT_API float cohort_optim_lr(const cohort_optim *optim);
 /* Steps taken so far. Part of the state: AdamW's bias correction and SGD's first-step momentum depend on it. */
-int64_t cohort_optim_steps(const cohort_optim *optim);
-void cohort_optim_set_steps(cohort_optim *optim, int64_t steps);
+COHORT_API int64_t cohort_optim_steps(const cohort_optim *optim);
+COHORT_API void cohort_optim_set_steps(cohort_optim *optim, int64_t steps);
 /* State arrays in a stable order (per parameter, in parameter order); write into data to restore a checkpoint. */
-int cohort_optim_num_states(const cohort_optim *optim);
-const cohort_named_array *cohort_optim_state(const cohort_optim *optim, int i);
+COHORT_API int cohort_optim_num_states(const cohort_optim *optim);
+COHORT_API const cohort_named_array *cohort_optim_state(const cohort_optim *optim, int i);
 
 /* ---- learning-rate schedules ---- */
 
@@ -261,14 +261,14 @@ typedef struct cohort_lr_schedule {
 } cohort_lr_schedule;
 
 /* COHORT_ERR_INVALID with the reason when the schedule's fields do not make sense. */
-cohort_status cohort_lr_schedule_check(const cohort_lr_schedule *schedule);
+COHORT_API cohort_status cohort_lr_schedule_check(const cohort_lr_schedule *schedule);
 /* The rate for optimizer step `step` (0-based). */
-float cohort_lr_schedule_at(const cohort_lr_schedule *schedule, int64_t step);
+COHORT_API float cohort_lr_schedule_at(const cohort_lr_schedule *schedule, int64_t step);
 
 /* ---- threads ---- */
 
 /* OpenBLAS threads for this process (n >= 1). Until called, the first model created sets 1 thread per rank. */
-cohort_status cohort_nn_set_threads(int n);
+COHORT_API cohort_status cohort_nn_set_threads(int n);
 
 #ifdef __cplusplus
 }

@@ -3,17 +3,15 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "transport/layered.h"
 
-cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t) {
+cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg) {
   memset(ctx, 0, sizeof *ctx);
   ctx->t = t;
   ctx->rank = t->rank;
   ctx->size = t->size;
-  const char *algo = cohort__env_str("COHORT_ALGO");
+  const char *algo = cfg->algo;
   if (strcmp(algo, "auto") == 0)
     ctx->forced_algo = COHORT__ALGO_AUTO;
   else if (strcmp(algo, "ring") == 0)
@@ -24,11 +22,8 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t)
     ctx->forced_algo = COHORT__ALGO_HIER;
   else
     return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
-  long v;
-  COHORT_CHECK(cohort__env_long("COHORT_SMALL_BYTES", 0, 1L << 40, &v));
-  ctx->small_bytes = (size_t)v;
-  COHORT_CHECK(cohort__env_long("COHORT_SEGMENT_BYTES", 1, 1L << 30, &v));
-  ctx->segment_bytes = (size_t)v;
+  ctx->small_bytes = (size_t)cfg->small_bytes;
+  ctx->segment_bytes = (size_t)cfg->segment_bytes;
   ctx->layers = cohort__layers_of(t);
   if (ctx->forced_algo == COHORT__ALGO_HIER && !ctx->layers)
     return cohort__error(COHORT_ERR_INVALID,
@@ -163,7 +158,8 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
-    if (node) return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op);
+    if (node)
+      return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL, NULL);
     if (hier) return cohort__hier_allreduce(ctx, a);
     return algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
   case COHORT__COLL_BROADCAST:

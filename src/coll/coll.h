@@ -7,7 +7,6 @@
  *   broadcast.c  binomial tree for small messages, pipelined chain for large ones
  *   barrier.c    dissemination barrier
  *   hier.c       hierarchical allreduce for jobs on several nodes: shm within the node, ring/rd across nodes
- *   reduce.c     the element-wise reduction kernels (vectorized; f16/bf16 computed in f32)
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -21,6 +20,7 @@
 #include <stddef.h>
 
 #include "cohort/cohort.h"
+#include "core/config.h"
 #include "transport/transport.h"
 
 typedef enum cohort__algo {
@@ -55,14 +55,15 @@ typedef struct cohort__coll_ctx {
   size_t segment_bytes;     /* pipeline segment of ring and chain */
   void *scratch[2];
   size_t scratch_len[2];
-  /* Several nodes with several ranks each (transport/layered.h), else NULL; then `across` is the context of the
+  /* Several nodes with several ranks each (cohort__layers_of), else NULL; then `across` is the context of the
    * algorithms over the ranks with our local index on every node. */
   const struct cohort__layers *layers;
   struct cohort__coll_ctx *across;
 } cohort__coll_ctx;
 
-/* Reads COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES; COHORT_ALGO=hier needs a layered transport. */
-cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t);
+/* Takes COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES from cfg; COHORT_ALGO=hier needs a layered
+ * transport. */
+cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one). */
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a);
@@ -82,19 +83,5 @@ cohort_status cohort__chain_broadcast(cohort__coll_ctx *ctx, const cohort__coll_
 cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
 /* Needs ctx->layers; the call has been set on the layered transport (so on both of its parts). */
 cohort_status cohort__hier_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
-
-/* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. AVG reduces as SUM (see cohort__reduce_avg). */
-void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dtype dtype, cohort_op op);
-/* buf[i] /= world, the last step of AVG. Integers round toward zero. */
-void cohort__reduce_avg(void *buf, size_t n, cohort_dtype dtype, int world);
-
-/* Conversions used by the f16/bf16 kernels (and by tests). */
-float cohort__f16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_f16(float f);
-float cohort__bf16_to_f32(uint16_t h);
-uint16_t cohort__f32_to_bf16(float f);
-/* n elements between f32 and half (COHORT_F16 or COHORT_BF16), rounding to nearest even. */
-void cohort__f32_to_half(uint16_t *dst, const float *src, size_t n, cohort_dtype half);
-void cohort__half_to_f32(float *dst, const uint16_t *src, size_t n, cohort_dtype half);
 
 #endif

@@ -1,7 +1,8 @@
 /*
- * hier.c: the hierarchical allreduce, for a job on several nodes with several ranks each (transport/layered.h).
+ * hier.c: the hierarchical allreduce, for a job on several nodes with several ranks each (cohort__layers in
+ * transport/transport.h).
  *
- * The node allreduce of the shm transport (transport/shm_coll.c) already splits every chunk of the vector into one
+ * The node transport's node_allreduce (over shared memory: transport/shm_coll.c) already splits every chunk of the vector into one
  * slice per local rank and has local rank l reduce slice l from all the node's inputs before the others copy it.
  * Here that reduced slice is, before anyone copies it, allreduced across nodes with the ranks that have local index
  * l on the other nodes (ring or recursive doubling by size, over a view of the TCP mesh): every local rank runs its
@@ -22,8 +23,7 @@
  */
 #include "coll/coll.h"
 #include "core/error.h"
-#include "transport/layered.h"
-#include "transport/shm.h"
+#include "core/reduce.h"
 
 typedef struct across_job {
   cohort__coll_ctx *across;
@@ -53,6 +53,6 @@ cohort_status cohort__hier_allreduce(cohort__coll_ctx *ctx, const cohort__coll_a
   if (!ctx->layers || !ctx->across)
     return cohort__error(COHORT_ERR_INTERNAL, "hierarchical allreduce on a communicator without layers");
   across_job job = {.across = ctx->across, .dtype = a->dtype, .op = a->op, .world = ctx->size};
-  return cohort__shm_allreduce_completed(ctx->layers->node, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op,
-                                         allreduce_across, &job);
+  cohort__transport *node = ctx->layers->node;
+  return node->ops->node_allreduce(node, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, allreduce_across, &job);
 }

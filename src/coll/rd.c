@@ -12,6 +12,7 @@
 
 #include "coll/coll.h"
 #include "core/error.h"
+#include "core/reduce.h"
 
 static cohort_status exchange(cohort__transport *t, int peer, void *buf, void *tmp, size_t bytes) {
   cohort__req s, r;

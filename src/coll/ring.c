@@ -17,6 +17,7 @@
 
 #include "coll/coll.h"
 #include "core/error.h"
+#include "core/reduce.h"
 
 #define WINDOW 4
 

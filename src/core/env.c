@@ -15,7 +15,7 @@ typedef struct knob {
   const char *desc;
 } knob;
 
-#define COHORT_KNOB_ENTRY(name, def, desc) {name, def, desc},
+#define COHORT_KNOB_ENTRY(name, field, kind, limits, def, desc) {#name, def, desc},
 static const knob knobs[] = {COHORT_ENV_KNOBS(COHORT_KNOB_ENTRY)};
 #define KNOB_COUNT (sizeof knobs / sizeof knobs[0])
 

@@ -1,9 +1,10 @@
 /*
- * env.h: reading the COHORT_* knobs declared in env_knobs.h, and the torchrun variables.
+ * env.h: the raw environment: a knob's text (or its default), the torchrun variables, unknown COHORT_* names.
  *
- * Values are read from the process environment at each call (cheap, and tests can set them between
- * communicators). A malformed value is an error that names the variable and the value; it never falls back to the
- * default silently.
+ * The library reads its knobs through cohort__config (config.h), parsed once by cohort_init(); what remains here
+ * is for what comes before that (the launch layout, the logger) and for the table's users (docs checks, --help).
+ * Values are read from the process environment at each call. A malformed value is an error that names the variable
+ * and the value; it never falls back to the default silently.
  */
 #ifndef COHORT_CORE_ENV_H
 #define COHORT_CORE_ENV_H

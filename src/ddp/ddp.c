@@ -2,7 +2,6 @@
  * ddp.c: making and unmaking an engine: options and knobs, the parameter table, the cross-rank check, the bucket
  * layout, rank 0's values for everyone, the timeline and the stall inspector; and the glue for a cohort_model.
  */
-#include <errno.h>
 #include <sched.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,7 +9,7 @@
 #include <unistd.h>
 
 #include "cohort/nn.h"
-#include "core/env.h"
+#include "comm/comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "ddp/ddp_internal.h"
@@ -23,25 +22,14 @@ void cohort_ddp_options_init(cohort_ddp_options *o) {
   o->broadcast_buffers = 1;
 }
 
-/* A knob holding a positive decimal number (COHORT_BUCKET_MB, COHORT_STALL_S); 0 allowed when zero_ok. */
-static cohort_status env_positive(const char *name, int zero_ok, double *out) {
-  const char *s = cohort__env_str(name);
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v) || v < 0 || (!zero_ok && v == 0))
-    return cohort__error(COHORT_ERR_INVALID, "%s='%s' is not a %s number", name, s,
-                         zero_ok ? "non-negative" : "positive");
-  *out = v;
-  return COHORT_OK;
-}
+/* The knobs come from the communicator's config (cohort_init parsed them, range checks included). */
+static const cohort__config *knobs(const cohort_ddp *ddp) { return &ddp->comm->config; }
 
-static cohort_status resolve_options(const cohort_ddp_options *given, cohort_ddp_options *o) {
+static cohort_status resolve_options(const cohort_ddp *ddp, const cohort_ddp_options *given, cohort_ddp_options *o) {
   if (given) *o = *given;
   else cohort_ddp_options_init(o);
   if (o->bucket_bytes == 0) {
-    double mb;
-    COHORT_CHECK(env_positive("COHORT_BUCKET_MB", 0, &mb));
+    double mb = knobs(ddp)->bucket_mb;
     o->bucket_bytes = (size_t)(mb * (double)MIB);
     if (o->bucket_bytes < sizeof(float))
       return cohort__error(COHORT_ERR_INVALID, "COHORT_BUCKET_MB=%g is smaller than one gradient", mb);
@@ -124,7 +112,7 @@ static cohort_status resolve_overlap(cohort_ddp *ddp) {
   if (ddp->opt.overlap == COHORT_DDP_OVERLAP_ON) on = 1;
   else if (ddp->opt.overlap == COHORT_DDP_OVERLAP_OFF) on = 0;
   else {
-    const char *knob = cohort__env_str("COHORT_DDP_OVERLAP");
+    const char *knob = knobs(ddp)->ddp_overlap;
     if (!strcmp(knob, "on")) on = 1;
     else if (!strcmp(knob, "off")) on = 0;
     else if (!strcmp(knob, "auto")) {
@@ -145,10 +133,9 @@ static cohort_status resolve_overlap(cohort_ddp *ddp) {
 }
 
 static cohort_status start_observers(cohort_ddp *ddp) {
-  const char *path = cohort__env_str("COHORT_TIMELINE");
+  const char *path = knobs(ddp)->timeline;
   if (path[0]) COHORT_CHECK(cohort__timeline_create(ddp->comm, path, &ddp->timeline));
-  double stall_s;
-  COHORT_CHECK(env_positive("COHORT_STALL_S", 1, &stall_s));
+  double stall_s = knobs(ddp)->stall_s;
   if (ddp->size > 1) COHORT_CHECK(cohort__stall_create(ddp->comm, stall_s, &ddp->stall));
   return COHORT_OK;
 }
@@ -168,7 +155,7 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
   ddp->rank = cohort_rank(comm);
   ddp->size = cohort_size(comm);
   ddp->sync = 1;
-  cohort_status st = resolve_options(options, &ddp->opt);
+  cohort_status st = resolve_options(ddp, options, &ddp->opt);
   if (st == COHORT_OK) st = copy_tables(ddp, params, num_params, buffers, num_buffers);
   /* Everything above is local and may fail on one rank only; tell the others before they wait in a collective. */
   if (st != COHORT_OK && ddp->size > 1) {

@@ -17,8 +17,8 @@
 #include <stdint.h>
 
 #include "cohort/ddp.h"
-#include "engine/stall.h"
-#include "engine/timeline.h"
+#include "ddp/stall.h"
+#include "ddp/timeline.h"
 
 #define COHORT__DDP_MESSAGE_MAX 1024
 

@@ -6,8 +6,8 @@
  */
 #include <stdlib.h>
 
-#include "coll/coll.h"
 #include "core/error.h"
+#include "core/reduce.h"
 #include "ddp/ddp_internal.h"
 
 static cohort_status average_launch(void *user, cohort_comm *comm, const cohort_ddp_bucket *b, cohort_work **work) {

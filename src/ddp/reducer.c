@@ -11,7 +11,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "ddp/ddp_internal.h"
-#include "engine/comm.h" /* cohort__work_times */
+#include "comm/comm.h" /* cohort__work_times */
 
 static const char *const span_names[COHORT_SPAN_COUNT] = {"forward", "backward", "optimizer"};
 

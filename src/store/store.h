@@ -41,6 +41,11 @@ cohort_status cohort__store_add(cohort__store *store, const char *key, int64_t d
 /* Removes key; removing a missing key is not an error. */
 cohort_status cohort__store_delete(cohort__store *store, const char *key);
 
+/* A view of inner in which every key is prefix + key (Gloo's PrefixStore): a part of the setup gets a key space of
+ * its own without knowing the job's key names. Closing the view leaves inner open; inner must outlive the view, and
+ * the view shares inner's thread (one thread at a time for both). */
+cohort_status cohort__store_prefixed(cohort__store *inner, const char *prefix, cohort__store **out);
+
 /* The TCP server. Binds host:port (port 0: any free port; host NULL or "": all interfaces) and serves from a
  * background thread until stopped. */
 typedef struct cohort__store_server cohort__store_server;

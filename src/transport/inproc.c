@@ -18,7 +18,6 @@
 #include <time.h>
 
 #include "core/clock.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "transport/frame.h"
 #include "transport/transport.h"
@@ -232,9 +231,7 @@ void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, con
   pthread_mutex_unlock(&hub->mu);
 }
 
-cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out) {
-  long timeout = 600;
-  COHORT_CHECK(cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &timeout));
+cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, double op_timeout_s, cohort__transport **out) {
   pthread_mutex_lock(&hub->mu);
   int twice = hub->joined[rank];
   hub->joined[rank] = 1;
@@ -244,7 +241,7 @@ cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__t
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &inproc_ops, .rank = rank, .size = hub->size};
   t->hub = hub;
-  t->op_timeout_s = (double)timeout;
+  t->op_timeout_s = op_timeout_s;
   atomic_fetch_add(&hub->refs, 1);
   *out = &t->base;
   return COHORT_OK;

@@ -85,6 +85,8 @@ static void layered_destroy(cohort__transport *t) {
   free(t);
 }
 
+static const cohort__layers *layered_layers(const cohort__transport *t) { return &((const layered *)t)->layers; }
+
 static const cohort__transport_ops layered_ops = {
     .name = "tcp+shm",
     .set_call = layered_set_call,
@@ -97,6 +99,7 @@ static const cohort__transport_ops layered_ops = {
     .alloc = layered_alloc,
     .release = layered_release,
     .in_arena = layered_in_arena,
+    .layers = layered_layers,
 };
 
 cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport *node, int per_node,
@@ -133,6 +136,3 @@ cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport 
   return COHORT_OK;
 }
 
-const cohort__layers *cohort__layers_of(const cohort__transport *t) {
-  return t && t->ops == &layered_ops ? &((const layered *)t)->layers : NULL;
-}

@@ -5,7 +5,7 @@
  * allreduce) go over the mesh; the hierarchical allreduce (src/coll/hier.c) uses the other two.
  *
  * Layout: node j holds ranks [j * per_node, (j + 1) * per_node); rank r has local index r % per_node. Rendezvous
- * builds it only for such regular layouts (engine/rendezvous.c).
+ * builds it only for such regular layouts (comm/rendezvous.c).
  *
  * Failure: an abort or interrupt reaches both the mesh and the node transport, so that a rank waiting on either
  * learns of a failure seen on the other (the engine aborts the transport after any failed collective).
@@ -15,19 +15,11 @@
 
 #include "transport/transport.h"
 
-typedef struct cohort__layers {
-  cohort__transport *wide;   /* TCP over all ranks of the job */
-  cohort__transport *node;   /* shm among the ranks of this node: its rank is our local index */
-  cohort__transport *across; /* view of wide: rank j is the rank with our local index on node j */
-  int nodes, per_node;
-} cohort__layers;
+/* Its parts are a cohort__layers (transport.h): cohort__layers_of() finds them. */
 
 /* Takes ownership of wide and node (both destroyed on failure too); node must be a shm transport (shm.h) of
  * per_node ranks whose rank is wide->rank % per_node. */
 cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport *node, int per_node,
                                      cohort__transport **out);
-
-/* t's layers when t is a layered transport, else NULL. */
-const cohort__layers *cohort__layers_of(const cohort__transport *t);
 
 #endif

@@ -1,12 +1,14 @@
 /*
  * shm.h: the shared-memory transport (shm.c), for a job whose ranks all run on one host (COHORT_TRANSPORT=shm).
  *
- * Setting it up is a rendezvous of its own over the store, so it lives beside the transport rather than in
- * engine/rendezvous.c: every rank first publishes its arrival (its host identity) and waits for everyone's, so that
- * nothing exists in /dev/shm while a rank may still be killed waiting for late peers; then every rank creates one
- * segment for its inbound rings, publishes its name, its pid and its host identity under "<prefix>shm/<rank>", maps
- * every peer's segment, and after a store barrier (which also stands for the TCP path's "connected" barrier: no rank
- * touches the store after it) unlinks its own, so nothing is left in /dev/shm even if a rank is killed later.
+ * Setting it up is a rendezvous of its own over a store that the caller scopes to it (a prefix view, store.h), so
+ * it lives beside the transport rather than in comm/rendezvous.c: every rank first publishes its arrival (its host
+ * identity, key "arrived/<rank>") and waits for everyone's, so that nothing exists in /dev/shm while a rank may
+ * still be killed waiting for late peers; then every rank creates one segment for its inbound rings, publishes its
+ * name, its pid and its host identity under "<rank>", maps every peer's segment, and after a store barrier
+ * ("mapped", which also stands for the TCP path's "connected" barrier: no rank touches the store after it) unlinks
+ * its own, so nothing is left in /dev/shm even if a rank is killed later. A rank whose setup fails leaves its reason
+ * under "error", so the others fail at once with it.
  *
  * Thread-safety: as transport.h says (one driving thread; interrupt from any thread).
  */
@@ -18,17 +20,29 @@
 #include "store/store.h"
 #include "transport/transport.h"
 
-/* Builds the shm transport of rank of size over store (keys under prefix); the job knows rank r as r + world_offset
- * (see cohort__shm_set_world_offset), which is how messages name it. deadline_ns bounds the whole setup
- * (COHORT_TIMEOUT); spin_us is how long a waiting rank polls before it sleeps on its futex. Reads
- * COHORT_SHM_RING_BYTES and COHORT_OP_TIMEOUT. Fails with COHORT_ERR_INVALID when the ranks are not on one host. */
 #define COHORT__SHM_HOST_ID_MAX 256
 /* What must be equal on every rank for shared memory to work between them: the host (name and boot id), the pid
- * namespace, and COHORT_NODE_ID when set (so that tests can simulate several hosts on one). */
-void cohort__shm_host_identity(char *out, size_t len);
+ * namespace, and node_id (COHORT_NODE_ID) when not empty (so that tests can simulate several hosts on one). */
+void cohort__shm_host_identity(const char *node_id, char *out, size_t len);
 
-cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, const char *prefix,
-                                     int64_t deadline_ns, long spin_us, cohort__transport **out);
+typedef struct cohort__shm_options {
+  long ring_bytes;     /* COHORT_SHM_RING_BYTES */
+  long chunk_bytes;    /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
+  long arena_bytes;    /* COHORT_SHM_ARENA_BYTES */
+  double op_timeout_s; /* COHORT_OP_TIMEOUT */
+  long spin_us;        /* how long a waiting rank polls before it sleeps on its futex */
+  const char *node_id; /* COHORT_NODE_ID */
+  /* Optional: called while waiting for peer p's keys; a failure it returns (p runs another transport, say) ends the
+   * setup at once instead of at the deadline. */
+  cohort_status (*peer_elsewhere)(void *arg, int p);
+  void *arg;
+} cohort__shm_options;
+
+/* Builds the shm transport of rank of size over store (a view scoped to this setup: the keys above); the job knows
+ * rank r as r + world_offset (see cohort__shm_set_world_offset), which is how messages name it. deadline_ns bounds
+ * the whole setup (COHORT_TIMEOUT). Fails with COHORT_ERR_INVALID when the ranks are not on one host. */
+cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, int64_t deadline_ns,
+                                     const cohort__shm_options *options, cohort__transport **out);
 
 /* A transport among the ranks of one node of a multi-node job (the hierarchical allreduce, src/coll/hier.c):
  * rank r here is rank r + world_offset of the job, which is how messages name it (cohort__shm_rendezvous takes the
@@ -44,17 +58,5 @@ void cohort__shm_set_idle_check(cohort__transport *t, cohort_status (*check)(voi
 /* Whether a node peer has published a node collective of t's current call number that differs from it
  * (COHORT_ERR_MISMATCH naming both, and t aborted), for a rank that waits elsewhere (on the TCP mesh). */
 cohort_status cohort__shm_check_node_calls(cohort__transport *t);
-
-/* Completes one reduced slice of a node allreduce in place: slice holds count elements, the node's reduction (AVG
- * as SUM) of elements [first, first + count) of the vector. Called once per chunk on every rank, with count 0 for an
- * empty slice, so that the ranks that complete the same slices on other nodes make the same calls. */
-typedef cohort_status (*cohort__shm_complete_fn)(void *arg, void *slice, size_t first, size_t count);
-
-/* The node allreduce of t (a shm transport; the call has been set) where each rank's reduced slice of every chunk
- * goes through complete (which also divides AVG) before the peers copy it; small vectors (every rank reduces the
- * whole vector) go through complete whole, on every rank. */
-cohort_status cohort__shm_allreduce_completed(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                              cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete,
-                                              void *arg);
 
 #endif

@@ -43,8 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/coll.h"
 #include "core/error.h"
+#include "core/reduce.h"
 #include "transport/shm.h"
 #include "transport/shm_impl.h"
 
@@ -201,7 +201,7 @@ static int all_zero_copy(shm_transport *t) {
 }
 
 static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                     cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete, void *arg) {
+                                     cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg) {
   size_t bytes = count * cohort_dtype_size(dtype);
   uint64_t k = ++t->node_k;
   int b = (int)(k & 1);
@@ -234,13 +234,7 @@ static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi) {
 }
 
 cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
-                                         cohort_dtype dtype, cohort_op op) {
-  return cohort__shm_allreduce_completed(base, sendbuf, recvbuf, count, dtype, op, NULL, NULL);
-}
-
-cohort_status cohort__shm_allreduce_completed(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
-                                              cohort_dtype dtype, cohort_op op, cohort__shm_complete_fn complete,
-                                              void *arg) {
+                                         cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg) {
   shm_transport *t = (shm_transport *)base;
   if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
   int n = t->base.size, r = t->base.rank;

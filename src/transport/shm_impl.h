@@ -159,9 +159,18 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
 /* ptr's offset in our arena when all its bytes lie in it, else -1. */
 int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes);
 
-/* The node allreduce (shm_coll.c); the call has been set. cohort__shm_allreduce_completed (shm.h) is its hierarchical
- * variant. */
+/* The node allreduce (shm_coll.c): the transport's node_allreduce operation (transport.h); the call has been set. */
 cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                         cohort_dtype dtype, cohort_op op);
+                                         cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg);
+
+/* The segment's magic, and the page size its parts are aligned to. */
+#define SEG_MAGIC 0x314d485354524843ull /* "CHRTSHM1" */
+#define PAGE 4096
+static inline uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+/* The transport table (shm.c), which shm_setup.c puts in the transports it makes, and the destructor a failed
+ * setup calls. */
+extern const cohort__transport_ops cohort__shm_ops;
+void cohort__shm_destroy(cohort__transport *t);
 
 #endif

@@ -81,6 +81,21 @@ typedef struct cohort__req {
 
 typedef struct cohort__transport cohort__transport;
 
+/* Completes one reduced slice of a node allreduce in place, before the node's other ranks copy it: slice holds
+ * count elements, the node's reduction (AVG as SUM) of elements [first, first + count) of the vector. Called once
+ * per chunk on every rank, with count 0 for an empty slice, so that the ranks that complete the same slices on other
+ * nodes make the same calls. The hierarchical allreduce (src/coll/hier.c) allreduces the slice across nodes here. */
+typedef cohort_status (*cohort__slice_fn)(void *arg, void *slice, size_t first, size_t count);
+
+/* The parts of a transport that spans several nodes with several ranks each (the layered transport, layered.c).
+ * Node j holds ranks [j * per_node, (j + 1) * per_node); rank r has local index r % per_node. */
+typedef struct cohort__layers {
+  cohort__transport *wide;   /* the mesh over all ranks of the job */
+  cohort__transport *node;   /* among the ranks of this node (it has node_allreduce): its rank is our local index */
+  cohort__transport *across; /* a view of wide: rank j is the rank with our local index on node j */
+  int nodes, per_node;
+} cohort__layers;
+
 typedef struct cohort__transport_ops {
   const char *name;
   /* Sets the call stamped on outgoing frames and expected on incoming ones. */
@@ -97,9 +112,13 @@ typedef struct cohort__transport_ops {
   void (*destroy)(cohort__transport *t);
   /* Optional (NULL where a transport has none): the whole allreduce of the current call (set_call came first) done
    * by the transport itself, for transports that share memory between all ranks (shm). Same contract as the
-   * algorithms in src/coll/: every rank gets bitwise the same result; recvbuf may equal sendbuf; AVG divides. */
+   * algorithms in src/coll/: every rank gets bitwise the same result; recvbuf may equal sendbuf; AVG divides.
+   * complete (NULL for none) sees each rank's reduced slice of every chunk before the peers copy it, and then does
+   * the division of AVG itself; small vectors (every rank reduces the whole vector) go through it whole. */
   cohort_status (*node_allreduce)(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
-                                  cohort_dtype dtype, cohort_op op);
+                                  cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg);
+  /* Optional: the parts of a transport over several nodes (the hierarchical allreduce uses them), else NULL. */
+  const cohort__layers *(*layers)(const cohort__transport *t);
   /* Optional, any thread: bytes of memory that the peers can read in place (cohort_alloc), or NULL when there is
    * none (the caller falls back to malloc); release() frees such a block and returns 1, or returns 0 for memory that
    * is not its own. */
@@ -115,6 +134,11 @@ struct cohort__transport {
   int rank;
   int size;
 };
+
+/* t's layers when t spans several nodes with several ranks each (a layered transport), else NULL. */
+static inline const cohort__layers *cohort__layers_of(const cohort__transport *t) {
+  return t && t->ops->layers ? t->ops->layers(t) : NULL;
+}
 
 /* The TCP transport: see tcp.c. Connects the full mesh given every rank's "host:port" listening address. */
 typedef struct cohort__tcp_options {
@@ -143,8 +167,8 @@ cohort_status cohort__tcp_poll(cohort__transport *t);
 typedef struct cohort__inproc_hub cohort__inproc_hub;
 cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out);
 void cohort__inproc_hub_release(cohort__inproc_hub *hub);
-/* Makes rank's transport; a rank may join a hub once. */
-cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, cohort__transport **out);
+/* Makes rank's transport; a rank may join a hub once. op_timeout_s: COHORT_OP_TIMEOUT. */
+cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, double op_timeout_s, cohort__transport **out);
 /* Fails every member's current and later calls with status and message (a rank that could not join). */
 void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, const char *message);
 

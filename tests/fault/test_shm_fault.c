@@ -58,6 +58,7 @@
 #include "coll/coll.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/reduce.h"
 #include "store/store.h"
 #include "test.h"
 

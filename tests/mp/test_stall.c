@@ -9,7 +9,7 @@
  */
 #include <unistd.h>
 
-#include "engine/stall.h"
+#include "ddp/stall.h"
 #include "test.h"
 
 static cohort_comm *comm;

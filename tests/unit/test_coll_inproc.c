@@ -9,6 +9,7 @@
 
 #include "coll/coll.h"
 #include "core/clock.h"
+#include "core/reduce.h"
 #include "coll_check.h"
 #include "test.h"
 

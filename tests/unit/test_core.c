@@ -1,6 +1,7 @@
 /* test_core.c: status names, error text, dtype/op names, env knob parsing, and docs/env.md covering every knob. */
 #include <stdlib.h>
 
+#include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "test.h"
@@ -59,6 +60,44 @@ TEST(env_knobs_parse_with_defaults_and_clear_errors) {
   ASSERT_EQ(present, 0);
 }
 
+/* The knob table parsed once into a config: defaults, each kind, and a bad value named. */
+TEST(config_parses_every_knob_by_its_type_and_range) {
+  static cohort__config cfg;
+  unsetenv("COHORT_TIMEOUT");
+  unsetenv("COHORT_SPIN_US");
+  unsetenv("COHORT_BUCKET_MB");
+  unsetenv("COHORT_ALGO");
+  ASSERT_OK(cohort__config_load(&cfg));
+  ASSERT_EQ(cfg.timeout_s, 300);
+  ASSERT_EQ(cfg.spin_us, -1); /* auto */
+  ASSERT_NEAR(cfg.bucket_mb, 25, 0);
+  ASSERT_STREQ(cfg.algo, "auto");
+  ASSERT_STREQ(cfg.transport, "auto");
+  setenv("COHORT_SPIN_US", "50", 1);
+  setenv("COHORT_BUCKET_MB", "0.5", 1);
+  setenv("COHORT_ALGO", "rd", 1);
+  ASSERT_OK(cohort__config_load(&cfg));
+  ASSERT_EQ(cfg.spin_us, 50);
+  ASSERT_NEAR(cfg.bucket_mb, 0.5, 0);
+  ASSERT_STREQ(cfg.algo, "rd");
+  setenv("COHORT_ALGO", "fast", 1);
+  ASSERT_STATUS(cohort__config_load(&cfg), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_ALGO='fast' is not one of auto, ring, rd, hier");
+  unsetenv("COHORT_ALGO");
+  setenv("COHORT_BUCKET_MB", "0", 1);
+  ASSERT_STATUS(cohort__config_load(&cfg), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_BUCKET_MB=0 is out of range (0, ");
+  setenv("COHORT_BUCKET_MB", "lots", 1);
+  ASSERT_STATUS(cohort__config_load(&cfg), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_BUCKET_MB='lots' is not a number");
+  unsetenv("COHORT_BUCKET_MB");
+  setenv("COHORT_TIMEOUT", "12.5", 1);
+  ASSERT_STATUS(cohort__config_load_one(&cfg, "COHORT_TIMEOUT"), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_TIMEOUT='12.5' is not an integer");
+  unsetenv("COHORT_TIMEOUT");
+  unsetenv("COHORT_SPIN_US");
+}
+
 static char *env_md;
 static int env_md_missing;
 static void check_documented(const char *name, const char *def, const char *desc, void *arg) {
@@ -89,4 +128,5 @@ TEST(docs_env_md_lists_every_knob) {
 
 COHORT_TEST_MAIN(TEST_CASE(strerror_names_every_status), TEST_CASE(error_text_is_kept_per_thread_and_formatted),
                  TEST_CASE(dtype_and_op_names_round_trip), TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
+                 TEST_CASE(config_parses_every_knob_by_its_type_and_range),
                  TEST_CASE(docs_env_md_lists_every_knob))

@@ -1,7 +1,7 @@
 /* test_launch_env.c: rank, size and master from torchrun, Open MPI, MPICH (PMI) and Slurm variables. */
 #include <stdlib.h>
 
-#include "engine/launch_env.h"
+#include "comm/launch_env.h"
 #include "test.h"
 
 static const char *const all_vars[] = {

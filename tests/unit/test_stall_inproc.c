@@ -1,5 +1,5 @@
 /*
- * test_stall_inproc.c: the stall inspector (src/engine/stall.c) in an in-process group, where the ranks share a
+ * test_stall_inproc.c: the stall inspector (src/ddp/stall.c) in an in-process group, where the ranks share a
  * progress board instead of a store. Rank 2 is held back; ranks 0 and 1 wait for bucket 1 in an allreduce and must
  * warn, repeatedly, naming rank 2 and what it last submitted, and never each other. The log is captured by pointing
  * stderr at a file while the ranks run. Also: the inspector is off for one rank or stall_s 0, and destroy is prompt.
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "engine/stall.h"
+#include "ddp/stall.h"
 #include "test.h"
 
 #define NRANKS 3

@@ -1,5 +1,5 @@
 /*
- * test_timeline.c: the Chrome trace (src/engine/timeline.c) over in-process groups. Ranks record spans from
+ * test_timeline.c: the Chrome trace (src/ddp/timeline.c) over in-process groups. Ranks record spans from
  * several threads, write, and the file is parsed back with a strict JSON parser (below) and checked event by
  * event: one pid per rank, the lane names, every span in the order recorded, with its exact duration and args.
  * Also: a path that cannot be written, a failed communicator (each rank writes its own lane), clipping, escaping.
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "engine/timeline.h"
+#include "ddp/timeline.h"
 #include "test.h"
 
 /* ---- a strict JSON parser (RFC 8259): no trailing commas, no comments, no garbage after the value ---- */

@@ -1,12 +1,19 @@
 /*
  * rendezvous.c: how the ranks of a job find each other over the store.
  *
- * Every rank listens on a fresh port, publishes "cohort/<generation>/peer/<rank>" = "ip:port", and waits for
- * everyone else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final
- * counter in the store makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
+ * cohort__rendezvous_connect() opens the store, then chooses the transport: with COHORT_TRANSPORT=auto every rank
+ * first publishes its host ("<prefix>host/<rank>") and learns where the others are; one host means shm (whose setup
+ * runs over the store: transport/shm.h), several nodes of several ranks each mean tcp plus shm within each node
+ * (the layered transport, keys under "<prefix>node/<j>/"), anything else plain tcp.
+ *
+ * For tcp every rank listens on a fresh port, publishes "<prefix>peer/<rank>" = "ip:port", and waits for everyone
+ * else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final counter
+ * ("<prefix>connected") makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
  * rank never arrives, the error names it once COHORT_TIMEOUT has passed.
  *
- * Keys are scoped by COHORT_RESTART_COUNT so that the ranks of a restarted job never meet stale addresses.
+ * <prefix> is "cohort/<run id>/<generation>/": the run id (COHORT_RUN_ID, else derived from COHORT_SECRET) keeps
+ * jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a restarted job from meeting stale
+ * addresses.
  */
 #include <errno.h>
 #include <ifaddrs.h>
@@ -24,14 +31,15 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sock.h"
-#include "engine/comm.h"
-#include "engine/launch_env.h"
+#include "comm/comm.h"
+#include "comm/launch_env.h"
 #include "transport/frame.h"
 #include "transport/layered.h"
 #include "transport/shm.h"
 
 typedef struct rdv {
   const cohort__launch_env *env;
+  const cohort__config *cfg;
   const char *master_addr;
   long master_port;
   long timeout_s;
@@ -64,7 +72,7 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
   r->master_port = r->env->master_port;
-  const char *kind = cohort__env_str("COHORT_STORE");
+  const char *kind = r->cfg->store;
   if (strncmp(kind, "file:", 5) == 0) {
     snprintf(r->where, sizeof r->where, "the file store in %s", kind + 5);
     return cohort__store_open_file(kind + 5, store);
@@ -75,9 +83,7 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
     return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT is not set: run under cohortrun, or set MASTER_ADDR and "
                                              "MASTER_PORT to where rank 0 (or the launcher) serves the store");
   snprintf(r->where, sizeof r->where, "the store at %s:%ld", r->master_addr, r->master_port);
-  long launcher = 0;
-  COHORT_CHECK(cohort__env_long("COHORT_LAUNCHER_STORE", 0, 1, &launcher));
-  if (rank == 0 && !launcher) {
+  if (rank == 0 && !r->cfg->launcher_store) {
     cohort_status st = cohort__store_server_start(r->master_addr, (int)r->master_port, secret, server);
     if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
   }
@@ -110,10 +116,10 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size, const 
 
 /* The run id scoping every key: COHORT_RUN_ID, else a tag derived from the secret (an HMAC, so the store never
  * holds the secret itself), else "default". */
-static void run_id_of(const char *secret, char *out, size_t len) {
-  const char *forced = cohort__env_str("COHORT_RUN_ID");
+static void run_id_of(const cohort__config *cfg, char *out, size_t len) {
+  const char *secret = cfg->secret, *forced = cfg->run_id;
   if (forced[0]) {
-    snprintf(out, len, "%s", forced);
+    snprintf(out, len, "%.*s", (int)len - 1, forced); /* truncated as before */
     return;
   }
   if (!secret[0]) {
@@ -167,7 +173,7 @@ static cohort_status await_rank_key(rdv *r, cohort__store *store, int rank, cons
 static cohort_status host_layout(rdv *r, cohort__store *store, int rank, int size, int64_t deadline, int *node_of,
                                  int *nodes) {
   char mine[COHORT__SHM_HOST_ID_MAX], key[COHORT_STORE_KEY_MAX];
-  cohort__shm_host_identity(mine, sizeof mine);
+  cohort__shm_host_identity(r->cfg->node_id, mine, sizeof mine);
   snprintf(key, sizeof key, "%shost/%d", r->prefix, rank);
   COHORT_CHECK(cohort__store_set(store, key, mine, strlen(mine)));
   char **ids = calloc((size_t)size, sizeof *ids);
@@ -207,28 +213,70 @@ static int regular_per_node(const int *node_of, int size, int nodes) {
   return per_node;
 }
 
-/* COHORT_SPIN_US: a number, or auto. Spinning pays only while every rank of this host has a CPU of its own. */
-static cohort_status spin_us(int local_size, long *out) {
-  if (strcmp(cohort__env_str("COHORT_SPIN_US"), "auto") != 0)
-    return cohort__env_long("COHORT_SPIN_US", 0, 10000000, out);
+/* COHORT_SPIN_US: a number, or auto (-1). Spinning pays only while every rank of this host has a CPU of its own. */
+static long spin_us(const rdv *r) {
+  if (r->cfg->spin_us >= 0) return r->cfg->spin_us;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  *out = local_size <= cpus ? 1000 : 0;
+  return r->env->local_size <= cpus ? 1000 : 0;
+}
+
+/* The shm transport's options, from the knobs. */
+static cohort__shm_options shm_options(const rdv *r) {
+  return (cohort__shm_options){.ring_bytes = r->cfg->shm_ring_bytes,
+                               .chunk_bytes = r->cfg->shm_chunk_bytes,
+                               .arena_bytes = r->cfg->shm_arena_bytes,
+                               .op_timeout_s = (double)r->cfg->op_timeout_s,
+                               .spin_us = spin_us(r),
+                               .node_id = r->cfg->node_id};
+}
+
+/* The shm transport's setup over its own view of the store, keys under "<prefix>shm/". */
+static cohort_status shm_rendezvous(cohort__store *store, const char *prefix, int rank, int size, int world_offset,
+                                    int64_t deadline, const cohort__shm_options *opt, cohort__transport **out) {
+  char scope[COHORT_STORE_KEY_MAX];
+  cohort__store *view = NULL;
+  snprintf(scope, sizeof scope, "%sshm/", prefix);
+  COHORT_CHECK(cohort__store_prefixed(store, scope, &view));
+  cohort_status st = cohort__shm_rendezvous(rank, size, world_offset, view, deadline, opt, out);
+  cohort__store_close(view);
+  return st;
+}
+
+/* COHORT_TRANSPORT=shm: a rank that runs auto or tcp publishes its host or its address and never a segment, and
+ * waiting for it would last until COHORT_TIMEOUT; this says so at once. */
+typedef struct shm_job {
+  rdv *r;
+  cohort__store *store;
+  int rank;
+} shm_job;
+
+static cohort_status shm_peer_elsewhere(void *arg, int p) {
+  shm_job *j = arg;
+  for (size_t i = 0; i < sizeof first_key_of / sizeof first_key_of[0]; i++) {
+    if (strcmp(first_key_of[i][0], "shm") == 0) continue;
+    char key[COHORT_STORE_KEY_MAX];
+    int there = 0;
+    snprintf(key, sizeof key, "%s%s/%d", j->r->prefix, first_key_of[i][1], p);
+    COHORT_CHECK(cohort__store_check(j->store, key, &there));
+    if (there)
+      return cohort__error(COHORT_ERR_INVALID,
+                           "rank %d runs with COHORT_TRANSPORT=%s but rank %d with shm: set it alike on every rank", p,
+                           first_key_of[i][0], j->rank);
+  }
   return COHORT_OK;
 }
 
 /* Several nodes with per_node ranks each: shared memory among the ranks of this node too (keys under
  * "<prefix>node/<j>/"), and *out becomes the layered transport of both (transport/layered.h). On failure *out is
  * destroyed and NULL. */
-static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int per_node, int local_size,
-                                    int64_t deadline, cohort__transport **out) {
+static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int per_node, int64_t deadline,
+                                    cohort__transport **out) {
   char prefix[sizeof r->prefix + 32];
   snprintf(prefix, sizeof prefix, "%snode/%d/", r->prefix, rank / per_node);
-  long spin = 0;
   cohort__transport *node = NULL;
-  cohort_status st = spin_us(local_size, &spin);
-  if (st == COHORT_OK)
-    st =
-        cohort__shm_rendezvous(rank % per_node, per_node, rank - rank % per_node, store, prefix, deadline, spin, &node);
+  cohort__shm_options opt = shm_options(r);
+  cohort_status st =
+      shm_rendezvous(store, prefix, rank % per_node, per_node, rank - rank % per_node, deadline, &opt, &node);
   if (st != COHORT_OK) {
     (*out)->ops->destroy(*out);
     *out = NULL;
@@ -244,24 +292,21 @@ static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int 
  * them (both under the one algorithm "hier"). Nodes that differ would fail their first allreduce with a frame size
  * that blames another knob; instead every rank compares its values with rank 0's, which rank 0 publishes before its
  * own node setup (so that a failure there cannot keep the others waiting), and says which knob differs. */
-static cohort_status read_knobs(char *out, size_t len) {
-  long chunk = 0, small = 0;
-  COHORT_CHECK(cohort__env_long("COHORT_SHM_CHUNK_BYTES", 4096, 1L << 30, &chunk));
-  COHORT_CHECK(cohort__env_long("COHORT_SMALL_BYTES", 0, 1L << 40, &small));
-  snprintf(out, len, "%ld %ld", chunk, small);
+static cohort_status read_knobs(const rdv *r, char *out, size_t len) {
+  snprintf(out, len, "%ld %ld", r->cfg->shm_chunk_bytes, r->cfg->small_bytes);
   return COHORT_OK;
 }
 
 static cohort_status publish_knobs(rdv *r, cohort__store *store) {
   char key[COHORT_STORE_KEY_MAX], mine[64];
-  COHORT_CHECK(read_knobs(mine, sizeof mine));
+  COHORT_CHECK(read_knobs(r, mine, sizeof mine));
   snprintf(key, sizeof key, "%snode/knobs", r->prefix);
   return cohort__store_set(store, key, mine, strlen(mine));
 }
 
 static cohort_status check_knobs(rdv *r, cohort__store *store, int rank, int64_t deadline) {
   char key[COHORT_STORE_KEY_MAX], mine[64], theirs[64];
-  COHORT_CHECK(read_knobs(mine, sizeof mine));
+  COHORT_CHECK(read_knobs(r, mine, sizeof mine));
   snprintf(key, sizeof key, "%snode/knobs", r->prefix);
   char *v = NULL;
   size_t len = 0;
@@ -344,29 +389,30 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
   return st;
 }
 
-cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__transport **out, cohort__store **store_out,
-                                     cohort__store_server **server_out, char *prefix_out, size_t prefix_len) {
-  int rank = env->rank, size = env->size, local_size = env->local_size;
-  rdv r = {.env = env};
+cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const cohort__config *cfg,
+                                         cohort__transport **out, cohort__store **store_out,
+                                         cohort__store_server **server_out, char *prefix_out, size_t prefix_len) {
+  int rank = env->rank, size = env->size;
+  rdv r = {.env = env, .cfg = cfg};
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
   char **addrs = NULL;
   int *node_of = NULL; /* COHORT_TRANSPORT=auto: each rank's node */
   int listen_fd = -1;
   cohort_status st;
-  const char *secret = cohort__env_str("COHORT_SECRET");
+  const char *secret = cfg->secret;
   r.master_addr = env->master_addr;
-  if ((st = cohort__env_long("COHORT_TIMEOUT", 1, 100000000, &r.timeout_s)) != COHORT_OK) goto fail;
-  if ((st = cohort__env_long("COHORT_RESTART_COUNT", 0, 1000000000, &r.generation)) != COHORT_OK) goto fail;
+  r.timeout_s = cfg->timeout_s;
+  r.generation = cfg->restart_count;
   char run_id[64];
-  run_id_of(secret, run_id, sizeof run_id);
+  run_id_of(cfg, run_id, sizeof run_id);
   snprintf(r.prefix, sizeof r.prefix, "cohort/%s/%ld/", run_id, r.generation);
   snprintf(prefix_out, prefix_len, "%s", r.prefix);
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
 
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
 
-  const char *transport = cohort__env_str("COHORT_TRANSPORT");
+  const char *transport = cfg->transport;
   int use_shm = strcmp(transport, "shm") == 0, per_node = 0;
   if (strcmp(transport, "auto") == 0) {
     if (!(node_of = calloc((size_t)size, sizeof *node_of))) {
@@ -386,10 +432,10 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
                        nodes == size ? "several ranks on each" : "the same number of ranks on each, node by node");
   }
   if (use_shm) { /* one host: rings and staging buffers in shared memory (shm.h) */
-    long spin = 0;
-    if ((st = spin_us(local_size, &spin)) != COHORT_OK ||
-        (st = cohort__shm_rendezvous(rank, size, 0, store, r.prefix, deadline, spin, out)) != COHORT_OK)
-      goto fail;
+    shm_job job = {.r = &r, .store = store, .rank = rank};
+    cohort__shm_options opt = shm_options(&r);
+    if (strcmp(transport, "shm") == 0) opt.peer_elsewhere = shm_peer_elsewhere, opt.arg = &job;
+    if ((st = shm_rendezvous(store, r.prefix, rank, size, 0, deadline, &opt, out)) != COHORT_OK) goto fail;
     free(node_of);
     *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
     *server_out = server;
@@ -398,10 +444,10 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
 
   /* Listen where peers can reach us: the address that routes to the store's host, unless told otherwise. */
   char bind_addr[128];
-  const char *forced = cohort__env_str("COHORT_BIND_ADDR");
-  const char *ifname = cohort__env_str("COHORT_SOCKET_IFNAME");
+  const char *forced = cfg->bind_addr;
+  const char *ifname = cfg->socket_ifname;
   if (forced[0])
-    snprintf(bind_addr, sizeof bind_addr, "%s", forced);
+    snprintf(bind_addr, sizeof bind_addr, "%.*s", (int)sizeof bind_addr - 1, forced);
   else if (ifname[0]) {
     if ((st = ifname_addr(ifname, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
   } else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK)
@@ -424,17 +470,11 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
     if (st != COHORT_OK) goto fail;
   }
 
-  long k, buffer, spin, op_timeout;
-  if ((st = cohort__env_long("COHORT_SOCKETS_PER_PEER", 1, 64, &k)) != COHORT_OK ||
-      (st = cohort__env_long("COHORT_SOCKET_BUFFER", 0, 1L << 30, &buffer)) != COHORT_OK ||
-      (st = spin_us(local_size, &spin)) != COHORT_OK ||
-      (st = cohort__env_long("COHORT_OP_TIMEOUT", 1, 100000000, &op_timeout)) != COHORT_OK)
-    goto fail;
   cohort__tcp_options opt = {.secret = secret,
-                             .sockets_per_peer = (int)k,
-                             .socket_buffer = (int)buffer,
-                             .spin_us = (int)spin,
-                             .op_timeout_s = (double)op_timeout,
+                             .sockets_per_peer = (int)cfg->sockets_per_peer,
+                             .socket_buffer = (int)cfg->socket_buffer,
+                             .spin_us = (int)spin_us(&r),
+                             .op_timeout_s = (double)cfg->op_timeout_s,
                              .connect_deadline_ns = deadline};
   st = cohort__tcp_create(rank, size, listen_fd, addrs, &opt, out);
   listen_fd = -1;
@@ -459,7 +499,7 @@ cohort_status cohort__rendezvous_tcp(const cohort__launch_env *env, cohort__tran
   addrs = NULL;
   if (per_node) {
     if (rank == 0 && (st = publish_knobs(&r, store)) != COHORT_OK) goto fail_transport;
-    st = add_node_layer(&r, store, rank, per_node, local_size, deadline, out);
+    st = add_node_layer(&r, store, rank, per_node, deadline, out);
     if (st == COHORT_OK && rank != 0) st = check_knobs(&r, store, rank, deadline);
     if ((st = agree_on_node_layer(&r, store, rank, size, deadline, st)) != COHORT_OK) {
       if (*out) (*out)->ops->destroy(*out);

@@ -1,5 +1,5 @@
 /*
- * reduce.c: element-wise reduction kernels. Built with -O3 so that GCC vectorizes the loops (see
+ * reduce.c: element-wise reduction kernels (reduce.h). Built with -O3 so that GCC vectorizes the loops (see
  * docs/performance.md for the -fopt-info-vec check); each kernel is cloned for x86-64-v3 (AVX2, FMA, F16C) and a
  * baseline, and the loader picks the clone that fits the CPU at run time.
  *
@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coll/coll.h"
 #include "core/kernel.h"
+#include "core/reduce.h"
 
 #define KERNEL COHORT_KERNEL
 

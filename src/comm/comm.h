@@ -1,5 +1,5 @@
 /*
- * comm.h: the communicator's insides, shared by the files of src/engine/.
+ * comm.h: the communicator's insides, shared by the files of src/comm/ (and the work timestamps the DDP engine reads).
  *
  * Execution model: collectives run one at a time, in issue order. A blocking call runs on the caller's thread when
  * nothing is queued (lowest latency); otherwise it queues behind the asynchronous work and waits. Asynchronous
@@ -9,14 +9,15 @@
  * After a failure the communicator is dead: `failed` keeps the first status and message, and every later call
  * returns them at once.
  */
-#ifndef COHORT_ENGINE_COMM_H
-#define COHORT_ENGINE_COMM_H
+#ifndef COHORT_COMM_COMM_H
+#define COHORT_COMM_COMM_H
 
 #include <pthread.h>
 #include <stdint.h>
 
 #include "cohort/cohort.h"
 #include "coll/coll.h"
+#include "core/config.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
@@ -34,6 +35,7 @@ struct cohort_work {
 
 struct cohort_comm {
   int rank, size, local_rank, local_size;
+  cohort__config config; /* the knobs, parsed once when it was made; the DDP engine reads its own here too */
   cohort__transport *transport;
   cohort__coll_ctx coll;
   uint32_t seq; /* number of the next collective; the same on every rank */
@@ -56,19 +58,17 @@ struct cohort_comm {
 };
 
 /* Makes the communicator around a connected transport (takes ownership of it) and starts the progress thread. */
-cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out);
+cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
+                                  const cohort__config *config, cohort_comm **out);
 
-/* Rendezvous over the store: publishes this rank's peer address and collects everyone's (rendezvous.c). */
+/* Joins the job (rendezvous.c): opens the store (serving it on rank 0 unless the launcher does), chooses the
+ * transport by COHORT_TRANSPORT and where the ranks are (shm on one host, tcp, or tcp+shm for several nodes of
+ * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; prefix_out
+ * receives the job's key prefix "cohort/<run id>/<generation>/". */
 struct cohort__launch_env;
-cohort_status cohort__rendezvous_tcp(const struct cohort__launch_env *env, cohort__transport **out,
-                                     cohort__store **store_out, cohort__store_server **server_out,
-                                     char *prefix_out, size_t prefix_len);
-
-/* The progress table that the stall inspectors of an in-process group share, since such a group has no store.
- * Reference counted: the group holds one reference and each of its communicators another (stall.c). */
-struct cohort__stall_board *cohort__stall_board_create(int size);
-void cohort__stall_board_retain(struct cohort__stall_board *board);
-void cohort__stall_board_release(struct cohort__stall_board *board);
+cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, const cohort__config *config,
+                                         cohort__transport **out, cohort__store **store_out,
+                                         cohort__store_server **server_out, char *prefix_out, size_t prefix_len);
 
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */

@@ -1,5 +1,5 @@
 /* launch_env.c: see launch_env.h. */
-#include "engine/launch_env.h"
+#include "comm/launch_env.h"
 
 #include <stdio.h>
 #include <stdlib.h>

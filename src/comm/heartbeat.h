@@ -12,8 +12,8 @@
  * Thread-safe: several communicators of one process (in-process replicas, the progress thread) share the page;
  * the counters are atomics. The page is a mapping, not a name in /dev/shm: nothing is left behind by a kill.
  */
-#ifndef COHORT_ENGINE_HEARTBEAT_H
-#define COHORT_ENGINE_HEARTBEAT_H
+#ifndef COHORT_COMM_HEARTBEAT_H
+#define COHORT_COMM_HEARTBEAT_H
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -12,8 +12,8 @@
  *
  * Thread-safety: cohort__timeline_span() may be called from any thread; create/write/destroy from one.
  */
-#ifndef COHORT_ENGINE_TIMELINE_H
-#define COHORT_ENGINE_TIMELINE_H
+#ifndef COHORT_DDP_TIMELINE_H
+#define COHORT_DDP_TIMELINE_H
 
 #include <stdint.h>
 

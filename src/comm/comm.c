@@ -9,12 +9,14 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm.h"
-#include "engine/launch_env.h"
+#include "comm/comm.h"
+#include "comm/launch_env.h"
+#include "comm/stall_board.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 
-cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size, cohort_comm **out) {
+cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
+                                  const cohort__config *config, cohort_comm **out) {
   cohort_comm *c = calloc(1, sizeof *c);
   if (!c) {
     transport->ops->destroy(transport);
@@ -28,7 +30,8 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->store_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  cohort_status st = cohort__coll_ctx_init(&c->coll, transport);
+  c->config = *config;
+  cohort_status st = cohort__coll_ctx_init(&c->coll, transport, config);
   if (st == COHORT_OK && pthread_create(&c->thread, NULL, cohort__progress_main, c) != 0)
     st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the progress thread");
   if (st != COHORT_OK) {
@@ -40,18 +43,9 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   return COHORT_OK;
 }
 
-cohort_status cohort_init(cohort_comm **out) {
-  if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_init: comm is NULL");
-  *out = NULL;
-  cohort__launch_env env;
-  COHORT_CHECK(cohort__launch_env_read(&env));
-  int rank = env.rank, size = env.size, local_rank = env.local_rank, local_size = env.local_size;
-  cohort__log_set_rank(rank);
-  cohort__env_warn_unknown();
-  const char *transport_name = cohort__env_str("COHORT_TRANSPORT");
-  if (strcmp(transport_name, "tcp") != 0 && strcmp(transport_name, "shm") != 0 && strcmp(transport_name, "auto") != 0)
-    return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT='%s' is not available (expected auto, tcp or shm)",
-                         transport_name);
+/* cohort_init once the knobs are parsed. */
+static cohort_status init_with(const cohort__launch_env *env, const cohort__config *cfg, cohort_comm **out) {
+  int rank = env->rank, size = env->size, local_rank = env->local_rank, local_size = env->local_size;
 
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
@@ -60,14 +54,14 @@ cohort_status cohort_init(cohort_comm **out) {
   if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
     cohort__inproc_hub *hub;
     COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
-    cohort_status st = cohort__inproc_create(hub, 0, &t);
+    cohort_status st = cohort__inproc_create(hub, 0, (double)cfg->op_timeout_s, &t);
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_tcp(&env, &t, &store, &server, prefix, sizeof prefix));
+    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server, prefix, sizeof prefix));
   }
   cohort_comm *c;
-  cohort_status st = cohort__comm_create(t, local_rank, local_size, &c);
+  cohort_status st = cohort__comm_create(t, local_rank, local_size, cfg, &c);
   if (st != COHORT_OK) {
     if (store) cohort__store_close(store);
     cohort__store_server_stop(server);
@@ -76,9 +70,25 @@ cohort_status cohort_init(cohort_comm **out) {
   c->store = store;
   c->store_server = server;
   snprintf(c->store_prefix, sizeof c->store_prefix, "%s", prefix);
-  COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env.source, t->ops->name);
+  COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env->source, t->ops->name);
   *out = c;
   return COHORT_OK;
+}
+
+cohort_status cohort_init(cohort_comm **out) {
+  if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_init: comm is NULL");
+  *out = NULL;
+  cohort__launch_env env;
+  COHORT_CHECK(cohort__launch_env_read(&env));
+  cohort__log_set_rank(env.rank);
+  cohort__env_warn_unknown();
+  /* Every knob, once: a bad value fails here, naming the variable, before anything is started. */
+  cohort__config *cfg = malloc(sizeof *cfg);
+  if (!cfg) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  cohort_status st = cohort__config_load(cfg);
+  if (st == COHORT_OK) st = init_with(&env, cfg, out);
+  free(cfg);
+  return st;
 }
 
 void cohort_comm_destroy(cohort_comm *c) {
@@ -170,11 +180,15 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   *out = NULL;
   if (rank < 0 || rank >= g->size)
     return fail_group(g, rank, cohort__error(COHORT_ERR_INVALID, "rank %d is not in [0, %d)", rank, g->size));
-  cohort__transport *t;
-  cohort_status st = cohort__inproc_create(g->hub, rank, &t);
+  cohort__config *cfg = malloc(sizeof *cfg);
+  if (!cfg) return fail_group(g, rank, cohort__error(COHORT_ERR_SYSTEM, "out of memory"));
+  cohort__transport *t = NULL;
+  cohort_status st = cohort__config_load(cfg);
+  if (st == COHORT_OK) st = cohort__inproc_create(g->hub, rank, (double)cfg->op_timeout_s, &t);
+  cohort_comm *c = NULL;
+  if (st == COHORT_OK) st = cohort__comm_create(t, rank, g->size, cfg, &c);
+  free(cfg);
   if (st != COHORT_OK) return fail_group(g, rank, st);
-  cohort_comm *c;
-  if ((st = cohort__comm_create(t, rank, g->size, &c)) != COHORT_OK) return fail_group(g, rank, st);
   cohort__stall_board_retain(g->stall_board);
   c->stall_board = g->stall_board;
   st = cohort_barrier(c); /* returns once all ranks have joined */

@@ -13,8 +13,8 @@
  * Thread-safety: progress/wait_begin/wait_end are called from the training thread and are cheap (a mutex, no I/O);
  * the store traffic happens on the inspector's own thread.
  */
-#ifndef COHORT_ENGINE_STALL_H
-#define COHORT_ENGINE_STALL_H
+#ifndef COHORT_DDP_STALL_H
+#define COHORT_DDP_STALL_H
 
 #include <stdint.h>
 

@@ -9,8 +9,8 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm.h"
-#include "engine/heartbeat.h"
+#include "comm/comm.h"
+#include "comm/heartbeat.h"
 
 /* Runs one collective; the caller owns the transport (busy is set). */
 static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {

@@ -7,11 +7,11 @@
  *
  * Where progress is published: the job's store (key "<store_prefix>stall/<rank>", value "<step> <bucket>") for
  * communicators made by cohort_init(); for in-process groups, which have no store, a board in memory shared by the
- * group's communicators (cohort__stall_board, declared in comm.h). The publication lags by at most one wake-up
+ * group's communicators (comm/stall_board.h). The publication lags by at most one wake-up
  * period, so a rank that submitted the bucket just before the check may still be named; the warning repeats, and
  * the next one is right.
  */
-#include "engine/stall.h"
+#include "ddp/stall.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -24,52 +24,11 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/comm.h"
+#include "comm/comm.h"
+#include "comm/stall_board.h"
 
 /* At most this many missing ranks are named in one warning (the log line has a bounded length). */
 #define STALL_NAMED_MAX 16
-
-/* ---- the in-process board ---- */
-
-typedef struct stall_slot {
-  int64_t step;
-  int bucket;
-  int set;
-} stall_slot;
-
-struct cohort__stall_board {
-  pthread_mutex_t mu; /* guards refs and slot */
-  int refs;
-  int size;
-  stall_slot slot[];
-};
-
-struct cohort__stall_board *cohort__stall_board_create(int size) {
-  if (size < 1) return NULL;
-  struct cohort__stall_board *b = calloc(1, sizeof *b + (size_t)size * sizeof b->slot[0]);
-  if (!b) return NULL;
-  pthread_mutex_init(&b->mu, NULL);
-  b->refs = 1;
-  b->size = size;
-  return b;
-}
-
-void cohort__stall_board_retain(struct cohort__stall_board *b) {
-  if (!b) return;
-  pthread_mutex_lock(&b->mu);
-  b->refs++;
-  pthread_mutex_unlock(&b->mu);
-}
-
-void cohort__stall_board_release(struct cohort__stall_board *b) {
-  if (!b) return;
-  pthread_mutex_lock(&b->mu);
-  int last = --b->refs == 0;
-  pthread_mutex_unlock(&b->mu);
-  if (!last) return;
-  pthread_mutex_destroy(&b->mu);
-  free(b);
-}
 
 /* ---- the inspector ---- */
 
@@ -124,7 +83,7 @@ static void stall_publish(cohort__stall *s, int64_t step, int bucket) {
   if (c->stall_board) {
     struct cohort__stall_board *b = c->stall_board;
     pthread_mutex_lock(&b->mu);
-    if (c->rank < b->size) b->slot[c->rank] = (stall_slot){.step = step, .bucket = bucket, .set = 1};
+    if (c->rank < b->size) b->slot[c->rank] = (cohort__stall_slot){.step = step, .bucket = bucket, .set = 1};
     pthread_mutex_unlock(&b->mu);
   } else if (c->store) {
     char key[COHORT_STORE_KEY_MAX], value[48];

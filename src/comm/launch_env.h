@@ -9,8 +9,8 @@
  * defaults to 29500 + SLURM_JOB_ID % 10000 under Slurm (jobs sharing a node get different ports) and to 29500
  * otherwise (torchrun's default). Pure: reads the environment, changes nothing.
  */
-#ifndef COHORT_ENGINE_LAUNCH_ENV_H
-#define COHORT_ENGINE_LAUNCH_ENV_H
+#ifndef COHORT_COMM_LAUNCH_ENV_H
+#define COHORT_COMM_LAUNCH_ENV_H
 
 #include "cohort/cohort.h"
 

@@ -7,7 +7,7 @@
  * rank 0's memory at one chunk plus its own text, however many ranks there are; the other ranks receive the texts
  * too (there is no gather in the public API) and throw them away, which is cheap next to a training run.
  */
-#include "engine/timeline.h"
+#include "ddp/timeline.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* heartbeat.c: the worker's side of COHORT_HEARTBEAT_FD (see heartbeat.h). */
-#include "engine/heartbeat.h"
+#include "comm/heartbeat.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,0 +1,161 @@
+/* setup.c: what cohortrun sets up before any worker starts (job.h): signals read through a signalfd, the job secret,
+ * the rendezvous store (node 0), the other nodes of -H (over ssh), and the cluster of --nnodes. */
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "job.h"
+
+int cohort__job_take_signals(job *j, int *rc) {
+  /* Signals are read through the signalfd, so they must be blocked in every thread: block them before the
+   * store starts its thread. Workers get the mask cohortrun started with. */
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, &j->child_mask);
+  /* A reader of our output that goes away must not kill the job (output.c drops the output instead). */
+  signal(SIGPIPE, SIG_IGN);
+  j->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (j->sfd < 0) {
+    fprintf(stderr, "cohortrun: signalfd: %s\n", strerror(errno));
+    *rc = 1;
+    return -1;
+  }
+  return 0;
+}
+
+static cohort_status make_secret(char *hex, size_t hex_len) {
+  unsigned char raw[COHORT_LAUNCH_SECRET_BYTES];
+  if (hex_len < 2 * sizeof raw + 1) return cohort__error(COHORT_ERR_INTERNAL, "secret buffer too small");
+  if (RAND_bytes(raw, (int)sizeof raw) != 1)
+    return cohort__error(COHORT_ERR_SYSTEM, "RAND_bytes failed to make the job secret");
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < sizeof raw; i++) {
+    hex[2 * i] = digits[raw[i] >> 4];
+    hex[2 * i + 1] = digits[raw[i] & 15];
+  }
+  hex[2 * sizeof raw] = '\0';
+  return COHORT_OK;
+}
+
+int cohort__job_choose_secret(job *j, char *secret, size_t len, int *rc) {
+  *rc = 1;
+  const char *given = getenv("COHORT_SECRET");
+  if (j->opts.nhosts > 0 && given && given[0] && strlen(given) < len) {
+    snprintf(secret, len, "%s", given);
+  } else if (j->opts.nhosts > 0) {
+    /* -H: this cohortrun hands the secret to every node itself (over ssh's stdin). */
+    if (make_secret(secret, len) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      return -1;
+    }
+  } else if (j->opts.nnodes > 1) {
+    /* Every node must hold the same secret, and only the user can put it there. */
+    if (!given || !given[0] || strlen(given) >= len) {
+      fprintf(stderr,
+              "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
+              "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
+              j->opts.nnodes);
+      *rc = 2;
+      return -1;
+    }
+    snprintf(secret, len, "%s", given);
+  } else if (make_secret(secret, len) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* errno of binding host:port ourselves: tells "port in use" apart from the store's other failures. */
+static int bind_errno(const char *host, int port) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+  struct addrinfo *ai = NULL;
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  if (getaddrinfo(host, service, &hints, &ai) != 0) return EINVAL;
+  int err = EINVAL;
+  for (struct addrinfo *a = ai; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    err = bind(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    close(fd);
+    if (err == 0 || err == EADDRINUSE) break;
+  }
+  freeaddrinfo(ai);
+  return err;
+}
+
+int cohort__job_serve_store(job *j, const char *secret, cohort__store_server **server, int *port, int *rc) {
+  *server = NULL;
+  if (j->opts.node_rank == 0 &&
+      cohort__store_server_start(j->opts.master_addr, j->opts.master_port, secret, server) != COHORT_OK) {
+    if (j->opts.master_port != 0 && bind_errno(j->opts.master_addr, j->opts.master_port) == EADDRINUSE)
+      fprintf(stderr,
+              "cohortrun: --master-port %d is already in use on %s; stop whatever holds it, pick another port, or "
+              "pass --master-port 0 for a free one\n",
+              j->opts.master_port, j->opts.master_addr);
+    else
+      fprintf(stderr, "cohortrun: cannot start the rendezvous store on %s:%d: %s\n", j->opts.master_addr,
+              j->opts.master_port, cohort_last_error());
+    *rc = 1;
+    return -1;
+  }
+  *port = *server ? cohort__store_server_port(*server) : j->opts.master_port;
+  return 0;
+}
+
+int cohort__job_start_nodes(job *j, int port, const char *secret, pid_t *ssh_pids, int *rc) {
+  for (int n = 1; n < j->opts.nhosts; n++) {
+    if (cohort__launch_ssh_node(&j->opts, n, port, secret, &ssh_pids[n]) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: cannot start node %d on %s: %s\n", n, j->opts.hosts[n], cohort_last_error());
+      *rc = 1;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, int *rc) {
+  if (j->opts.nnodes <= 1) return 0;
+  int end_code = 1;
+  cohort_status st =
+      cohort__cluster_join(j->opts.master_addr, port, secret, j->timeout_s, &j->opts, j->host, &end_code, &j->cluster);
+  if (st == COHORT_OK) return 0;
+  fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+  /* Elastic: the job ended before a generation took this node in; it ends with the job's code. */
+  *rc = st == COHORT_ERR_REMOTE ? end_code : 1;
+  /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
+   * instead of only losing its connection. */
+  if (serving && st == COHORT_ERR_MISMATCH) usleep(1000000);
+  return -1;
+}
+
+void cohort__job_wait_nodes(const job *j, const pid_t *ssh_pids) {
+  /* The other nodes' ssh: they end with their cohortrun; one that does not within the grace is not waited for. */
+  for (int n = 1; n < j->opts.nhosts; n++) {
+    if (ssh_pids[n] <= 0) continue;
+    int64_t until = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9) + 1000000000LL;
+    while (waitpid(ssh_pids[n], NULL, WNOHANG) == 0) {
+      if (cohort__now_ns() >= until) {
+        kill(ssh_pids[n], SIGKILL);
+        waitpid(ssh_pids[n], NULL, 0);
+        break;
+      }
+      usleep(20000);
+    }
+  }
+}
