@@ -26,27 +26,50 @@ static double input(int rank, size_t i, cohort_dtype d, cohort_op op) {
 
 static void store_value(void *buf, size_t i, cohort_dtype d, double v) {
   switch (d) {
-  case COHORT_F32: ((float *)buf)[i] = (float)v; break;
-  case COHORT_F64: ((double *)buf)[i] = v; break;
-  case COHORT_F16: ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v); break;
-  case COHORT_BF16: ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v); break;
-  case COHORT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case COHORT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case COHORT_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  default: break;
+  case COHORT_F32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case COHORT_F64:
+    ((double *)buf)[i] = v;
+    break;
+  case COHORT_F16:
+    ((uint16_t *)buf)[i] = cohort__f32_to_f16((float)v);
+    break;
+  case COHORT_BF16:
+    ((uint16_t *)buf)[i] = cohort__f32_to_bf16((float)v);
+    break;
+  case COHORT_I32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case COHORT_I64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case COHORT_U8:
+    ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
+  default:
+    break;
   }
 }
 
 static double load_value(const void *buf, size_t i, cohort_dtype d) {
   switch (d) {
-  case COHORT_F32: return ((const float *)buf)[i];
-  case COHORT_F64: return ((const double *)buf)[i];
-  case COHORT_F16: return cohort__f16_to_f32(((const uint16_t *)buf)[i]);
-  case COHORT_BF16: return cohort__bf16_to_f32(((const uint16_t *)buf)[i]);
-  case COHORT_I32: return ((const int32_t *)buf)[i];
-  case COHORT_I64: return (double)((const int64_t *)buf)[i];
-  case COHORT_U8: return ((const uint8_t *)buf)[i];
-  default: return NAN;
+  case COHORT_F32:
+    return ((const float *)buf)[i];
+  case COHORT_F64:
+    return ((const double *)buf)[i];
+  case COHORT_F16:
+    return cohort__f16_to_f32(((const uint16_t *)buf)[i]);
+  case COHORT_BF16:
+    return cohort__bf16_to_f32(((const uint16_t *)buf)[i]);
+  case COHORT_I32:
+    return ((const int32_t *)buf)[i];
+  case COHORT_I64:
+    return (double)((const int64_t *)buf)[i];
+  case COHORT_U8:
+    return ((const uint8_t *)buf)[i];
+  default:
+    return NAN;
   }
 }
 
@@ -55,10 +78,18 @@ static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
   for (int r = 1; r < n; r++) {
     double v = input(r, i, d, op);
     switch (op) {
-    case COHORT_PROD: acc *= v; break;
-    case COHORT_MIN: acc = v < acc ? v : acc; break;
-    case COHORT_MAX: acc = v > acc ? v : acc; break;
-    default: acc += v; break;
+    case COHORT_PROD:
+      acc *= v;
+      break;
+    case COHORT_MIN:
+      acc = v < acc ? v : acc;
+      break;
+    case COHORT_MAX:
+      acc = v > acc ? v : acc;
+      break;
+    default:
+      acc += v;
+      break;
     }
   }
   if (op == COHORT_AVG) {
@@ -105,18 +136,23 @@ static void release(cohort_comm *c, void *p) {
 static double tolerance(cohort_dtype d, double expect) {
   double mag = fabs(expect);
   switch (d) {
-  case COHORT_F32: return mag * 1e-6;
-  case COHORT_F64: return mag * 1e-12;
-  case COHORT_F16: return mag * (1.0 / 1024);
-  case COHORT_BF16: return mag * (1.0 / 128);
-  default: return 0;
+  case COHORT_F32:
+    return mag * 1e-6;
+  case COHORT_F64:
+    return mag * 1e-12;
+  case COHORT_F16:
+    return mag * (1.0 / 1024);
+  case COHORT_BF16:
+    return mag * (1.0 / 128);
+  default:
+    return 0;
   }
 }
 
 static int report(const char *what, cohort_dtype d, cohort_op op, size_t count, size_t i, double got, double want,
                   int rank) {
-  fprintf(stderr, "rank %d: %s %s %s count=%zu: element %zu is %.9g, expected %.9g\n", rank, what,
-          cohort_dtype_name(d), cohort_op_name(op), count, i, got, want);
+  fprintf(stderr, "rank %d: %s %s %s count=%zu: element %zu is %.9g, expected %.9g\n", rank, what, cohort_dtype_name(d),
+          cohort_op_name(op), count, i, got, want);
   return 1;
 }
 
@@ -129,7 +165,8 @@ static int check_allreduce(cohort_comm *c, size_t count, cohort_dtype d, cohort_
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d);
   char *send = buffer(c, count * es + 1), *recv = buffer(c, count * es + 1);
-  for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, op));
+  for (size_t i = 0; i < count; i++)
+    store_value(send, i, d, input(r, i, d, op));
   memset(recv, 0x5a, count * es + 1);
   if (in_place) memcpy(recv, send, count * es);
   cohort_status st = cohort_allreduce(c, in_place ? recv : send, recv, count, d, op);
@@ -137,7 +174,8 @@ static int check_allreduce(cohort_comm *c, size_t count, cohort_dtype d, cohort_
   if (st != COHORT_OK) bad = call_failed("allreduce", st, r);
   for (size_t i = 0; i < count && !bad; i++) {
     double want = reference(n, i, d, op), got = load_value(recv, i, d);
-    if (fabs(got - want) > tolerance(d, want)) bad = report(in_place ? "allreduce(in place)" : "allreduce", d, op, count, i, got, want, r);
+    if (fabs(got - want) > tolerance(d, want))
+      bad = report(in_place ? "allreduce(in place)" : "allreduce", d, op, count, i, got, want, r);
   }
   release(c, send);
   release(c, recv);
@@ -148,7 +186,8 @@ static int check_reduce_scatter(cohort_comm *c, size_t count, cohort_dtype d, co
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d), total = count * (size_t)n;
   char *send = buffer(c, total * es + 1), *recv = buffer(c, count * es + 1);
-  for (size_t i = 0; i < total; i++) store_value(send, i, d, input(r, i, d, op));
+  for (size_t i = 0; i < total; i++)
+    store_value(send, i, d, input(r, i, d, op));
   memset(recv, 0x5a, count * es + 1);
   cohort_status st = cohort_reduce_scatter(c, send, recv, count, d, op);
   int bad = 0;
@@ -166,13 +205,15 @@ static int check_allgather(cohort_comm *c, size_t count, cohort_dtype d) {
   int r = cohort_rank(c), n = cohort_size(c);
   size_t es = cohort_dtype_size(d), total = count * (size_t)n;
   char *send = buffer(c, count * es + 1), *recv = buffer(c, total * es + 1);
-  for (size_t i = 0; i < count; i++) store_value(send, i, d, input(r, i, d, COHORT_SUM));
+  for (size_t i = 0; i < count; i++)
+    store_value(send, i, d, input(r, i, d, COHORT_SUM));
   memset(recv, 0x5a, total * es + 1);
   cohort_status st = cohort_allgather(c, send, recv, count, d);
   int bad = 0;
   if (st != COHORT_OK) bad = call_failed("allgather", st, r);
   for (size_t i = 0; i < total && !bad; i++) {
-    double want = input((int)(i / (count ? count : 1)), i % (count ? count : 1), d, COHORT_SUM), got = load_value(recv, i, d);
+    double want = input((int)(i / (count ? count : 1)), i % (count ? count : 1), d, COHORT_SUM),
+           got = load_value(recv, i, d);
     if (got != want) bad = report("allgather", d, COHORT_SUM, count, i, got, want, r);
   }
   release(c, send);
@@ -184,8 +225,11 @@ static int check_broadcast(cohort_comm *c, size_t count, cohort_dtype d, int roo
   int r = cohort_rank(c);
   size_t es = cohort_dtype_size(d);
   char *buf = buffer(c, count * es + 1);
-  if (r == root) for (size_t i = 0; i < count; i++) store_value(buf, i, d, input(root, i, d, COHORT_SUM));
-  else memset(buf, 0x5a, count * es + 1);
+  if (r == root)
+    for (size_t i = 0; i < count; i++)
+      store_value(buf, i, d, input(root, i, d, COHORT_SUM));
+  else
+    memset(buf, 0x5a, count * es + 1);
   cohort_status st = cohort_broadcast(c, buf, count, d, root);
   int bad = 0;
   if (st != COHORT_OK) bad = call_failed("broadcast", st, r);
@@ -222,15 +266,18 @@ int coll_check_async(cohort_comm *c) {
   cohort_work *work[INFLIGHT];
   for (int k = 0; k < INFLIGHT; k++) {
     bufs[k] = buffer(c, COUNT * sizeof(float));
-    for (int i = 0; i < COUNT; i++) bufs[k][i] = (float)(r + k + i % 7);
+    for (int i = 0; i < COUNT; i++)
+      bufs[k][i] = (float)(r + k + i % 7);
     cohort_status st = cohort_iallreduce(c, bufs[k], bufs[k], COUNT, COHORT_F32, COHORT_SUM, &work[k]);
     if (st != COHORT_OK) return call_failed("iallreduce", st, r);
   }
   /* A blocking call issued now runs after the queued work, in issue order, on every rank. */
   float one = (float)r;
   cohort_status st = cohort_allreduce(c, &one, &one, 1, COHORT_F32, COHORT_MAX);
-  if (st != COHORT_OK) bad += call_failed("allreduce after iallreduce", st, r);
-  else if (one != (float)(n - 1)) bad += report("allreduce after async", COHORT_F32, COHORT_MAX, 1, 0, one, n - 1, r);
+  if (st != COHORT_OK)
+    bad += call_failed("allreduce after iallreduce", st, r);
+  else if (one != (float)(n - 1))
+    bad += report("allreduce after async", COHORT_F32, COHORT_MAX, 1, 0, one, n - 1, r);
   for (int k = 0; k < INFLIGHT; k++) {
     int done = 0;
     st = cohort_work_test(work[k], &done);
@@ -241,7 +288,8 @@ int coll_check_async(cohort_comm *c) {
     if (st != COHORT_OK) bad += call_failed("cohort_work_wait", st, r);
     for (int i = 0; i < COUNT && !bad; i++) {
       double want = (double)n * (k + i % 7) + (double)n * (n - 1) / 2;
-      if (bufs[k][i] != (float)want) bad += report("iallreduce", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
+      if (bufs[k][i] != (float)want)
+        bad += report("iallreduce", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
     }
     cohort_work_free(work[k]);
     release(c, bufs[k]);
@@ -257,7 +305,8 @@ int coll_check_run_ahead(cohort_comm *c) {
   if (r != 0) usleep(300000); /* rank 0 sends while the others have not started: it runs calls ahead of them */
   for (int k = 0; k < CALLS; k++) {
     bufs[k] = buffer(c, COUNT * sizeof(float));
-    for (int i = 0; i < COUNT; i++) bufs[k][i] = r == 0 ? (float)(k * 100003 + i % 65521) : -1.0f;
+    for (int i = 0; i < COUNT; i++)
+      bufs[k][i] = r == 0 ? (float)(k * 100003 + i % 65521) : -1.0f;
     cohort_status st = cohort_ibroadcast(c, bufs[k], COUNT, COHORT_F32, 0, &work[k]);
     if (st != COHORT_OK) return call_failed("ibroadcast", st, r);
   }
@@ -266,7 +315,8 @@ int coll_check_run_ahead(cohort_comm *c) {
     if (st != COHORT_OK) bad += call_failed("cohort_work_wait", st, r);
     for (int i = 0; i < COUNT && !bad; i++) {
       double want = (double)(k * 100003 + i % 65521);
-      if (bufs[k][i] != (float)want) bad += report("ibroadcast ahead", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
+      if (bufs[k][i] != (float)want)
+        bad += report("ibroadcast ahead", COHORT_F32, COHORT_SUM, COUNT, (size_t)i, bufs[k][i], want, r);
     }
     cohort_work_free(work[k]);
     release(c, bufs[k]);

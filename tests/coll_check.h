@@ -21,8 +21,9 @@ static inline int coll_check_has_arena(const cohort_comm *comm) {
   return strcmp(tr, "shm") == 0 || strcmp(tr, "tcp+shm") == 0;
 }
 
-/* On (for the calling thread's checks): every check's buffers come from cohort_alloc (the shared arena where the transport has one: zero copy), and
- * a buffer outside the arena on such a transport counts as a failed check. Off (the default): malloc. */
+/* On (for the calling thread's checks): every check's buffers come from cohort_alloc (the shared arena where the
+ * transport has one: zero copy), and a buffer outside the arena on such a transport counts as a failed check. Off (the
+ * default): malloc. */
 void coll_check_use_arena(int on);
 /* Async: several iallreduce in flight, completed in order, mixed with a blocking call. */
 int coll_check_async(cohort_comm *comm);

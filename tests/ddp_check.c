@@ -10,24 +10,24 @@
 #include "cohort/nn.h"
 #include "coll_check.h"
 
-#define CHECK(cond)                                                                                                \
-  do {                                                                                                             \
-    if (!(cond)) {                                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", cohort_rank(comm), __FILE__, __LINE__, #cond);         \
-      failures++;                                                                                                  \
-      goto done;                                                                                                   \
-    }                                                                                                              \
+#define CHECK(cond)                                                                                                    \
+  do {                                                                                                                 \
+    if (!(cond)) {                                                                                                     \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", cohort_rank(comm), __FILE__, __LINE__, #cond);             \
+      failures++;                                                                                                      \
+      goto done;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
-#define CHECK_OK(expr)                                                                                             \
-  do {                                                                                                             \
-    cohort_status s__ = (expr);                                                                                    \
-    if (s__ != COHORT_OK) {                                                                                        \
-      fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", cohort_rank(comm), __FILE__, __LINE__, #expr,                \
-              cohort_strerror(s__), cohort_last_error());                                                          \
-      failures++;                                                                                                  \
-      goto done;                                                                                                   \
-    }                                                                                                              \
+#define CHECK_OK(expr)                                                                                                 \
+  do {                                                                                                                 \
+    cohort_status s__ = (expr);                                                                                        \
+    if (s__ != COHORT_OK) {                                                                                            \
+      fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", cohort_rank(comm), __FILE__, __LINE__, #expr,                    \
+              cohort_strerror(s__), cohort_last_error());                                                              \
+      failures++;                                                                                                      \
+      goto done;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
 /* The overlap mode every check runs under (ddp_check_run runs them all in both). */
@@ -39,7 +39,9 @@ static void options(cohort_ddp_options *o) {
 }
 
 /* A value that depends on the rank, the step and the position, and is exactly representable. */
-static float value_at(int rank, int step, size_t i) { return (float)((int)((i * 7 + (size_t)step * 13) % 64) - 32 + rank * 5) / 64.0f; }
+static float value_at(int rank, int step, size_t i) {
+  return (float)((int)((i * 7 + (size_t)step * 13) % 64) - 32 + rank * 5) / 64.0f;
+}
 
 /* ---- generic parameter lists (no model) ---- */
 
@@ -57,7 +59,8 @@ static int plist_make(plist *p, int rank, const char *rename_last) {
   for (int i = 0; i < NP; i++) {
     p->values[i] = malloc(sizes[i] * sizeof(float));
     if (!p->values[i]) return -1;
-    for (size_t k = 0; k < sizes[i]; k++) p->values[i][k] = value_at(rank, 100 + i, k);
+    for (size_t k = 0; k < sizes[i]; k++)
+      p->values[i][k] = value_at(rank, 100 + i, k);
     snprintf(p->names[i], sizeof p->names[i], "p%d", i);
     if (i == NP - 1 && rename_last) snprintf(p->names[i], sizeof p->names[i], "%s", rename_last);
     p->t[i].name = p->names[i];
@@ -71,14 +74,16 @@ static int plist_make(plist *p, int rank, const char *rename_last) {
 }
 
 static void plist_free(plist *p) {
-  for (int i = 0; i < NP; i++) free(p->values[i]);
+  for (int i = 0; i < NP; i++)
+    free(p->values[i]);
 }
 
 /* Fills every gradient with this rank's step values. */
 static void fill_grads(cohort_ddp *ddp, int rank, int step) {
   for (int i = 0; i < NP; i++) {
     float *g = cohort_ddp_grad(ddp, i);
-    for (size_t k = 0; k < sizes[i]; k++) g[k] = value_at(rank, step * 10 + i, k);
+    for (size_t k = 0; k < sizes[i]; k++)
+      g[k] = value_at(rank, step * 10 + i, k);
   }
 }
 
@@ -86,7 +91,8 @@ static void fill_grads(cohort_ddp *ddp, int rank, int step) {
  * order gives the same float sum; the division by the world size rounds once). */
 static float expected_avg(int size, int step, int i, size_t k) {
   float sum = 0;
-  for (int r = 0; r < size; r++) sum += value_at(r, step * 10 + i, k);
+  for (int r = 0; r < size; r++)
+    sum += value_at(r, step * 10 + i, k);
   return sum / (float)size;
 }
 
@@ -121,7 +127,8 @@ static int check_create_and_layout(cohort_comm *comm) {
   o.first_bucket_bytes = 300 * sizeof(float);
   CHECK_OK(cohort_ddp_create(comm, p.t, NP, &b, 1, &o, &ddp));
   for (int i = 0; i < NP; i++)
-    for (size_t k = 0; k < sizes[i]; k++) CHECK(p.values[i][k] == value_at(0, 100 + i, k));
+    for (size_t k = 0; k < sizes[i]; k++)
+      CHECK(p.values[i][k] == value_at(0, 100 + i, k));
   CHECK(buf[0] == 0 && buf[1] == 0 && buf[2] == 7);
   /* Reverse order p5 p4 p3 p2 p1 p0 with caps 300 floats, then 1200: {p5 64, p4 250: 314 > 300} -> [p5], [p4 p3
    * p2 = 1255 > 1200] -> [p4, p3], [p2, p1, p0 = 1317] -> [p2, p1], [p0]. */
@@ -150,7 +157,8 @@ static int check_create_and_layout(cohort_comm *comm) {
   CHECK(buf[0] == 100);
   CHECK(cohort_ddp_grad(ddp, NP) == NULL);
   for (int i = 0; i < NP; i++)
-    for (size_t k = 0; k < sizes[i]; k++) CHECK(cohort_ddp_grad(ddp, i)[k] == 0.0f);
+    for (size_t k = 0; k < sizes[i]; k++)
+      CHECK(cohort_ddp_grad(ddp, i)[k] == 0.0f);
   cohort_ddp_destroy(ddp);
   ddp = NULL;
   /* Without it, each rank keeps its own buffers between steps (they are still made equal at creation). */
@@ -195,7 +203,8 @@ static int check_ready_order_and_rebuild(cohort_comm *comm) {
       CHECK(cohort_ddp_num_buckets(ddp) == 2);
       CHECK(cohort_ddp_bucket_at(ddp, 0)->num_params == 1 && cohort_ddp_bucket_at(ddp, 0)->params[0] == 2);
       CHECK(cohort_ddp_bucket_at(ddp, 1)->num_params == NP - 1);
-      for (int j = 0; j < NP - 1; j++) CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
+      for (int j = 0; j < NP - 1; j++)
+        CHECK(cohort_ddp_bucket_at(ddp, 1)->params[j] == want1[j]);
       const cohort_ddp_bucket *b1 = cohort_ddp_bucket_at(ddp, 1); /* the new layout is in the arena too */
       CHECK(cohort_in_arena(comm, b1->data, b1->count * sizeof(float)) == coll_check_has_arena(comm));
     }
@@ -261,12 +270,14 @@ static int check_compression(cohort_comm *comm) {
         for (size_t k = 0; k < sizes[i]; k++)
           cohort_ddp_grad(ddp, i)[k] = sinf((float)(k + 1) * 0.37f + (float)(rank + 1) * 1.3f + (float)step);
       CHECK_OK(cohort_ddp_prepare(ddp));
-      for (int i = NP - 1; i >= 0; i--) CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+      for (int i = NP - 1; i >= 0; i--)
+        CHECK_OK(cohort_ddp_mark_ready(ddp, i));
       CHECK_OK(cohort_ddp_finish(ddp));
       for (int i = 0; i < NP; i++)
         for (size_t k = 0; k < sizes[i]; k++) {
           double want = 0;
-          for (int r = 0; r < size; r++) want += sin((double)(k + 1) * 0.37 + (double)(r + 1) * 1.3 + step);
+          for (int r = 0; r < size; r++)
+            want += sin((double)(k + 1) * 0.37 + (double)(r + 1) * 1.3 + step);
           want /= size;
           double err = fabs(cohort_ddp_grad(ddp, i)[k] - want);
           if (err / 1.0 > max_rel) max_rel = err; /* |values| <= 1: absolute error relative to the scale */
@@ -302,7 +313,8 @@ static cohort_status scale_complete(void *user, cohort_comm *c, const cohort_ddp
   (void)c;
   hook_state *h = user;
   h->completes++;
-  for (size_t k = 0; k < b->count; k++) b->data[k] /= (float)h->size;
+  for (size_t k = 0; k < b->count; k++)
+    b->data[k] /= (float)h->size;
   return COHORT_OK;
 }
 
@@ -322,7 +334,8 @@ static int check_comm_hook(cohort_comm *comm) {
   for (int step = 0; step < 2; step++) {
     fill_grads(ddp, rank, step);
     CHECK_OK(cohort_ddp_prepare(ddp));
-    for (int i = NP - 1; i >= 0; i--) CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+    for (int i = NP - 1; i >= 0; i--)
+      CHECK_OK(cohort_ddp_mark_ready(ddp, i));
     CHECK_OK(cohort_ddp_finish(ddp));
     failures += check_avg(comm, ddp, step, -1, -1);
     if (failures) goto done;
@@ -375,7 +388,8 @@ done:
 static void make_batch(int rank, int step, int n, int offset, float *x, int32_t *labels) {
   for (int s = 0; s < n; s++) {
     int id = rank * 1000 + step * 100 + offset + s;
-    for (int f = 0; f < IN; f++) x[s * IN + f] = sinf((float)(id * IN + f) * 0.731f);
+    for (int f = 0; f < IN; f++)
+      x[s * IN + f] = sinf((float)(id * IN + f) * 0.731f);
     labels[s] = (id * 7 + 3) % CLASSES;
   }
 }
@@ -389,7 +403,8 @@ static cohort_status fwd_bwd(cohort_model *m, const float *x, const int32_t *lab
   cohort_status st = cohort_tensor_wrap(&t, (float *)x, 4, shape);
   if (st == COHORT_OK) st = cohort_model_forward(m, &t, &logits);
   if (st == COHORT_OK) st = cohort_softmax_xent(logits, labels, &loss, dl, NULL);
-  for (int k = 0; k < n * CLASSES; k++) dl[k] *= scale;
+  for (int k = 0; k < n * CLASSES; k++)
+    dl[k] *= scale;
   if (st == COHORT_OK) st = cohort_model_backward(m, dl);
   return st;
 }
@@ -438,12 +453,13 @@ static int matches_fused(cohort_comm *comm, int hidden, size_t bucket_bytes, siz
 
     cohort_model_zero_grad(b);
     CHECK_OK(fwd_bwd(b, x, y, BATCH, 1.0f));
-    CHECK_OK(cohort_allreduce(comm, cohort_model_param(b, 0)->grad, cohort_model_param(b, 0)->grad, total,
-                              COHORT_F32, COHORT_AVG));
+    CHECK_OK(cohort_allreduce(comm, cohort_model_param(b, 0)->grad, cohort_model_param(b, 0)->grad, total, COHORT_F32,
+                              COHORT_AVG));
     CHECK_OK(cohort_optim_step(ob));
     const float *va = cohort_model_param_data(a), *vb = cohort_model_param_data(b);
     double worst = 0;
-    for (size_t k = 0; k < total; k++) worst = fmax(worst, fabs((double)va[k] - (double)vb[k]));
+    for (size_t k = 0; k < total; k++)
+      worst = fmax(worst, fabs((double)va[k] - (double)vb[k]));
     if (worst > 1e-6) fprintf(stderr, "rank %d: step %d: engine and fused differ by %.3g\n", rank, step, worst);
     CHECK(worst <= 1e-6);
   }
@@ -452,7 +468,8 @@ static int matches_fused(cohort_comm *comm, int hidden, size_t bucket_bytes, siz
   CHECK(cohort_size(comm) <= 8);
   CHECK_OK(cohort_model_hash(a, hex));
   CHECK_OK(cohort_allgather(comm, hex, all, 64, COHORT_U8));
-  for (int r = 0; r < cohort_size(comm); r++) CHECK(memcmp(all[r], all[0], 64) == 0);
+  for (int r = 0; r < cohort_size(comm); r++)
+    CHECK(memcmp(all[r], all[0], 64) == 0);
 done:
   cohort_optim_destroy(oa);
   cohort_optim_destroy(ob);

@@ -32,70 +32,71 @@ const char *cohort_test_tmp_dir(void);
 int cohort_test_run(int argc, char **argv, const cohort_test_case *cases, int ncases);
 
 #define TEST(name) static void test_##name(void)
-#define TEST_CASE(name) {#name, test_##name}
-#define COHORT_TEST_MAIN(...)                                                                                      \
-  int main(int argc, char **argv) {                                                                                \
-    static const cohort_test_case cases[] = {__VA_ARGS__};                                                         \
-    return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));                              \
+#define TEST_CASE(name)                                                                                                \
+  { #name, test_##name }
+#define COHORT_TEST_MAIN(...)                                                                                          \
+  int main(int argc, char **argv) {                                                                                    \
+    static const cohort_test_case cases[] = {__VA_ARGS__};                                                             \
+    return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));                                  \
   }
 
-#define TEST_FAIL_(...)                                                                                            \
-  do {                                                                                                             \
-    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                                                \
-    fprintf(stderr, __VA_ARGS__);                                                                                  \
-    fprintf(stderr, "\n");                                                                                         \
-    cohort_test_failed = 1;                                                                                        \
-    return;                                                                                                        \
+#define TEST_FAIL_(...)                                                                                                \
+  do {                                                                                                                 \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                                                    \
+    fprintf(stderr, __VA_ARGS__);                                                                                      \
+    fprintf(stderr, "\n");                                                                                             \
+    cohort_test_failed = 1;                                                                                            \
+    return;                                                                                                            \
   } while (0)
 
-#define ASSERT_TRUE(cond)                                                                                          \
-  do {                                                                                                             \
-    if (!(cond)) TEST_FAIL_("assertion failed: %s", #cond);                                                        \
+#define ASSERT_TRUE(cond)                                                                                              \
+  do {                                                                                                                 \
+    if (!(cond)) TEST_FAIL_("assertion failed: %s", #cond);                                                            \
   } while (0)
 
-#define ASSERT_EQ(a, b)                                                                                            \
-  do {                                                                                                             \
-    long long a__ = (long long)(a), b__ = (long long)(b);                                                          \
-    if (a__ != b__) TEST_FAIL_("%s == %s: %lld != %lld", #a, #b, a__, b__);                                        \
+#define ASSERT_EQ(a, b)                                                                                                \
+  do {                                                                                                                 \
+    long long a__ = (long long)(a), b__ = (long long)(b);                                                              \
+    if (a__ != b__) TEST_FAIL_("%s == %s: %lld != %lld", #a, #b, a__, b__);                                            \
   } while (0)
 
-#define ASSERT_NE(a, b)                                                                                            \
-  do {                                                                                                             \
-    long long a__ = (long long)(a), b__ = (long long)(b);                                                          \
-    if (a__ == b__) TEST_FAIL_("%s != %s: both are %lld", #a, #b, a__);                                            \
+#define ASSERT_NE(a, b)                                                                                                \
+  do {                                                                                                                 \
+    long long a__ = (long long)(a), b__ = (long long)(b);                                                              \
+    if (a__ == b__) TEST_FAIL_("%s != %s: both are %lld", #a, #b, a__);                                                \
   } while (0)
 
-#define ASSERT_NEAR(a, b, tol)                                                                                     \
-  do {                                                                                                             \
-    double a__ = (double)(a), b__ = (double)(b);                                                                   \
-    if (!(fabs(a__ - b__) <= (tol))) TEST_FAIL_("%s ~= %s: %.9g vs %.9g (tol %g)", #a, #b, a__, b__, (double)(tol)); \
+#define ASSERT_NEAR(a, b, tol)                                                                                         \
+  do {                                                                                                                 \
+    double a__ = (double)(a), b__ = (double)(b);                                                                       \
+    if (!(fabs(a__ - b__) <= (tol))) TEST_FAIL_("%s ~= %s: %.9g vs %.9g (tol %g)", #a, #b, a__, b__, (double)(tol));   \
   } while (0)
 
-#define ASSERT_STREQ(a, b)                                                                                         \
-  do {                                                                                                             \
-    const char *a__ = (a), *b__ = (b);                                                                             \
-    if (strcmp(a__, b__) != 0) TEST_FAIL_("%s == %s: \"%s\" != \"%s\"", #a, #b, a__, b__);                         \
+#define ASSERT_STREQ(a, b)                                                                                             \
+  do {                                                                                                                 \
+    const char *a__ = (a), *b__ = (b);                                                                                 \
+    if (strcmp(a__, b__) != 0) TEST_FAIL_("%s == %s: \"%s\" != \"%s\"", #a, #b, a__, b__);                             \
   } while (0)
 
-#define ASSERT_CONTAINS(haystack, needle)                                                                          \
-  do {                                                                                                             \
-    const char *h__ = (haystack), *n__ = (needle);                                                                 \
-    if (!strstr(h__, n__)) TEST_FAIL_("\"%s\" does not contain \"%s\"", h__, n__);                                 \
+#define ASSERT_CONTAINS(haystack, needle)                                                                              \
+  do {                                                                                                                 \
+    const char *h__ = (haystack), *n__ = (needle);                                                                     \
+    if (!strstr(h__, n__)) TEST_FAIL_("\"%s\" does not contain \"%s\"", h__, n__);                                     \
   } while (0)
 
 /* Asserts a cohort call succeeded; on failure prints the status and cohort_last_error(). */
-#define ASSERT_OK(expr)                                                                                            \
-  do {                                                                                                             \
-    cohort_status s__ = (expr);                                                                                    \
-    if (s__ != COHORT_OK) TEST_FAIL_("%s: %s: %s", #expr, cohort_strerror(s__), cohort_last_error());              \
+#define ASSERT_OK(expr)                                                                                                \
+  do {                                                                                                                 \
+    cohort_status s__ = (expr);                                                                                        \
+    if (s__ != COHORT_OK) TEST_FAIL_("%s: %s: %s", #expr, cohort_strerror(s__), cohort_last_error());                  \
   } while (0)
 
 /* Asserts a cohort call failed with exactly the given status. */
-#define ASSERT_STATUS(expr, want)                                                                                  \
-  do {                                                                                                             \
-    cohort_status s__ = (expr), w__ = (want);                                                                      \
-    if (s__ != w__)                                                                                                \
-      TEST_FAIL_("%s: got %s (%s), want %s", #expr, cohort_strerror(s__), cohort_last_error(), cohort_strerror(w__)); \
+#define ASSERT_STATUS(expr, want)                                                                                      \
+  do {                                                                                                                 \
+    cohort_status s__ = (expr), w__ = (want);                                                                          \
+    if (s__ != w__)                                                                                                    \
+      TEST_FAIL_("%s: got %s (%s), want %s", #expr, cohort_strerror(s__), cohort_last_error(), cohort_strerror(w__));  \
   } while (0)
 
 #endif

@@ -163,7 +163,8 @@ static int forward_backward(train_job *job, const cohort_batch *b, float *dlogit
   TRY("forward", cohort_model_forward(job->model, &x, &logits));
   TRY("loss", cohort_softmax_xent(logits, b->labels, loss, dlogits, NULL));
   if (scale != 1.0f)
-    for (size_t k = 0; k < b->size * 10; k++) dlogits[k] *= scale;
+    for (size_t k = 0; k < b->size * 10; k++)
+      dlogits[k] *= scale;
   cohort_ddp_span_begin(job->ddp, COHORT_SPAN_BACKWARD);
   TRY("backward", cohort_model_backward(job->model, dlogits));
   return 0;
@@ -203,7 +204,8 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
     TRY("averaging the gradients", cohort_ddp_finish(job->ddp));
     /* The loss is only reported: average it on the progress thread while the optimizer steps, behind the
      * gradients rather than ahead of them. */
-    TRY("averaging the loss", cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
+    TRY("averaging the loss",
+        cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
   } else {
     /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
     job->grads[job->nparams] = avg_loss;

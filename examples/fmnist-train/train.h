@@ -68,10 +68,10 @@ typedef struct train_config {
   /* How gradients are averaged: TRAIN_SYNC_DDP (the engine of ddp.h: buckets overlapped with backward) or
    * TRAIN_SYNC_FUSED (one allreduce of every gradient after backward: the non-overlapped baseline). */
   int sync;
-  double bucket_mb;       /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
-  int compress;           /* --compress none|f16|bf16: a cohort_ddp_compression */
-  int accumulate;         /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
-  int replicas;           /* --replicas N: N replicas as threads of this process (0: one rank per process) */
+  double bucket_mb; /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
+  int compress;     /* --compress none|f16|bf16: a cohort_ddp_compression */
+  int accumulate;   /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
+  int replicas;     /* --replicas N: N replicas as threads of this process (0: one rank per process) */
   /* With --replicas, main loads the datasets once and every replica reads them (they are read-only once loaded);
    * NULL: train_run loads its own. */
   cohort_dataset *shared_train_set, *shared_test_set;

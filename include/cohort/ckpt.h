@@ -49,10 +49,10 @@ COHORT_API void cohort_ckpt_writer_destroy(cohort_ckpt_writer *w);
 
 /* Adds a copy of an entry: dims[0..ndims) elements of dtype at data. Names are unique, 1..255 bytes. */
 COHORT_API cohort_status cohort_ckpt_add(cohort_ckpt_writer *w, const char *name, cohort_dtype dtype, int ndims,
-                              const int64_t *dims, const void *data);
+                                         const int64_t *dims, const void *data);
 /* A float32 tensor. */
 COHORT_API cohort_status cohort_ckpt_add_f32(cohort_ckpt_writer *w, const char *name, int ndims, const int64_t *dims,
-                                  const float *data);
+                                             const float *data);
 /* Opaque bytes (a u8 vector of len elements), e.g. a struct such as cohort_sampler_state or an RNG state. */
 COHORT_API cohort_status cohort_ckpt_add_bytes(cohort_ckpt_writer *w, const char *name, const void *data, size_t len);
 /* One int64 (a 0-dimensional i64 entry), e.g. the step. */
@@ -94,7 +94,8 @@ COHORT_API cohort_status cohort_ckpt_entry_at(const cohort_ckpt *ck, size_t i, c
 COHORT_API cohort_status cohort_ckpt_find(const cohort_ckpt *ck, const char *name, cohort_ckpt_entry *out);
 
 /* Copies the float32 tensor name into out, after checking that its shape is exactly dims[0..ndims). */
-COHORT_API cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims, float *out);
+COHORT_API cohort_status cohort_ckpt_get_f32(const cohort_ckpt *ck, const char *name, int ndims, const int64_t *dims,
+                                             float *out);
 /* Copies the bytes entry name into out, which must be exactly len bytes long. */
 COHORT_API cohort_status cohort_ckpt_get_bytes(const cohort_ckpt *ck, const char *name, void *out, size_t len);
 COHORT_API cohort_status cohort_ckpt_get_i64(const cohort_ckpt *ck, const char *name, int64_t *out);

@@ -140,15 +140,15 @@ COHORT_API cohort_status cohort_init_inproc(cohort_inproc_group *group, int rank
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */
 COHORT_API cohort_status cohort_allreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                               cohort_dtype dtype, cohort_op op);
+                                          cohort_dtype dtype, cohort_op op);
 /* Copies root's buf to every rank's buf. */
 COHORT_API cohort_status cohort_broadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root);
 /* recvbuf holds size*count elements: rank r's sendbuf at offset r*count. count is per rank. */
 COHORT_API cohort_status cohort_allgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                               cohort_dtype dtype);
+                                          cohort_dtype dtype);
 /* sendbuf holds size*count elements; rank r receives block r of the reduction. count is per rank. */
 COHORT_API cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                    cohort_dtype dtype, cohort_op op);
+                                               cohort_dtype dtype, cohort_op op);
 /* Returns once every rank has entered the barrier. */
 COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
 
@@ -160,13 +160,13 @@ COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
  * communication errors are returned by cohort_work_wait()/cohort_work_test().
  */
 COHORT_API cohort_status cohort_iallreduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                cohort_dtype dtype, cohort_op op, cohort_work **work);
+                                           cohort_dtype dtype, cohort_op op, cohort_work **work);
 COHORT_API cohort_status cohort_ibroadcast(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int root,
-                                cohort_work **work);
+                                           cohort_work **work);
 COHORT_API cohort_status cohort_iallgather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                cohort_dtype dtype, cohort_work **work);
+                                           cohort_dtype dtype, cohort_work **work);
 COHORT_API cohort_status cohort_ireduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                                     cohort_dtype dtype, cohort_op op, cohort_work **work);
+                                                cohort_dtype dtype, cohort_op op, cohort_work **work);
 COHORT_API cohort_status cohort_ibarrier(cohort_comm *comm, cohort_work **work);
 
 /* Blocks until work completes; returns its status (and sets cohort_last_error() on this thread). */

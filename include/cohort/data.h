@@ -96,17 +96,17 @@ typedef struct cohort_dataset cohort_dataset;
  * when the image and label counts differ, or when a label is outside 0..9.
  */
 COHORT_API cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, float mean, float std,
-                                         cohort_dataset **out);
+                                                    cohort_dataset **out);
 /*
  * Loads any pair of IDX files: images u8 [N, H, W] (one channel) or [N, C, H, W], labels u8 or i32 [N]. Pixels
  * are normalized as in cohort_dataset_load_fmnist(). num_classes > 0 makes a label outside 0..num_classes-1 an
  * error.
  */
-COHORT_API cohort_status cohort_dataset_load_idx(const char *images_path, const char *labels_path, float mean, float std,
-                                      int num_classes, cohort_dataset **out);
+COHORT_API cohort_status cohort_dataset_load_idx(const char *images_path, const char *labels_path, float mean,
+                                                 float std, int num_classes, cohort_dataset **out);
 /* Makes a dataset from arrays in memory (copied): images holds count*channels*height*width floats. */
 COHORT_API cohort_status cohort_dataset_create(size_t count, int channels, int height, int width, const float *images,
-                                    const int32_t *labels, cohort_dataset **out);
+                                               const int32_t *labels, cohort_dataset **out);
 COHORT_API void cohort_dataset_destroy(cohort_dataset *ds);
 
 COHORT_API size_t cohort_dataset_size(const cohort_dataset *ds);
@@ -130,8 +130,8 @@ typedef struct cohort_sampler cohort_sampler;
  *  - rank r takes order[r], order[r + world], order[r + 2 world], ... (num_samples of them).
  * The sampler starts at epoch 0, cursor 0.
  */
-COHORT_API cohort_status cohort_sampler_create(size_t dataset_size, int world_size, int rank, int shuffle, uint64_t seed,
-                                    int drop_last, cohort_sampler **out);
+COHORT_API cohort_status cohort_sampler_create(size_t dataset_size, int world_size, int rank, int shuffle,
+                                               uint64_t seed, int drop_last, cohort_sampler **out);
 COHORT_API void cohort_sampler_destroy(cohort_sampler *s);
 
 /* Recomputes the order for epoch and moves the cursor to its start. */
@@ -184,8 +184,8 @@ typedef struct cohort_batch {
  * batch of an epoch is smaller unless drop_last, which skips it. The loader starts gathering at once, on its own
  * thread, into two buffers. ds and sampler must outlive the loader; the loader owns the sampler while it lives.
  */
-COHORT_API cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size, int drop_last,
-                                   cohort_loader **out);
+COHORT_API cohort_status cohort_loader_create(const cohort_dataset *ds, cohort_sampler *sampler, size_t batch_size,
+                                              int drop_last, cohort_loader **out);
 /* Stops and joins the background thread, then frees the loader. Safe on NULL. */
 COHORT_API void cohort_loader_destroy(cohort_loader *l);
 

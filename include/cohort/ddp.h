@@ -53,11 +53,11 @@ struct cohort_optim;
 
 /* One tensor the engine knows about: a parameter (with a gradient) or a buffer (values only, e.g. running stats). */
 typedef struct cohort_ddp_tensor {
-  const char *name;       /* unique; compared across ranks */
-  void *value;            /* count elements of dtype */
+  const char *name; /* unique; compared across ranks */
+  void *value;      /* count elements of dtype */
   size_t count;
-  cohort_dtype dtype;     /* parameters: COHORT_F32 (gradients are float32); buffers: any */
-  int ndim;               /* 0..4; compared across ranks together with shape */
+  cohort_dtype dtype; /* parameters: COHORT_F32 (gradients are float32); buffers: any */
+  int ndim;           /* 0..4; compared across ranks together with shape */
   int64_t shape[4];
 } cohort_ddp_tensor;
 
@@ -70,12 +70,12 @@ typedef enum cohort_ddp_compression {
 
 /* A bucket as a comm hook sees it. data holds count float32 gradients, back to back. */
 typedef struct cohort_ddp_bucket {
-  int index;           /* position in the reduction order, 0 first */
+  int index; /* position in the reduction order, 0 first */
   float *data;
   size_t count;
   int num_params;
-  const int *params;   /* the parameter indices it holds, in memory order */
-  int64_t step;        /* synchronized steps completed before this one */
+  const int *params; /* the parameter indices it holds, in memory order */
+  int64_t step;      /* synchronized steps completed before this one */
 } cohort_ddp_bucket;
 
 /*
@@ -100,10 +100,10 @@ typedef enum cohort_ddp_overlap {
 } cohort_ddp_overlap;
 
 typedef struct cohort_ddp_options {
-  size_t bucket_bytes;        /* 0: COHORT_BUCKET_MB, else 25 MiB */
-  size_t first_bucket_bytes;  /* 0: min(1 MiB, bucket_bytes) */
-  int broadcast_buffers;      /* broadcast rank 0's buffers in every cohort_ddp_prepare() (PyTorch's default: 1) */
-  int find_unused_params;     /* parameters that got no gradient are zero-filled at finish instead of an error */
+  size_t bucket_bytes;       /* 0: COHORT_BUCKET_MB, else 25 MiB */
+  size_t first_bucket_bytes; /* 0: min(1 MiB, bucket_bytes) */
+  int broadcast_buffers;     /* broadcast rank 0's buffers in every cohort_ddp_prepare() (PyTorch's default: 1) */
+  int find_unused_params;    /* parameters that got no gradient are zero-filled at finish instead of an error */
   cohort_ddp_compression compression;
   int static_bucket_order;    /* 1: keep the creation order (no rebuild after the first step) */
   cohort_ddp_overlap overlap; /* resolved at creation; the ranks agree (off if any rank says off) */
@@ -118,16 +118,16 @@ COHORT_API void cohort_ddp_options_init(cohort_ddp_options *options);
  * the defaults. Collective: every rank must call it; it compares the lists and broadcasts rank 0's values.
  */
 COHORT_API cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *params, int num_params,
-                                const cohort_ddp_tensor *buffers, int num_buffers, const cohort_ddp_options *options,
-                                cohort_ddp **out);
+                                           const cohort_ddp_tensor *buffers, int num_buffers,
+                                           const cohort_ddp_options *options, cohort_ddp **out);
 /*
  * The same for a cohort_model (nn.h): its parameters and buffers by name, its gradients rebound into the buckets
  * (cohort_model_set_grad_buffer) and its grad hook set to cohort_ddp_mark_ready. The model must outlive the engine;
  * destroying the engine gives the model its own gradient arrays back (zeroed) and clears its hooks (grad hook and
  * SyncBatchNorm).
  */
-COHORT_API cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model, const cohort_ddp_options *options,
-                                      cohort_ddp **out);
+COHORT_API cohort_status cohort_ddp_create_model(cohort_comm *comm, struct cohort_model *model,
+                                                 const cohort_ddp_options *options, cohort_ddp **out);
 /* Waits for anything in flight, writes the timeline if COHORT_TIMELINE is set, and frees the engine. Safe on NULL. */
 COHORT_API void cohort_ddp_destroy(cohort_ddp *ddp);
 
@@ -186,14 +186,14 @@ COHORT_API void cohort_ddp_span_end(cohort_ddp *ddp, cohort_ddp_span span);
  * exposed: the time finish() waited, which is the communication that compute did not hide.
  */
 typedef struct cohort_ddp_stats {
-  int64_t steps;            /* synchronized steps measured */
-  double compute_s;         /* totals over those steps */
+  int64_t steps;    /* synchronized steps measured */
+  double compute_s; /* totals over those steps */
   double comm_s;
   double exposed_comm_s;
-  double last_compute_s;    /* the last step alone */
+  double last_compute_s; /* the last step alone */
   double last_comm_s;
   double last_exposed_comm_s;
-  size_t bytes_per_step;    /* gradient bytes reduced per step (before compression) */
+  size_t bytes_per_step; /* gradient bytes reduced per step (before compression) */
   int num_buckets;
 } cohort_ddp_stats;
 COHORT_API void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats);

@@ -46,9 +46,9 @@ extern "C" {
 /* ---- tensors ---- */
 
 typedef struct cohort_tensor {
-  int ndim;                                /* 1..COHORT_TENSOR_MAX_DIMS */
-  int64_t shape[COHORT_TENSOR_MAX_DIMS];   /* unused dims are 1 */
-  size_t numel;                            /* product of the used dims */
+  int ndim;                              /* 1..COHORT_TENSOR_MAX_DIMS */
+  int64_t shape[COHORT_TENSOR_MAX_DIMS]; /* unused dims are 1 */
+  size_t numel;                          /* product of the used dims */
   float *data;
 } cohort_tensor;
 
@@ -95,9 +95,10 @@ COHORT_API cohort_status cohort_model_create(cohort_model **out);
 COHORT_API void cohort_model_destroy(cohort_model *model);
 
 /* Layers, applied in the order added. Names ("conv1") prefix the parameter names; they must be unique. */
-COHORT_API cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features, int out_features);
-COHORT_API cohort_status cohort_model_add_conv2d(cohort_model *model, const char *name, int in_channels, int out_channels,
-                                      int kernel, int stride, int padding);
+COHORT_API cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features,
+                                                 int out_features);
+COHORT_API cohort_status cohort_model_add_conv2d(cohort_model *model, const char *name, int in_channels,
+                                                 int out_channels, int kernel, int stride, int padding);
 /* stride 0 means stride = kernel (PyTorch's default). No padding, floor mode. */
 COHORT_API cohort_status cohort_model_add_maxpool2d(cohort_model *model, int kernel, int stride);
 COHORT_API cohort_status cohort_model_add_relu(cohort_model *model);
@@ -105,7 +106,7 @@ COHORT_API cohort_status cohort_model_add_relu(cohort_model *model);
 COHORT_API cohort_status cohort_model_add_dropout(cohort_model *model, float p);
 /* Per-channel batch normalisation of NCHW input; momentum as in PyTorch (0.1 is PyTorch's default). */
 COHORT_API cohort_status cohort_model_add_batchnorm2d(cohort_model *model, const char *name, int channels, float eps,
-                                           float momentum);
+                                                      float momentum);
 /* [N, C, H, W] -> [N, C*H*W]. */
 COHORT_API cohort_status cohort_model_add_flatten(cohort_model *model);
 
@@ -131,7 +132,8 @@ COHORT_API void cohort_model_set_training(cohort_model *model, int training);
 COHORT_API int cohort_model_training(const cohort_model *model);
 
 /* Runs every layer. *output belongs to the model (see Ownership). The batch size may change between calls. */
-COHORT_API cohort_status cohort_model_forward(cohort_model *model, const cohort_tensor *input, const cohort_tensor **output);
+COHORT_API cohort_status cohort_model_forward(cohort_model *model, const cohort_tensor *input,
+                                              const cohort_tensor **output);
 /*
  * Back-propagates grad_output (the gradient of the loss with respect to the last forward's output, same shape)
  * and adds each parameter's gradient into its grad array, firing the grad hook as each one is final.
@@ -191,8 +193,8 @@ COHORT_API cohort_status cohort_model_create_mlp(uint64_t seed, int in, int hidd
  * (log-sum-exp). *loss gets the mean; grad (may be NULL) gets d loss / d logits, N*C floats; *correct (may be
  * NULL) gets the number of rows whose argmax equals the label.
  */
-COHORT_API cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *labels, float *loss, float *grad,
-                                  int *correct);
+COHORT_API cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *labels, float *loss,
+                                             float *grad, int *correct);
 
 /* ---- optimizers ---- */
 
@@ -221,8 +223,10 @@ typedef struct cohort_named_array {
 } cohort_named_array;
 
 /* The model must be initialised and must outlive the optimizer. */
-COHORT_API cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config, cohort_optim **out);
-COHORT_API cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config, cohort_optim **out);
+COHORT_API cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_config *config,
+                                                 cohort_optim **out);
+COHORT_API cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_config *config,
+                                                   cohort_optim **out);
 COHORT_API void cohort_optim_destroy(cohort_optim *optim);
 /* One update of every parameter from its current gradient. Subnormal floats (below FLT_MIN) in the gradients and
  * state count as zero during the step and results that small become zero: state decayed that far would otherwise

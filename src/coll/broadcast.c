@@ -40,7 +40,7 @@ cohort_status cohort__chain_broadcast(cohort__coll_ctx *ctx, const cohort__coll_
   cohort__req *sends = calloc(nseg, sizeof *sends), recvs[2];
   if (!sends) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort_status st = COHORT_OK;
-#define SEG_OFF(j) ((j) * seg)
+#define SEG_OFF(j) ((j)*seg)
 #define SEG_LEN(j) (a->count - SEG_OFF(j) < seg ? a->count - SEG_OFF(j) : seg)
   /* Relays keep the next receive posted, so a segment lands in place the moment it arrives. */
   for (size_t j = 0; vr > 0 && j < 2 && j < nseg && st == COHORT_OK; j++)

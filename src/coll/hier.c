@@ -2,11 +2,11 @@
  * hier.c: the hierarchical allreduce, for a job on several nodes with several ranks each (cohort__layers in
  * transport/transport.h).
  *
- * The node transport's node_allreduce (over shared memory: transport/shm_coll.c) already splits every chunk of the vector into one
- * slice per local rank and has local rank l reduce slice l from all the node's inputs before the others copy it.
- * Here that reduced slice is, before anyone copies it, allreduced across nodes with the ranks that have local index
- * l on the other nodes (ring or recursive doubling by size, over a view of the TCP mesh): every local rank runs its
- * own slice's exchange at the same time, so all of the node's ranks, and their links, work in parallel. Then the
+ * The node transport's node_allreduce (over shared memory: transport/shm_coll.c) already splits every chunk of the
+ * vector into one slice per local rank and has local rank l reduce slice l from all the node's inputs before the others
+ * copy it. Here that reduced slice is, before anyone copies it, allreduced across nodes with the ranks that have local
+ * index l on the other nodes (ring or recursive doubling by size, over a view of the TCP mesh): every local rank runs
+ * its own slice's exchange at the same time, so all of the node's ranks, and their links, work in parallel. Then the
  * node's ranks copy the slices, as in the node allreduce: that is the allgather. Small vectors (the node
  * allreduce's small path, where every rank reduces the whole vector itself) are allreduced across nodes whole, by
  * every local rank, so that nobody waits for a broadcast within the node.

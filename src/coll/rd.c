@@ -43,7 +43,8 @@ cohort_status cohort__rd_allreduce(cohort__coll_ctx *ctx, const cohort__coll_arg
   if (!tmp && bytes) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
 
   int p = 1;
-  while (p * 2 <= n) p *= 2;
+  while (p * 2 <= n)
+    p *= 2;
   int rem = n - p, vrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
@@ -67,8 +68,10 @@ cohort_status cohort__rd_allreduce(cohort__coll_ctx *ctx, const cohort__coll_arg
     if (a->op == COHORT_AVG) cohort__reduce_avg(a->recvbuf, a->count, a->dtype, n);
   }
   if (r < 2 * rem) {
-    if (r % 2 == 0) COHORT_CHECK(recv_from(t, r + 1, a->recvbuf, bytes));
-    else COHORT_CHECK(send_to(t, r - 1, a->recvbuf, bytes));
+    if (r % 2 == 0)
+      COHORT_CHECK(recv_from(t, r + 1, a->recvbuf, bytes));
+    else
+      COHORT_CHECK(send_to(t, r - 1, a->recvbuf, bytes));
   }
   return COHORT_OK;
 }

@@ -57,17 +57,23 @@ static size_t chunk_len(const ring *g, int c) {
 
 static int send_chunk(const ring *g, int t) {
   switch (g->kind) {
-  case RING_ALLREDUCE: return t < g->rs_steps ? mod(g->r - t, g->n) : mod(g->r + 1 - (t - g->rs_steps), g->n);
-  case RING_REDUCE_SCATTER: return mod(g->r - t - 1, g->n);
-  default: return mod(g->r - t, g->n);
+  case RING_ALLREDUCE:
+    return t < g->rs_steps ? mod(g->r - t, g->n) : mod(g->r + 1 - (t - g->rs_steps), g->n);
+  case RING_REDUCE_SCATTER:
+    return mod(g->r - t - 1, g->n);
+  default:
+    return mod(g->r - t, g->n);
   }
 }
 
 static int recv_chunk(const ring *g, int t) {
   switch (g->kind) {
-  case RING_ALLREDUCE: return t < g->rs_steps ? mod(g->r - t - 1, g->n) : mod(g->r - (t - g->rs_steps), g->n);
-  case RING_REDUCE_SCATTER: return mod(g->r - t - 2, g->n);
-  default: return mod(g->r - t - 1, g->n);
+  case RING_ALLREDUCE:
+    return t < g->rs_steps ? mod(g->r - t - 1, g->n) : mod(g->r - (t - g->rs_steps), g->n);
+  case RING_REDUCE_SCATTER:
+    return mod(g->r - t - 2, g->n);
+  default:
+    return mod(g->r - t - 1, g->n);
   }
 }
 
@@ -110,8 +116,7 @@ static void reduce_unit(ring *g, int u) {
   const char *mine = g->src + (chunk_off(g, c) + off) * g->es;
   const char *got = g->tmp + (size_t)(u % WINDOW) * g->seg * g->es;
   cohort__reduce(dst, got, mine, len, g->a->dtype, g->a->op);
-  if (t == g->rs_steps - 1 && g->a->op == COHORT_AVG)
-    cohort__reduce_avg(dst, len, g->a->dtype, g->n);
+  if (t == g->rs_steps - 1 && g->a->op == COHORT_AVG) cohort__reduce_avg(dst, len, g->a->dtype, g->n);
 }
 
 static cohort_status ring_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, ring_kind kind) {
@@ -143,9 +148,11 @@ static cohort_status ring_run(cohort__coll_ctx *ctx, const cohort__coll_args *a,
   if (!sends) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort__transport *tr = ctx->t;
   cohort_status st = COHORT_OK;
-  for (int j = 0; j < g.nseg && st == COHORT_OK; j++) st = post_send(&g, 0, j, &sends[j]);
+  for (int j = 0; j < g.nseg && st == COHORT_OK; j++)
+    st = post_send(&g, 0, j, &sends[j]);
   int posted = 0;
-  for (; posted < units && posted < WINDOW && st == COHORT_OK; posted++) st = post_recv(&g, posted, &recvs[posted]);
+  for (; posted < units && posted < WINDOW && st == COHORT_OK; posted++)
+    st = post_recv(&g, posted, &recvs[posted]);
   for (int u = 0; u < units && st == COHORT_OK; u++) {
     int t = u / g.nseg, j = u % g.nseg;
     st = tr->ops->wait(tr, &recvs[u % WINDOW]);

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "comm/comm.h"
 #include "comm/launch_env.h"
 #include "comm/stall_board.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 
@@ -96,7 +96,8 @@ void cohort_comm_destroy(cohort_comm *c) {
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);
     c->stopping = 1;
-    if (c->busy || c->queue_head) c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, "communicator destroyed");
+    if (c->busy || c->queue_head)
+      c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, "communicator destroyed");
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
@@ -142,7 +143,8 @@ struct cohort_inproc_group {
 };
 
 cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
-  if (size < 1 || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_inproc_group_create: size %d must be >= 1", size);
+  if (size < 1 || !out)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_inproc_group_create: size %d must be >= 1", size);
   cohort_inproc_group *g = calloc(1, sizeof *g);
   if (!g) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   g->size = size;

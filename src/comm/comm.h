@@ -38,11 +38,11 @@ struct cohort_comm {
   cohort__config config; /* the knobs, parsed once when it was made; the DDP engine reads its own here too */
   cohort__transport *transport;
   cohort__coll_ctx coll;
-  uint32_t seq; /* number of the next collective; the same on every rank */
-  cohort__store *store;             /* NULL for 1-rank and in-process communicators */
+  uint32_t seq;         /* number of the next collective; the same on every rank */
+  cohort__store *store; /* NULL for 1-rank and in-process communicators */
   cohort__store_server *store_server;
-  pthread_mutex_t store_mu;          /* a store handle serves one thread at a time (e.g. the stall inspector) */
-  char store_prefix[128];            /* "cohort/<run id>/<generation>/": this job's keys */
+  pthread_mutex_t store_mu;                /* a store handle serves one thread at a time (e.g. the stall inspector) */
+  char store_prefix[128];                  /* "cohort/<run id>/<generation>/": this job's keys */
   struct cohort__stall_board *stall_board; /* in-process groups: stands in for the store's stall keys (stall.c) */
 
   pthread_mutex_t mu;

@@ -38,7 +38,8 @@ cohort_status cohort__slurm_first_host(const char *nodelist, char *out, size_t o
       if (n + 1 >= out_len) return cohort__error(COHORT_ERR_INVALID, "SLURM_JOB_NODELIST entry too long");
       out[n++] = *p++;
     }
-    if (!strchr(p, ']')) return cohort__error(COHORT_ERR_INVALID, "SLURM_JOB_NODELIST='%s' has an unclosed '['", nodelist);
+    if (!strchr(p, ']'))
+      return cohort__error(COHORT_ERR_INVALID, "SLURM_JOB_NODELIST='%s' has an unclosed '['", nodelist);
   }
   out[n] = '\0';
   if (n == 0) return cohort__error(COHORT_ERR_INVALID, "SLURM_JOB_NODELIST='%s' names no host", nodelist);

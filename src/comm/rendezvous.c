@@ -26,13 +26,13 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "comm/comm.h"
+#include "comm/launch_env.h"
 #include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sock.h"
-#include "comm/comm.h"
-#include "comm/launch_env.h"
 #include "transport/frame.h"
 #include "transport/layered.h"
 #include "transport/shm.h"

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
+#include "comm/heartbeat.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "comm/comm.h"
-#include "comm/heartbeat.h"
 
 /* Runs one collective; the caller owns the transport (busy is set). */
 static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {
@@ -61,8 +61,8 @@ void *cohort__progress_main(void *arg) {
       int stopping = c->stopping;
       pthread_mutex_unlock(&c->mu);
       w->start_ns = cohort__now_ns();
-      cohort_status st = stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed")
-                                  : execute(c, &w->args, seq);
+      cohort_status st =
+          stopping ? cohort__error(COHORT_ERR_REMOTE, "communicator destroyed") : execute(c, &w->args, seq);
       w->end_ns = cohort__now_ns();
       pthread_mutex_lock(&c->mu);
       c->busy = 0;
@@ -98,11 +98,14 @@ static cohort_status run_blocking(cohort_comm *c, const cohort__coll_args *a) {
     return st;
   }
   cohort_work w = {.comm = c, .args = *a};
-  if (c->queue_tail) c->queue_tail->next = &w;
-  else c->queue_head = &w;
+  if (c->queue_tail)
+    c->queue_tail->next = &w;
+  else
+    c->queue_head = &w;
   c->queue_tail = &w;
   pthread_cond_broadcast(&c->cv);
-  while (!w.done) pthread_cond_wait(&c->cv, &c->mu);
+  while (!w.done)
+    pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
   if (w.status != COHORT_OK) cohort__error_set_text(w.message);
   return w.status;
@@ -118,8 +121,10 @@ static cohort_status run_async(cohort_comm *c, const cohort__coll_args *a, cohor
   w->comm = c;
   w->args = *a;
   pthread_mutex_lock(&c->mu);
-  if (c->queue_tail) c->queue_tail->next = w;
-  else c->queue_head = w;
+  if (c->queue_tail)
+    c->queue_tail->next = w;
+  else
+    c->queue_head = w;
   c->queue_tail = w;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -136,7 +141,8 @@ cohort_status cohort_work_wait(cohort_work *w) {
   if (!w) return cohort__error(COHORT_ERR_INVALID, "cohort_work_wait: work is NULL");
   cohort_comm *c = w->comm;
   pthread_mutex_lock(&c->mu);
-  while (!w->done) pthread_cond_wait(&c->cv, &c->mu);
+  while (!w->done)
+    pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
   if (w->status != COHORT_OK) cohort__error_set_text(w->message);
   return w->status;
@@ -183,7 +189,7 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
 
 /* ---- the public collectives ---- */
 
-#define ARGS(kind, s, r, n, d, o, root_)                                                                           \
+#define ARGS(kind, s, r, n, d, o, root_)                                                                               \
   (cohort__coll_args) { .coll = kind, .sendbuf = s, .recvbuf = r, .count = n, .dtype = d, .op = o, .root = root_ }
 
 cohort_status cohort_allreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o) {

@@ -26,7 +26,7 @@ typedef struct knob_spec {
 #define MIN_EXCLUSIVE(lo, hi) (double)(lo), (double)(hi), 1, NULL
 #define ONE_OF(words) 0, 0, 0, words
 #define ANY 0, 0, 0, NULL
-#define KNOB_SPEC(name, field, kind, limits, def, desc)                                                            \
+#define KNOB_SPEC(name, field, kind, limits, def, desc)                                                                \
   {#name, KNOB_##kind, limits, offsetof(cohort__config, field), sizeof(((cohort__config *)0)->field)},
 static const knob_spec specs[] = {COHORT_ENV_KNOBS(KNOB_SPEC)};
 #define SPEC_COUNT (sizeof specs / sizeof specs[0])
@@ -78,8 +78,10 @@ static cohort_status parse_knob(const knob_spec *k, cohort__config *cfg) {
       return COHORT_OK;
     }
     /* fall through */
-  case KNOB_INT: return parse_int(k, text, field);
-  case KNOB_NUM: return parse_num(k, text, field);
+  case KNOB_INT:
+    return parse_int(k, text, field);
+  case KNOB_NUM:
+    return parse_num(k, text, field);
   case KNOB_CHOICE:
     if (!is_choice(k->choices, text)) {
       char list[128] = ""; /* "a, b, c" */
@@ -91,7 +93,8 @@ static cohort_status parse_knob(const knob_spec *k, cohort__config *cfg) {
       return cohort__error(COHORT_ERR_INVALID, "%s='%s' is not one of %s", k->name, text, list);
     }
     break;
-  case KNOB_STR: break;
+  case KNOB_STR:
+    break;
   }
   if (strlen(text) >= k->size)
     return cohort__error(COHORT_ERR_INVALID, "%s is longer than %zu bytes", k->name, k->size - 1);

@@ -15,9 +15,7 @@ static const char *const op_names[COHORT_OP_COUNT] = {
     [COHORT_SUM] = "sum", [COHORT_AVG] = "avg", [COHORT_MIN] = "min", [COHORT_MAX] = "max", [COHORT_PROD] = "prod",
 };
 
-size_t cohort_dtype_size(cohort_dtype dtype) {
-  return (unsigned)dtype < COHORT_DTYPE_COUNT ? dtypes[dtype].size : 0;
-}
+size_t cohort_dtype_size(cohort_dtype dtype) { return (unsigned)dtype < COHORT_DTYPE_COUNT ? dtypes[dtype].size : 0; }
 
 const char *cohort_dtype_name(cohort_dtype dtype) {
   return (unsigned)dtype < COHORT_DTYPE_COUNT ? dtypes[dtype].name : "unknown-dtype";

@@ -71,5 +71,6 @@ void cohort__env_warn_unknown(void) {
 }
 
 void cohort__env_each(void (*fn)(const char *, const char *, const char *, void *), void *arg) {
-  for (size_t i = 0; i < KNOB_COUNT; i++) fn(knobs[i].name, knobs[i].def, knobs[i].desc, arg);
+  for (size_t i = 0; i < KNOB_COUNT; i++)
+    fn(knobs[i].name, knobs[i].def, knobs[i].desc, arg);
 }

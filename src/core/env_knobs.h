@@ -15,6 +15,8 @@
 #ifndef COHORT_CORE_ENV_KNOBS_H
 #define COHORT_CORE_ENV_KNOBS_H
 
+/* One knob a row: the table reads best unwrapped. */
+/* clang-format off */
 #define COHORT_ENV_KNOBS(X)                                                                                        \
   X(COHORT_SECRET, secret, STR, ANY, "", "job secret; when set, every store and peer link proves it knows it (HMAC-SHA256)") \
   X(COHORT_TIMEOUT, timeout_s, INT, RANGE(1, 100000000), "300", "seconds cohort_init() waits for every rank to arrive at the rendezvous") \
@@ -44,5 +46,7 @@
   X(COHORT_HEARTBEAT_FD, heartbeat_fd, STR, ANY, "", "set by cohortrun: a memfd page in which a worker counts its collectives") \
   X(COHORT_TTY, tty, STR, ANY, "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0") \
   X(COHORT_LOG_LEVEL, log_level, STR, ANY, "warn", "error, warn, info or debug")
+
+/* clang-format on */
 
 #endif

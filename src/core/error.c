@@ -11,15 +11,24 @@ static _Thread_local char error_text[COHORT_ERROR_TEXT_MAX];
 
 const char *cohort_strerror(cohort_status status) {
   switch (status) {
-  case COHORT_OK: return "success";
-  case COHORT_ERR_INVALID: return "invalid argument";
-  case COHORT_ERR_SYSTEM: return "system error";
-  case COHORT_ERR_TIMEOUT: return "timeout";
-  case COHORT_ERR_REMOTE: return "remote failure";
-  case COHORT_ERR_MISMATCH: return "mismatch between ranks";
-  case COHORT_ERR_AUTH: return "authentication failure";
-  case COHORT_ERR_INTERNAL: return "internal error";
-  case COHORT_ERR_PROTOCOL: return "protocol error";
+  case COHORT_OK:
+    return "success";
+  case COHORT_ERR_INVALID:
+    return "invalid argument";
+  case COHORT_ERR_SYSTEM:
+    return "system error";
+  case COHORT_ERR_TIMEOUT:
+    return "timeout";
+  case COHORT_ERR_REMOTE:
+    return "remote failure";
+  case COHORT_ERR_MISMATCH:
+    return "mismatch between ranks";
+  case COHORT_ERR_AUTH:
+    return "authentication failure";
+  case COHORT_ERR_INTERNAL:
+    return "internal error";
+  case COHORT_ERR_PROTOCOL:
+    return "protocol error";
   }
   return "unknown status";
 }

@@ -22,10 +22,10 @@ void cohort__error_clear(void);
 cohort_status cohort__error_prefix(cohort_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Returns the status of expr upward when it is not COHORT_OK. */
-#define COHORT_CHECK(expr)                                                                                         \
-  do {                                                                                                             \
-    cohort_status check_status__ = (expr);                                                                         \
-    if (check_status__ != COHORT_OK) return check_status__;                                                        \
+#define COHORT_CHECK(expr)                                                                                             \
+  do {                                                                                                                 \
+    cohort_status check_status__ = (expr);                                                                             \
+    if (check_status__ != COHORT_OK) return check_status__;                                                            \
   } while (0)
 
 #endif

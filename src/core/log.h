@@ -14,9 +14,9 @@ void cohort__log_set_rank(int rank);
 #define COHORT_LOG_ERROR(...) cohort__log(COHORT__LOG_ERROR, __VA_ARGS__)
 #define COHORT_LOG_WARN(...) cohort__log(COHORT__LOG_WARN, __VA_ARGS__)
 #define COHORT_LOG_INFO(...) cohort__log(COHORT__LOG_INFO, __VA_ARGS__)
-#define COHORT_LOG_DEBUG(...)                                                                                      \
-  do {                                                                                                             \
-    if (cohort__log_enabled(COHORT__LOG_DEBUG)) cohort__log(COHORT__LOG_DEBUG, __VA_ARGS__);                       \
+#define COHORT_LOG_DEBUG(...)                                                                                          \
+  do {                                                                                                                 \
+    if (cohort__log_enabled(COHORT__LOG_DEBUG)) cohort__log(COHORT__LOG_DEBUG, __VA_ARGS__);                           \
   } while (0)
 
 #endif

@@ -45,7 +45,7 @@ uint16_t cohort__f32_to_f16(float f) {
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
   if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to infinity */
-  if (absx < 0x38800000u) {                                    /* subnormal half or zero */
+  if (absx < 0x38800000u) {                                  /* subnormal half or zero */
     if (absx < 0x33000000u) return (uint16_t)sign;
     uint32_t mant = (absx & 0x7fffff) | 0x800000;
     int shift = 126 - (int)(absx >> 23); /* value = mant * 2^-shift in units of the smallest subnormal, 2^-24 */
@@ -75,18 +75,22 @@ uint16_t cohort__f32_to_bf16(float f) {
 
 /* ---- kernels ---- */
 
-#define DEFINE_KERNELS(NAME, T, U)                                                                                 \
-  KERNEL static void NAME##_sum(T *d, const T *a, const T *b, size_t n) {                                \
-    for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] + (U)b[i]);                                                  \
-  }                                                                                                                \
-  KERNEL static void NAME##_prod(T *d, const T *a, const T *b, size_t n) {                               \
-    for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] * (U)b[i]);                                                  \
-  }                                                                                                                \
-  KERNEL static void NAME##_min(T *d, const T *a, const T *b, size_t n) {                                \
-    for (size_t i = 0; i < n; i++) d[i] = a[i] < b[i] ? a[i] : b[i];                                               \
-  }                                                                                                                \
-  KERNEL static void NAME##_max(T *d, const T *a, const T *b, size_t n) {                                \
-    for (size_t i = 0; i < n; i++) d[i] = a[i] > b[i] ? a[i] : b[i];                                               \
+#define DEFINE_KERNELS(NAME, T, U)                                                                                     \
+  KERNEL static void NAME##_sum(T *d, const T *a, const T *b, size_t n) {                                              \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = (T)((U)a[i] + (U)b[i]);                                                                                   \
+  }                                                                                                                    \
+  KERNEL static void NAME##_prod(T *d, const T *a, const T *b, size_t n) {                                             \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = (T)((U)a[i] * (U)b[i]);                                                                                   \
+  }                                                                                                                    \
+  KERNEL static void NAME##_min(T *d, const T *a, const T *b, size_t n) {                                              \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = a[i] < b[i] ? a[i] : b[i];                                                                                \
+  }                                                                                                                    \
+  KERNEL static void NAME##_max(T *d, const T *a, const T *b, size_t n) {                                              \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = a[i] > b[i] ? a[i] : b[i];                                                                                \
   }
 
 DEFINE_KERNELS(f32, float, float)
@@ -97,23 +101,32 @@ DEFINE_KERNELS(u8, uint8_t, uint32_t)
 
 /* Half types: blocks of 256 through f32 so that the conversion loops vectorize too. */
 #define HALF_BLOCK 256
-#define DEFINE_HALF(NAME, TO_F32, FROM_F32)                                                                        \
-  KERNEL static void NAME##_reduce(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, cohort_op op) {  \
-    float fa[HALF_BLOCK], fb[HALF_BLOCK];                                                                          \
-    for (size_t base = 0; base < n; base += HALF_BLOCK) {                                                          \
-      size_t m = n - base < HALF_BLOCK ? n - base : HALF_BLOCK;                                                    \
-      for (size_t i = 0; i < m; i++) {                                                                             \
-        fa[i] = TO_F32(a[base + i]);                                                                               \
-        fb[i] = TO_F32(b[base + i]);                                                                               \
-      }                                                                                                            \
-      switch (op) {                                                                                                \
-      case COHORT_PROD: f32_prod(fa, fa, fb, m); break;                                                            \
-      case COHORT_MIN: f32_min(fa, fa, fb, m); break;                                                              \
-      case COHORT_MAX: f32_max(fa, fa, fb, m); break;                                                              \
-      default: f32_sum(fa, fa, fb, m); break;                                                                      \
-      }                                                                                                            \
-      for (size_t i = 0; i < m; i++) d[base + i] = FROM_F32(fa[i]);                                                \
-    }                                                                                                              \
+#define DEFINE_HALF(NAME, TO_F32, FROM_F32)                                                                            \
+  KERNEL static void NAME##_reduce(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, cohort_op op) {        \
+    float fa[HALF_BLOCK], fb[HALF_BLOCK];                                                                              \
+    for (size_t base = 0; base < n; base += HALF_BLOCK) {                                                              \
+      size_t m = n - base < HALF_BLOCK ? n - base : HALF_BLOCK;                                                        \
+      for (size_t i = 0; i < m; i++) {                                                                                 \
+        fa[i] = TO_F32(a[base + i]);                                                                                   \
+        fb[i] = TO_F32(b[base + i]);                                                                                   \
+      }                                                                                                                \
+      switch (op) {                                                                                                    \
+      case COHORT_PROD:                                                                                                \
+        f32_prod(fa, fa, fb, m);                                                                                       \
+        break;                                                                                                         \
+      case COHORT_MIN:                                                                                                 \
+        f32_min(fa, fa, fb, m);                                                                                        \
+        break;                                                                                                         \
+      case COHORT_MAX:                                                                                                 \
+        f32_max(fa, fa, fb, m);                                                                                        \
+        break;                                                                                                         \
+      default:                                                                                                         \
+        f32_sum(fa, fa, fb, m);                                                                                        \
+        break;                                                                                                         \
+      }                                                                                                                \
+      for (size_t i = 0; i < m; i++)                                                                                   \
+        d[base + i] = FROM_F32(fa[i]);                                                                                 \
+    }                                                                                                                  \
   }
 
 #ifdef __FLT16_MANT_DIG__
@@ -136,26 +149,44 @@ DEFINE_HALF(f16, cohort__f16_to_f32, cohort__f32_to_f16)
 #endif
 DEFINE_HALF(bf16, cohort__bf16_to_f32, cohort__f32_to_bf16)
 
-#define DISPATCH(NAME, T)                                                                                          \
-  switch (op) {                                                                                                    \
-  case COHORT_PROD: NAME##_prod((T *)dst, (const T *)a, (const T *)b, n); return;                                  \
-  case COHORT_MIN: NAME##_min((T *)dst, (const T *)a, (const T *)b, n); return;                                    \
-  case COHORT_MAX: NAME##_max((T *)dst, (const T *)a, (const T *)b, n); return;                                    \
-  default: NAME##_sum((T *)dst, (const T *)a, (const T *)b, n); return;                                            \
+#define DISPATCH(NAME, T)                                                                                              \
+  switch (op) {                                                                                                        \
+  case COHORT_PROD:                                                                                                    \
+    NAME##_prod((T *)dst, (const T *)a, (const T *)b, n);                                                              \
+    return;                                                                                                            \
+  case COHORT_MIN:                                                                                                     \
+    NAME##_min((T *)dst, (const T *)a, (const T *)b, n);                                                               \
+    return;                                                                                                            \
+  case COHORT_MAX:                                                                                                     \
+    NAME##_max((T *)dst, (const T *)a, (const T *)b, n);                                                               \
+    return;                                                                                                            \
+  default:                                                                                                             \
+    NAME##_sum((T *)dst, (const T *)a, (const T *)b, n);                                                               \
+    return;                                                                                                            \
   }
 
 /* dst is either exactly a or b (each element is read before it is written) or disjoint from both; the compiler
  * checks for overlap at run time and still uses the vector loop. */
 void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dtype dtype, cohort_op op) {
   switch (dtype) {
-  case COHORT_F32: DISPATCH(f32, float)
-  case COHORT_F64: DISPATCH(f64, double)
-  case COHORT_I32: DISPATCH(i32, int32_t)
-  case COHORT_I64: DISPATCH(i64, int64_t)
-  case COHORT_U8: DISPATCH(u8, uint8_t)
-  case COHORT_F16: f16_reduce(dst, a, b, n, op); return;
-  case COHORT_BF16: bf16_reduce(dst, a, b, n, op); return;
-  default: return;
+  case COHORT_F32:
+    DISPATCH(f32, float)
+  case COHORT_F64:
+    DISPATCH(f64, double)
+  case COHORT_I32:
+    DISPATCH(i32, int32_t)
+  case COHORT_I64:
+    DISPATCH(i64, int64_t)
+  case COHORT_U8:
+    DISPATCH(u8, uint8_t)
+  case COHORT_F16:
+    f16_reduce(dst, a, b, n, op);
+    return;
+  case COHORT_BF16:
+    bf16_reduce(dst, a, b, n, op);
+    return;
+  default:
+    return;
   }
 }
 
@@ -163,71 +194,89 @@ void cohort__reduce_avg(void *buf, size_t n, cohort_dtype dtype, int world) {
   switch (dtype) {
   case COHORT_F32: {
     float *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] /= (float)world;
+    for (size_t i = 0; i < n; i++)
+      p[i] /= (float)world;
     return;
   }
   case COHORT_F64: {
     double *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] /= world;
+    for (size_t i = 0; i < n; i++)
+      p[i] /= world;
     return;
   }
   case COHORT_F16: {
     uint16_t *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] = cohort__f32_to_f16(cohort__f16_to_f32(p[i]) / (float)world);
+    for (size_t i = 0; i < n; i++)
+      p[i] = cohort__f32_to_f16(cohort__f16_to_f32(p[i]) / (float)world);
     return;
   }
   case COHORT_BF16: {
     uint16_t *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] = cohort__f32_to_bf16(cohort__bf16_to_f32(p[i]) / (float)world);
+    for (size_t i = 0; i < n; i++)
+      p[i] = cohort__f32_to_bf16(cohort__bf16_to_f32(p[i]) / (float)world);
     return;
   }
   case COHORT_I32: {
     int32_t *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] /= world;
+    for (size_t i = 0; i < n; i++)
+      p[i] /= world;
     return;
   }
   case COHORT_I64: {
     int64_t *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] /= world;
+    for (size_t i = 0; i < n; i++)
+      p[i] /= world;
     return;
   }
   case COHORT_U8: {
     uint8_t *p = buf;
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / world);
+    for (size_t i = 0; i < n; i++)
+      p[i] = (uint8_t)(p[i] / world);
     return;
   }
-  default: return;
+  default:
+    return;
   }
 }
 
 /* Bulk conversions between f32 and a half type (gradient compression); vectorized like the kernels above. */
 KERNEL static void f32_to_f16_array(uint16_t *dst, const float *src, size_t n) {
 #ifdef __FLT16_MANT_DIG__
-  for (size_t i = 0; i < n; i++) dst[i] = f32_to_f16_bits(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = f32_to_f16_bits(src[i]);
 #else
-  for (size_t i = 0; i < n; i++) dst[i] = cohort__f32_to_f16(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = cohort__f32_to_f16(src[i]);
 #endif
 }
 KERNEL static void f16_to_f32_array(float *dst, const uint16_t *src, size_t n) {
 #ifdef __FLT16_MANT_DIG__
-  for (size_t i = 0; i < n; i++) dst[i] = f16_bits_to_f32(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = f16_bits_to_f32(src[i]);
 #else
-  for (size_t i = 0; i < n; i++) dst[i] = cohort__f16_to_f32(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = cohort__f16_to_f32(src[i]);
 #endif
 }
 KERNEL static void f32_to_bf16_array(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = 0; i < n; i++) dst[i] = cohort__f32_to_bf16(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = cohort__f32_to_bf16(src[i]);
 }
 KERNEL static void bf16_to_f32_array(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = 0; i < n; i++) dst[i] = cohort__bf16_to_f32(src[i]);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = cohort__bf16_to_f32(src[i]);
 }
 
 void cohort__f32_to_half(uint16_t *dst, const float *src, size_t n, cohort_dtype half) {
-  if (half == COHORT_BF16) f32_to_bf16_array(dst, src, n);
-  else f32_to_f16_array(dst, src, n);
+  if (half == COHORT_BF16)
+    f32_to_bf16_array(dst, src, n);
+  else
+    f32_to_f16_array(dst, src, n);
 }
 
 void cohort__half_to_f32(float *dst, const uint16_t *src, size_t n, cohort_dtype half) {
-  if (half == COHORT_BF16) bf16_to_f32_array(dst, src, n);
-  else f16_to_f32_array(dst, src, n);
+  if (half == COHORT_BF16)
+    bf16_to_f32_array(dst, src, n);
+  else
+    f16_to_f32_array(dst, src, n);
 }

@@ -60,8 +60,7 @@ static cohort_status resolve(const char *host, int port, int passive, struct add
   char service[16];
   snprintf(service, sizeof service, "%d", port);
   int rc = getaddrinfo(host && host[0] ? host : NULL, service, &hints, out);
-  if (rc != 0)
-    return cohort__error(COHORT_ERR_INVALID, "cannot resolve '%s': %s", host ? host : "", gai_strerror(rc));
+  if (rc != 0) return cohort__error(COHORT_ERR_INVALID, "cannot resolve '%s': %s", host ? host : "", gai_strerror(rc));
   return COHORT_OK;
 }
 
@@ -235,7 +234,8 @@ cohort_status cohort__sock_local_addr_towards(const char *host, char *out, size_
 cohort_status cohort__sock_name(int fd, char *out, size_t out_len, int *port) {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
-  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "getsockname");
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "getsockname");
   char ip[INET6_ADDRSTRLEN] = "?";
   int p = 0;
   if (ss.ss_family == AF_INET) {

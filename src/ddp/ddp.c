@@ -2,8 +2,8 @@
  * ddp.c: making and unmaking an engine: options and knobs, the parameter table, the cross-rank check, the bucket
  * layout, rank 0's values for everyone, the timeline and the stall inspector; and the glue for a cohort_model.
  */
-#include <sched.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,8 +26,10 @@ void cohort_ddp_options_init(cohort_ddp_options *o) {
 static const cohort__config *knobs(const cohort_ddp *ddp) { return &ddp->comm->config; }
 
 static cohort_status resolve_options(const cohort_ddp *ddp, const cohort_ddp_options *given, cohort_ddp_options *o) {
-  if (given) *o = *given;
-  else cohort_ddp_options_init(o);
+  if (given)
+    *o = *given;
+  else
+    cohort_ddp_options_init(o);
   if (o->bucket_bytes == 0) {
     double mb = knobs(ddp)->bucket_mb;
     o->bucket_bytes = (size_t)(mb * (double)MIB);
@@ -53,14 +55,15 @@ static cohort_status copy_tables(cohort_ddp *ddp, const cohort_ddp_tensor *param
   for (int i = 0; i < num_params; i++) {
     const cohort_ddp_tensor *t = &params[i];
     if (!t->name || !t->name[0] || !t->value || t->dtype != COHORT_F32 || t->ndim < 0 || t->ndim > 4)
-      return cohort__error(COHORT_ERR_INVALID, "parameter %d%s%s%s: %s", i, t->name ? " '" : "",
-                           t->name ? t->name : "", t->name ? "'" : "",
-                           !t->name || !t->name[0] ? "has no name"
-                           : !t->value             ? "has no value"
+      return cohort__error(COHORT_ERR_INVALID, "parameter %d%s%s%s: %s", i, t->name ? " '" : "", t->name ? t->name : "",
+                           t->name ? "'" : "",
+                           !t->name || !t->name[0]  ? "has no name"
+                           : !t->value              ? "has no value"
                            : t->dtype != COHORT_F32 ? "must be f32 (gradients are float32)"
                                                     : "ndim must be 0..4");
     size_t numel = 1;
-    for (int d = 0; d < t->ndim; d++) numel *= (size_t)t->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+      numel *= (size_t)t->shape[d];
     if (t->ndim > 0 && numel != t->count)
       return cohort__error(COHORT_ERR_INVALID, "parameter '%s': its shape has %zu elements but count is %zu", t->name,
                            numel, t->count);
@@ -80,7 +83,9 @@ static cohort_status copy_tables(cohort_ddp *ddp, const cohort_ddp_tensor *param
     size_t esize = cohort_dtype_size(t->dtype);
     if (!t->name || !t->value || !esize)
       return cohort__error(COHORT_ERR_INVALID, "buffer %d: %s", i,
-                           !t->name ? "has no name" : !t->value ? "has no value" : "has an unknown dtype");
+                           !t->name    ? "has no name"
+                           : !t->value ? "has no value"
+                                       : "has an unknown dtype");
     ddp_buffer *b = &ddp->buffers[i];
     if (!(b->name = strdup(t->name))) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
     b->value = t->value;
@@ -109,12 +114,16 @@ static cohort_status broadcast_values(cohort_ddp *ddp) {
  * if any rank says off. */
 static cohort_status resolve_overlap(cohort_ddp *ddp) {
   int32_t on;
-  if (ddp->opt.overlap == COHORT_DDP_OVERLAP_ON) on = 1;
-  else if (ddp->opt.overlap == COHORT_DDP_OVERLAP_OFF) on = 0;
+  if (ddp->opt.overlap == COHORT_DDP_OVERLAP_ON)
+    on = 1;
+  else if (ddp->opt.overlap == COHORT_DDP_OVERLAP_OFF)
+    on = 0;
   else {
     const char *knob = knobs(ddp)->ddp_overlap;
-    if (!strcmp(knob, "on")) on = 1;
-    else if (!strcmp(knob, "off")) on = 0;
+    if (!strcmp(knob, "on"))
+      on = 1;
+    else if (!strcmp(knob, "off"))
+      on = 0;
     else if (!strcmp(knob, "auto")) {
       cpu_set_t set;
       int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -164,7 +173,8 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
   }
   if (st == COHORT_OK) st = cohort__ddp_verify(ddp);
   if (st == COHORT_OK) {
-    for (int i = 0; i < ddp->num_params; i++) ddp->ready_order[i] = ddp->num_params - 1 - i;
+    for (int i = 0; i < ddp->num_params; i++)
+      ddp->ready_order[i] = ddp->num_params - 1 - i;
     st = cohort__ddp_layout(ddp, ddp->ready_order);
   }
   if (st == COHORT_OK) st = broadcast_values(ddp);
@@ -208,8 +218,10 @@ cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_ho
     return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: a step is in progress; set hooks between "
                                              "cohort_ddp_finish and the next backward");
   if (hook && !hook->launch) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: launch is NULL");
-  if (hook) ddp->hook = *hook;
-  else cohort__ddp_default_hook(ddp, &ddp->hook);
+  if (hook)
+    ddp->hook = *hook;
+  else
+    cohort__ddp_default_hook(ddp, &ddp->hook);
   ddp->hook_is_average = cohort__ddp_hook_is_average(&ddp->hook);
   return COHORT_OK;
 }
@@ -237,7 +249,8 @@ static void tensor_of(const cohort_param *p, cohort_ddp_tensor *t) {
   t->count = p->numel;
   t->dtype = COHORT_F32;
   t->ndim = p->ndim;
-  for (int d = 0; d < p->ndim && d < 4; d++) t->shape[d] = p->shape[d];
+  for (int d = 0; d < p->ndim && d < 4; d++)
+    t->shape[d] = p->shape[d];
 }
 
 cohort_status cohort_ddp_create_model(cohort_comm *comm, cohort_model *model, const cohort_ddp_options *options,
@@ -251,8 +264,10 @@ cohort_status cohort_ddp_create_model(cohort_comm *comm, cohort_model *model, co
                                              "(call cohort_model_init first)");
   cohort_ddp_tensor *t = calloc((size_t)(np + nb + 1), sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  for (int i = 0; i < np; i++) tensor_of(cohort_model_param(model, i), &t[i]);
-  for (int i = 0; i < nb; i++) tensor_of(cohort_model_buffer(model, i), &t[np + i]);
+  for (int i = 0; i < np; i++)
+    tensor_of(cohort_model_param(model, i), &t[i]);
+  for (int i = 0; i < nb; i++)
+    tensor_of(cohort_model_buffer(model, i), &t[np + i]);
   cohort_ddp *ddp;
   cohort_status st = cohort_ddp_create(comm, t, np, t + np, nb, options, &ddp);
   free(t);
@@ -284,12 +299,15 @@ void cohort_ddp_destroy(cohort_ddp *ddp) {
   if (ddp->model) { /* give the model its own gradient arrays back before the buckets go */
     cohort_model_set_grad_hook(ddp->model, NULL, NULL);
     cohort_model_set_batchnorm_sync(ddp->model, NULL, NULL); /* SyncBatchNorm's hook points at the communicator */
-    for (int i = 0; i < ddp->num_params; i++) (void)cohort_model_set_grad_buffer(ddp->model, i, NULL);
+    for (int i = 0; i < ddp->num_params; i++)
+      (void)cohort_model_set_grad_buffer(ddp->model, i, NULL);
     cohort_model_zero_grad(ddp->model);
   }
   cohort__ddp_layout_free(ddp);
-  for (int i = 0; i < ddp->num_params; i++) free(ddp->params[i].name);
-  for (int i = 0; i < ddp->num_buffers; i++) free(ddp->buffers[i].name);
+  for (int i = 0; i < ddp->num_params; i++)
+    free(ddp->params[i].name);
+  for (int i = 0; i < ddp->num_buffers; i++)
+    free(ddp->buffers[i].name);
   free(ddp->params);
   free(ddp->buffers);
   free(ddp->ready);

@@ -41,10 +41,10 @@ typedef struct ddp_buffer {
 typedef struct ddp_bucket {
   cohort_ddp_bucket view; /* what hooks see; view.params points at params */
   int *params;
-  int pending;            /* parameters not yet ready in this step */
-  cohort_work *work;      /* the launched reduction, until finish */
+  int pending;       /* parameters not yet ready in this step */
+  cohort_work *work; /* the launched reduction, until finish */
   int64_t launch_ns;
-  void *wire;             /* compression: the bucket in f16/bf16 */
+  void *wire; /* compression: the bucket in f16/bf16 */
 } ddp_bucket;
 
 struct cohort_ddp {

@@ -54,8 +54,14 @@ int cohort__ddp_hook_is_average(const cohort_ddp_comm_hook *hook) { return hook-
 
 void cohort__ddp_default_hook(const cohort_ddp *ddp, cohort_ddp_comm_hook *hook) {
   switch (ddp->opt.compression) {
-  case COHORT_DDP_COMPRESS_F16: *hook = (cohort_ddp_comm_hook){f16_launch, f16_complete, (void *)ddp}; return;
-  case COHORT_DDP_COMPRESS_BF16: *hook = (cohort_ddp_comm_hook){bf16_launch, bf16_complete, (void *)ddp}; return;
-  default: *hook = (cohort_ddp_comm_hook){average_launch, NULL, NULL}; return;
+  case COHORT_DDP_COMPRESS_F16:
+    *hook = (cohort_ddp_comm_hook){f16_launch, f16_complete, (void *)ddp};
+    return;
+  case COHORT_DDP_COMPRESS_BF16:
+    *hook = (cohort_ddp_comm_hook){bf16_launch, bf16_complete, (void *)ddp};
+    return;
+  default:
+    *hook = (cohort_ddp_comm_hook){average_launch, NULL, NULL};
+    return;
   }
 }

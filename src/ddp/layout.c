@@ -121,7 +121,8 @@ static void observed_order(const cohort_ddp *ddp, int *order) {
   for (int i = n - 1; i >= 0 && seen; i--)
     if (!seen[i]) order[k++] = i;
   if (!seen) /* no memory to merge: keep the registration order reversed, which is always valid */
-    for (int i = 0; i < n; i++) order[i] = n - 1 - i;
+    for (int i = 0; i < n; i++)
+      order[i] = n - 1 - i;
   free(seen);
 }
 
@@ -142,17 +143,20 @@ cohort_status cohort__ddp_rebuild(cohort_ddp *ddp) {
   if (ddp->size > 1 && (st = cohort_broadcast(ddp->comm, order, (size_t)n, COHORT_I32, 0)) != COHORT_OK) goto done;
   int k = 0;
   for (int b = 0; b < ddp->num_buckets; b++)
-    for (int j = 0; j < ddp->buckets[b].view.num_params; j++) current[k++] = ddp->buckets[b].params[j];
+    for (int j = 0; j < ddp->buckets[b].view.num_params; j++)
+      current[k++] = ddp->buckets[b].params[j];
   if (memcmp(order, current, (size_t)n * sizeof *order) == 0) goto done; /* backward already runs in bucket order */
 
   /* Keep the old memory while the new is laid out, then move every gradient over: the optimizer has yet to read
    * this step's averages. */
-  for (int i = 0; i < n; i++) old_grads[i] = cohort_ddp_grad(ddp, i);
+  for (int i = 0; i < n; i++)
+    old_grads[i] = cohort_ddp_grad(ddp, i);
   old_block = ddp->arena_block; /* the layout below frees only what ddp still points to */
   ddp->arena_block = NULL;
   ddp->arena = NULL;
   if ((st = cohort__ddp_layout(ddp, order)) != COHORT_OK) goto done;
-  for (int i = 0; i < n; i++) memcpy(cohort_ddp_grad(ddp, i), old_grads[i], ddp->params[i].count * sizeof(float));
+  for (int i = 0; i < n; i++)
+    memcpy(cohort_ddp_grad(ddp, i), old_grads[i], ddp->params[i].count * sizeof(float));
   st = cohort__ddp_bind_model(ddp);
 
 done:

@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h" /* cohort__work_times */
 #include "core/clock.h"
 #include "core/error.h"
 #include "ddp/ddp_internal.h"
-#include "comm/comm.h" /* cohort__work_times */
 
 static const char *const span_names[COHORT_SPAN_COUNT] = {"forward", "backward", "optimizer"};
 
@@ -93,13 +93,16 @@ cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_mark_ready: ddp is NULL");
   if (ddp->failed != COHORT_OK) return failed(ddp);
   if (i < 0 || i >= ddp->num_params)
-    return fail_local(ddp, cohort__error(COHORT_ERR_INVALID, "cohort_ddp_mark_ready: parameter %d is out of range "
-                                                             "(the engine has %d)", i, ddp->num_params));
+    return fail_local(ddp, cohort__error(COHORT_ERR_INVALID,
+                                         "cohort_ddp_mark_ready: parameter %d is out of range "
+                                         "(the engine has %d)",
+                                         i, ddp->num_params));
   if (!ddp->sync) return COHORT_OK; /* accumulating (no_sync): nothing moves and nothing is tracked */
   if (ddp->ready[i])
-    return fail_local(ddp, cohort__error(COHORT_ERR_INVALID, "parameter '%s' was marked ready twice in step %lld "
-                                                             "(is it used twice in the graph, or was "
-                                                             "cohort_ddp_finish skipped?)",
+    return fail_local(ddp, cohort__error(COHORT_ERR_INVALID,
+                                         "parameter '%s' was marked ready twice in step %lld "
+                                         "(is it used twice in the graph, or was "
+                                         "cohort_ddp_finish skipped?)",
                                          ddp->params[i].name, (long long)ddp->step));
   ddp->ready[i] = 1;
   if (!ddp->first_ready_ns) ddp->first_ready_ns = cohort__now_ns();
@@ -122,8 +125,8 @@ static cohort_status settle_unused(cohort_ddp *ddp) {
       continue;
     }
     if (missing++ < 4 && used < sizeof names)
-      used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", missing > 1 ? ", " : "",
-                               ddp->params[i].name);
+      used +=
+          (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", missing > 1 ? ", " : "", ddp->params[i].name);
   }
   if (!missing) return COHORT_OK;
   return fail_local(ddp, cohort__error(COHORT_ERR_INVALID,
@@ -161,14 +164,16 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
  * schedule when no CPU is free to run the progress thread during backward. */
 static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
   int64_t start_ns = cohort__now_ns();
-  for (int b = 0; b < ddp->num_buckets; b++) cohort__stall_progress(ddp->stall, ddp->step, b);
+  for (int b = 0; b < ddp->num_buckets; b++)
+    cohort__stall_progress(ddp->stall, ddp->step, b);
   if (ddp->size > 1 && ddp->arena_count > 0) {
     cohort__stall_wait_begin(ddp->stall, ddp->step, 0);
     cohort_status st = cohort_allreduce(ddp->comm, ddp->arena, ddp->arena, ddp->arena_count, COHORT_F32, COHORT_AVG);
     cohort__stall_wait_end(ddp->stall);
     if (st != COHORT_OK)
-      return cohort__ddp_fail(ddp, cohort__error_prefix(st, "reducing the gradients of step %lld (%zu bytes, one "
-                                                            "allreduce: overlap is off)",
+      return cohort__ddp_fail(ddp, cohort__error_prefix(st,
+                                                        "reducing the gradients of step %lld (%zu bytes, one "
+                                                        "allreduce: overlap is off)",
                                                         (long long)ddp->step, ddp->arena_count * sizeof(float)));
   }
   int64_t end_ns = cohort__now_ns();
@@ -214,8 +219,8 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
       }
     }
     if (ddp->hook.complete && (st = ddp->hook.complete(ddp->hook.user, ddp->comm, &bk->view)) != COHORT_OK)
-      return cohort__ddp_fail(ddp, cohort__error_prefix(st, "completing bucket %d of step %lld", b,
-                                                        (long long)ddp->step));
+      return cohort__ddp_fail(ddp,
+                              cohort__error_prefix(st, "completing bucket %d of step %lld", b, (long long)ddp->step));
     if (ddp->timeline && end_ns > start_ns)
       cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, b,
                             (int64_t)(bk->view.count * sizeof(float)));
@@ -245,6 +250,7 @@ void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats) {
   if (!ddp) return;
   *stats = ddp->stats;
   stats->bytes_per_step = 0;
-  for (int i = 0; i < ddp->num_params; i++) stats->bytes_per_step += ddp->params[i].count * sizeof(float);
+  for (int i = 0; i < ddp->num_params; i++)
+    stats->bytes_per_step += ddp->params[i].count * sizeof(float);
   stats->num_buckets = ddp->num_buckets;
 }

@@ -21,11 +21,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h"
+#include "comm/stall_board.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "comm/comm.h"
-#include "comm/stall_board.h"
 
 /* At most this many missing ranks are named in one warning (the log line has a bounded length). */
 #define STALL_NAMED_MAX 16

@@ -43,7 +43,8 @@ static void text_add(text *t, const char *fmt, ...) {
       return;
     }
     size_t cap = t->cap ? t->cap * 2 : 4096;
-    while (cap <= t->len + (size_t)n) cap *= 2;
+    while (cap <= t->len + (size_t)n)
+      cap *= 2;
     char *grown = realloc(t->s, cap);
     if (!grown) {
       t->oom = 1;
@@ -56,15 +57,17 @@ static void text_add(text *t, const char *fmt, ...) {
 
 /* One line per parameter and buffer, then the options: this is what must be equal on every rank. */
 static cohort_status describe(const cohort_ddp *ddp, text *t) {
-  text_add(t, "options bucket_bytes=%zu first_bucket_bytes=%zu broadcast_buffers=%d find_unused=%d compression=%d "
-              "static_order=%d\n",
-           ddp->opt.bucket_bytes, ddp->opt.first_bucket_bytes, ddp->opt.broadcast_buffers,
-           ddp->opt.find_unused_params, (int)ddp->opt.compression, ddp->opt.static_bucket_order);
+  text_add(t,
+           "options bucket_bytes=%zu first_bucket_bytes=%zu broadcast_buffers=%d find_unused=%d compression=%d "
+           "static_order=%d\n",
+           ddp->opt.bucket_bytes, ddp->opt.first_bucket_bytes, ddp->opt.broadcast_buffers, ddp->opt.find_unused_params,
+           (int)ddp->opt.compression, ddp->opt.static_bucket_order);
   text_add(t, "params %d buffers %d\n", ddp->num_params, ddp->num_buffers);
   for (int i = 0; i < ddp->num_params; i++) {
     const ddp_param *p = &ddp->params[i];
     text_add(t, "parameter %d '%s' f32 shape [", i, p->name);
-    for (int d = 0; d < p->ndim; d++) text_add(t, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+    for (int d = 0; d < p->ndim; d++)
+      text_add(t, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
     text_add(t, "] count %zu\n", p->count);
   }
   for (int i = 0; i < ddp->num_buffers; i++)
@@ -112,7 +115,8 @@ cohort_status cohort__ddp_verify(cohort_ddp *ddp) {
   }
   if ((st = cohort_allgather(comm, digest, digests, DIGEST_BYTES, COHORT_U8)) != COHORT_OK) goto done;
   int all_equal = 1;
-  for (int r = 1; r < size; r++) all_equal &= memcmp(digests, digests + (size_t)r * DIGEST_BYTES, DIGEST_BYTES) == 0;
+  for (int r = 1; r < size; r++)
+    all_equal &= memcmp(digests, digests + (size_t)r * DIGEST_BYTES, DIGEST_BYTES) == 0;
   if (all_equal) goto done;
 
   /* Somebody differs: find out what, the same way on every rank. */

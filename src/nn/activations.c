@@ -19,8 +19,8 @@ static void relu_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor
 }
 
 /* The gradient at 0 is 0, as in PyTorch (threshold_backward uses y > 0). */
-static void relu_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          float *dy, float *dx) {
+static void relu_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
+                          float *dx) {
   if (!dx) return;
   cohort__relu_mask(dx, dy, y->data, x->numel);
 }
@@ -51,11 +51,12 @@ static void dropout_backward(cohort__layer *l, cohort__nnctx *c, const cohort_te
     memcpy(dx, dy, x->numel * sizeof(float));
     return;
   }
-  for (size_t i = 0; i < x->numel; i++) dx[i] = dy[i] * l->aux[i];
+  for (size_t i = 0; i < x->numel; i++)
+    dx[i] = dy[i] * l->aux[i];
 }
 
-const cohort__layer_ops cohort__dropout_ops = {"dropout", same_shape, dropout_aux, dropout_forward, dropout_backward,
-                                               0};
+const cohort__layer_ops cohort__dropout_ops = {"dropout",       same_shape,       dropout_aux,
+                                               dropout_forward, dropout_backward, 0};
 
 /* ---- flatten ---- */
 

@@ -99,12 +99,14 @@ static void bn_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *
       double s = 0.0, s2 = 0.0;
       for (int i = 0; i < n; i++) {
         const float *p = x->data + ((size_t)i * ch + k) * hw;
-        for (size_t j = 0; j < hw; j++) s += p[j];
+        for (size_t j = 0; j < hw; j++)
+          s += p[j];
       }
       double mu = s / (double)m;
       for (int i = 0; i < n; i++) {
         const float *p = x->data + ((size_t)i * ch + k) * hw;
-        for (size_t j = 0; j < hw; j++) s2 += (p[j] - mu) * (p[j] - mu);
+        for (size_t j = 0; j < hw; j++)
+          s2 += (p[j] - mu) * (p[j] - mu);
       }
       double var = s2 / (double)m;
       mean[k] = (float)mu;
@@ -119,13 +121,14 @@ static void bn_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *
     for (int i = 0; i < n; i++) {
       const float *p = x->data + ((size_t)i * ch + k) * hw;
       float *q = y->data + ((size_t)i * ch + k) * hw;
-      for (size_t j = 0; j < hw; j++) q[j] = p[j] * a + b;
+      for (size_t j = 0; j < hw; j++)
+        q[j] = p[j] * a + b;
     }
   }
 }
 
-static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                        float *dy, float *dx) {
+static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
+                        float *dx) {
   const int n = (int)x->shape[0], ch = l->cin;
   const size_t hw = (size_t)x->shape[2] * x->shape[3], m = (size_t)n * hw;
   cohort_param *gamma = &c->params[l->pidx], *beta = &c->params[l->pidx + 1];
@@ -173,7 +176,8 @@ static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor 
       for (int i = 0; i < n; i++) {
         const float *p = x->data + ((size_t)i * ch + k) * hw, *g = dy + ((size_t)i * ch + k) * hw;
         float *d = dx + ((size_t)i * ch + k) * hw;
-        for (size_t j = 0; j < hw; j++) d[j] = gk * (g[j] - mdy - (p[j] - mean[k]) * invstd[k] * mdyx);
+        for (size_t j = 0; j < hw; j++)
+          d[j] = gk * (g[j] - mdy - (p[j] - mean[k]) * invstd[k] * mdyx);
       }
     }
     return;
@@ -184,7 +188,8 @@ static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor 
       for (int i = 0; i < n; i++) {
         const float *g = dy + ((size_t)i * ch + k) * hw;
         float *d = dx + ((size_t)i * ch + k) * hw;
-        for (size_t j = 0; j < hw; j++) d[j] = g[j] * gk;
+        for (size_t j = 0; j < hw; j++)
+          d[j] = g[j] * gk;
       }
       continue;
     }
@@ -202,7 +207,8 @@ static void bn_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor 
     for (int i = 0; i < n; i++) {
       const float *p = x->data + ((size_t)i * ch + k) * hw, *g = dy + ((size_t)i * ch + k) * hw;
       float *d = dx + ((size_t)i * ch + k) * hw;
-      for (size_t j = 0; j < hw; j++) d[j] = gk * (g[j] - mdy - (p[j] - mean[k]) * invstd[k] * mdyx);
+      for (size_t j = 0; j < hw; j++)
+        d[j] = gk * (g[j] - mdy - (p[j] - mean[k]) * invstd[k] * mdyx);
     }
   }
 }

@@ -91,8 +91,9 @@ typedef struct dims {
 } dims;
 
 static dims conv_dims(const cohort__layer *l, const cohort_tensor *x, const cohort_tensor *y) {
-  dims d = {(int)x->shape[0], (int)x->shape[1], (int)x->shape[2], (int)x->shape[3], (int)y->shape[1],
-            (int)y->shape[2], (int)y->shape[3], l->kernel, l->cin * l->kernel * l->kernel};
+  dims d = {(int)x->shape[0], (int)x->shape[1], (int)x->shape[2],
+            (int)x->shape[3], (int)y->shape[1], (int)y->shape[2],
+            (int)y->shape[3], l->kernel,        l->cin * l->kernel * l->kernel};
   return d;
 }
 
@@ -109,15 +110,16 @@ static void conv_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor
       im2col(xi, d.c, d.h, d.w, d.k, l->stride, l->padding, d.oh, d.ow, l->aux);
       col = l->aux;
     }
-    for (int o = 0; o < d.oc; o++) cohort__vfill(yi + o * ohw, b[o], ohw);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.oc, (int)ohw, d.kk, 1.0f, w, d.kk, col, (int)ohw, 1.0f,
-                yi, (int)ohw);
+    for (int o = 0; o < d.oc; o++)
+      cohort__vfill(yi + o * ohw, b[o], ohw);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.oc, (int)ohw, d.kk, 1.0f, w, d.kk, col, (int)ohw, 1.0f, yi,
+                (int)ohw);
     if (l->fuse_relu) cohort__relu_inplace(yi, out_img);
   }
 }
 
-static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          float *dy, float *dx) {
+static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
+                          float *dx) {
   dims d = conv_dims(l, x, y);
   cohort_param *w = &c->params[l->pidx], *b = &c->params[l->pidx + 1];
   const size_t in_img = (size_t)d.c * d.h * d.w, ohw = (size_t)d.oh * d.ow, out_img = (size_t)d.oc * ohw;
@@ -131,9 +133,10 @@ static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
       im2col(xi, d.c, d.h, d.w, d.k, l->stride, l->padding, d.oh, d.ow, l->aux);
       col = l->aux;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.oc, d.kk, (int)ohw, 1.0f, dyi, (int)ohw, col, (int)ohw,
-                1.0f, w->grad, d.kk);
-    for (int o = 0; o < d.oc; o++) b->grad[o] += cohort__vsum(dyi + o * ohw, ohw);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.oc, d.kk, (int)ohw, 1.0f, dyi, (int)ohw, col, (int)ohw, 1.0f,
+                w->grad, d.kk);
+    for (int o = 0; o < d.oc; o++)
+      b->grad[o] += cohort__vsum(dyi + o * ohw, ohw);
   }
   c->ready(c->ready_arg, l->pidx + 1);
   c->ready(c->ready_arg, l->pidx);

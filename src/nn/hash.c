@@ -78,6 +78,4 @@ done:
 
 cohort_status cohort_model_hash(const cohort_model *m, char hex[COHORT_HASH_HEX_LEN]) { return digest(m, 1, hex); }
 
-cohort_status cohort_model_signature(const cohort_model *m, char hex[COHORT_HASH_HEX_LEN]) {
-  return digest(m, 0, hex);
-}
+cohort_status cohort_model_signature(const cohort_model *m, char hex[COHORT_HASH_HEX_LEN]) { return digest(m, 0, hex); }

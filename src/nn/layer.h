@@ -54,15 +54,15 @@ struct cohort__layer {
   int pidx, nparams;  /* first parameter index and count */
   int bidx, nbuffers; /* first buffer index and count */
   /* configuration (each kind reads its own fields) */
-  int in_features, out_features;             /* linear */
-  int cin, cout, kernel, stride, padding;     /* conv2d, maxpool2d (kernel, stride) */
-  float p;                                   /* dropout */
+  int in_features, out_features;          /* linear */
+  int cin, cout, kernel, stride, padding; /* conv2d, maxpool2d (kernel, stride) */
+  float p;                                /* dropout */
   /* ReLU fusion (decided by cohort_model_init): a conv2d or linear layer with fuse_relu applies the ReLU that
    * follows it to its own output while it is still in cache, and masks dy in place in backward; the ReLU layer
    * itself is then a passthrough. Only done when a layer with a gradient buffer of its own comes later, so that
    * the dy being masked is the library's, never the caller's grad_output. */
   int fuse_relu, passthrough;
-  float eps, momentum;                       /* batchnorm2d */
+  float eps, momentum; /* batchnorm2d */
   /* buffers owned by the layer, grown as the batch grows */
   cohort_tensor y;
   size_t y_cap;

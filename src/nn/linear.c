@@ -20,7 +20,8 @@ static void linear_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tens
   const int n = (int)x->shape[0], in = l->in_features, out = l->out_features;
   const float *w = c->params[l->pidx].value, *b = c->params[l->pidx + 1].value;
   /* Seed y with the bias so that the product accumulates onto it (beta = 1) instead of a second pass. */
-  for (int i = 0; i < n; i++) memcpy(y->data + (size_t)i * out, b, (size_t)out * sizeof(float));
+  for (int i = 0; i < n; i++)
+    memcpy(y->data + (size_t)i * out, b, (size_t)out * sizeof(float));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x->data, in, w, in, 1.0f, y->data, out);
   if (l->fuse_relu) cohort__relu_inplace(y->data, y->numel);
 }
@@ -31,7 +32,8 @@ static void linear_backward(cohort__layer *l, cohort__nnctx *c, const cohort_ten
   cohort_param *w = &c->params[l->pidx], *b = &c->params[l->pidx + 1];
   if (l->fuse_relu) cohort__relu_mask(dy, dy, y->data, y->numel);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x->data, in, 1.0f, w->grad, in);
-  for (int i = 0; i < n; i++) cohort__vadd(b->grad, dy + (size_t)i * out, (size_t)out);
+  for (int i = 0; i < n; i++)
+    cohort__vadd(b->grad, dy + (size_t)i * out, (size_t)out);
   c->ready(c->ready_arg, l->pidx + 1);
   c->ready(c->ready_arg, l->pidx);
   if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w->value, in, 0.0f, dx, in);

@@ -25,12 +25,14 @@ cohort_status cohort_softmax_xent(const cohort_tensor *logits, const int32_t *la
     /* Subtracting the max keeps exp() from overflowing; the sum is then at least 1, so log() is finite. */
     const double zmax = z[arg];
     double sum = 0.0;
-    for (int64_t j = 0; j < nc; j++) sum += exp((double)z[j] - zmax);
+    for (int64_t j = 0; j < nc; j++)
+      sum += exp((double)z[j] - zmax);
     const double lse = zmax + log(sum);
     total += lse - z[labels[i]];
     if (grad) {
       float *g = grad + i * nc;
-      for (int64_t j = 0; j < nc; j++) g[j] = (float)(exp((double)z[j] - lse) / (double)n);
+      for (int64_t j = 0; j < nc; j++)
+        g[j] = (float)(exp((double)z[j] - lse) / (double)n);
       g[labels[i]] -= (float)(1.0 / (double)n);
     }
   }

@@ -64,8 +64,10 @@ void cohort_model_destroy(cohort_model *m) {
     free(l->dx);
     free(l->aux);
   }
-  for (int i = 0; i < m->nparams; i++) free((char *)m->params[i].name);
-  for (int i = 0; i < m->nbuffers; i++) free((char *)m->buffers[i].name);
+  for (int i = 0; i < m->nparams; i++)
+    free((char *)m->params[i].name);
+  for (int i = 0; i < m->nbuffers; i++)
+    free((char *)m->buffers[i].name);
   free(m->layers);
   free(m->params);
   free(m->buffers);
@@ -77,8 +79,8 @@ void cohort_model_destroy(cohort_model *m) {
 
 /* ---- building ---- */
 
-static cohort_status declare(cohort_param **table, int *count, int *cap, const char *layer, const char *what,
-                             int ndim, const int64_t *shape) {
+static cohort_status declare(cohort_param **table, int *count, int *cap, const char *layer, const char *what, int ndim,
+                             const int64_t *shape) {
   if (*count == *cap) {
     int ncap = *cap ? *cap * 2 : 8;
     cohort_param *t = realloc(*table, (size_t)ncap * sizeof *t);
@@ -145,8 +147,10 @@ static void commit_layer(cohort_model *m, cohort__layer *l) {
 
 /* Undoes declarations made for a layer that failed to be added. */
 static void rollback_layer(cohort_model *m, cohort__layer *l) {
-  while (m->nparams > l->pidx) free((char *)m->params[--m->nparams].name);
-  while (m->nbuffers > l->bidx) free((char *)m->buffers[--m->nbuffers].name);
+  while (m->nparams > l->pidx)
+    free((char *)m->params[--m->nparams].name);
+  while (m->nbuffers > l->bidx)
+    free((char *)m->buffers[--m->nbuffers].name);
 }
 
 static cohort_status add_weight_bias(cohort_model *m, cohort__layer *l, int ndim, const int64_t *wshape,
@@ -164,8 +168,8 @@ static cohort_status add_weight_bias(cohort_model *m, cohort__layer *l, int ndim
 cohort_status cohort_model_add_linear(cohort_model *m, const char *name, int in, int out) {
   cohort__layer *l;
   if (in < 1 || out < 1)
-    return cohort__error(COHORT_ERR_INVALID, "linear '%s': features %d -> %d must be positive", name ? name : "?",
-                         in, out);
+    return cohort__error(COHORT_ERR_INVALID, "linear '%s': features %d -> %d must be positive", name ? name : "?", in,
+                         out);
   if (!name) return cohort__error(COHORT_ERR_INVALID, "linear: a layer with parameters needs a name");
   COHORT_CHECK(add_layer(m, &cohort__linear_ops, name, &l));
   l->in_features = in;
@@ -193,8 +197,7 @@ cohort_status cohort_model_add_conv2d(cohort_model *m, const char *name, int cin
   return add_weight_bias(m, l, 4, w, cout);
 }
 
-cohort_status cohort_model_add_batchnorm2d(cohort_model *m, const char *name, int channels, float eps,
-                                           float momentum) {
+cohort_status cohort_model_add_batchnorm2d(cohort_model *m, const char *name, int channels, float eps, float momentum) {
   cohort__layer *l;
   if (!name) return cohort__error(COHORT_ERR_INVALID, "batchnorm2d: a layer with parameters needs a name");
   if (channels < 1 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
@@ -255,17 +258,20 @@ cohort_status cohort_model_add_flatten(cohort_model *m) {
 
 void cohort__fans(const cohort_param *p, double *fan_in, double *fan_out) {
   double receptive = 1.0;
-  for (int i = 2; i < p->ndim; i++) receptive *= (double)p->shape[i];
+  for (int i = 2; i < p->ndim; i++)
+    receptive *= (double)p->shape[i];
   *fan_in = (p->ndim > 1 ? (double)p->shape[1] : 1.0) * receptive;
   *fan_out = (double)p->shape[0] * receptive;
 }
 
 static void fill_uniform(float *v, size_t n, double bound, cohort_rng *rng) {
-  for (size_t i = 0; i < n; i++) v[i] = (float)((2.0 * (double)cohort_rng_uniform(rng) - 1.0) * bound);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)((2.0 * (double)cohort_rng_uniform(rng) - 1.0) * bound);
 }
 
 static void fill_normal(float *v, size_t n, double std, cohort_rng *rng) {
-  for (size_t i = 0; i < n; i++) v[i] = (float)(cohort_rng_normal(rng) * std);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)(cohort_rng_normal(rng) * std);
 }
 
 static void init_weight_bias(cohort_param *w, cohort_param *b, cohort_init_kind kind, cohort_rng *rng) {
@@ -277,18 +283,28 @@ static void init_weight_bias(cohort_param *w, cohort_param *b, cohort_init_kind 
     fill_uniform(w->value, w->numel, 1.0 / sqrt(fan_in), rng);
     fill_uniform(b->value, b->numel, 1.0 / sqrt(fan_in), rng);
     return;
-  case COHORT_INIT_KAIMING_UNIFORM: fill_uniform(w->value, w->numel, sqrt(6.0 / fan_in), rng); break;
-  case COHORT_INIT_KAIMING_NORMAL: fill_normal(w->value, w->numel, sqrt(2.0 / fan_in), rng); break;
-  case COHORT_INIT_XAVIER_UNIFORM: fill_uniform(w->value, w->numel, sqrt(6.0 / (fan_in + fan_out)), rng); break;
-  case COHORT_INIT_XAVIER_NORMAL: fill_normal(w->value, w->numel, sqrt(2.0 / (fan_in + fan_out)), rng); break;
+  case COHORT_INIT_KAIMING_UNIFORM:
+    fill_uniform(w->value, w->numel, sqrt(6.0 / fan_in), rng);
+    break;
+  case COHORT_INIT_KAIMING_NORMAL:
+    fill_normal(w->value, w->numel, sqrt(2.0 / fan_in), rng);
+    break;
+  case COHORT_INIT_XAVIER_UNIFORM:
+    fill_uniform(w->value, w->numel, sqrt(6.0 / (fan_in + fan_out)), rng);
+    break;
+  case COHORT_INIT_XAVIER_NORMAL:
+    fill_normal(w->value, w->numel, sqrt(2.0 / (fan_in + fan_out)), rng);
+    break;
   }
   memset(b->value, 0, b->numel * sizeof(float));
 }
 
 static cohort_status allocate(cohort_model *m) {
   size_t np = 0, nb = 0;
-  for (int i = 0; i < m->nparams; i++) np += m->params[i].numel;
-  for (int i = 0; i < m->nbuffers; i++) nb += m->buffers[i].numel;
+  for (int i = 0; i < m->nparams; i++)
+    np += m->params[i].numel;
+  for (int i = 0; i < m->nbuffers; i++)
+    nb += m->buffers[i].numel;
   m->param_data = malloc((np ? np : 1) * sizeof(float));
   m->grad_data = calloc(np ? np : 1, sizeof(float));
   m->buffer_data = malloc((nb ? nb : 1) * sizeof(float));
@@ -339,7 +355,8 @@ cohort_status cohort_model_init(cohort_model *m, cohort_init_kind kind, uint64_t
   for (int i = 1; i < m->nlayers; i++) {
     cohort__layer *l = &m->layers[i], *prev = &m->layers[i - 1];
     int owned_after = 0;
-    for (int j = i + 1; j < m->nlayers; j++) owned_after |= !m->layers[j].ops->alias;
+    for (int j = i + 1; j < m->nlayers; j++)
+      owned_after |= !m->layers[j].ops->alias;
     if (l->ops == &cohort__relu_ops && owned_after &&
         (prev->ops == &cohort__conv2d_ops || prev->ops == &cohort__linear_ops))
       prev->fuse_relu = l->passthrough = 1;
@@ -411,8 +428,8 @@ static void fire_hook(void *arg, int index) {
 cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
   if (!m || !grad_output) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: NULL argument");
   if (!m->forwarded) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: no forward to go back through");
-  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, m->hook ? fire_hook : no_hook, m,
-                     m->bn_sync,  m->bn_sync_user, COHORT_OK};
+  cohort__nnctx c = {m->params, m->buffers, m->training,     &m->rng,  m->hook ? fire_hook : no_hook,
+                     m,         m->bn_sync, m->bn_sync_user, COHORT_OK};
   /* Only a layer that fuses a ReLU writes into its dy, and fusion guarantees that dy is then a layer's dx buffer,
    * so the caller's grad_output is never written (see layer.h). */
   float *dy = (float *)grad_output;
@@ -430,7 +447,8 @@ cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
 
 void cohort_model_zero_grad(cohort_model *m) {
   if (!m->initialized) return;
-  for (int i = 0; i < m->nparams; i++) memset(m->params[i].grad, 0, m->params[i].numel * sizeof(float));
+  for (int i = 0; i < m->nparams; i++)
+    memset(m->params[i].grad, 0, m->params[i].numel * sizeof(float));
 }
 
 void cohort_model_set_grad_hook(cohort_model *m, cohort_grad_hook fn, void *user) {
@@ -481,7 +499,8 @@ cohort_status cohort_model_clip_grad_norm(cohort_model *m, float max_norm, float
   double ss = 0.0;
   for (int i = 0; i < m->nparams; i++) {
     const float *g = m->params[i].grad;
-    for (size_t j = 0; j < m->params[i].numel; j++) ss += (double)g[j] * g[j];
+    for (size_t j = 0; j < m->params[i].numel; j++)
+      ss += (double)g[j] * g[j];
   }
   float norm = (float)sqrt(ss);
   if (total_norm) *total_norm = norm;
@@ -489,7 +508,8 @@ cohort_status cohort_model_clip_grad_norm(cohort_model *m, float max_norm, float
   if (coef < 1.0f) {
     for (int i = 0; i < m->nparams; i++) {
       float *g = m->params[i].grad;
-      for (size_t j = 0; j < m->params[i].numel; j++) g[j] *= coef;
+      for (size_t j = 0; j < m->params[i].numel; j++)
+        g[j] *= coef;
     }
   }
   return COHORT_OK;

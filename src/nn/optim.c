@@ -34,7 +34,8 @@ struct cohort_optim {
 
 void cohort_optim_destroy(cohort_optim *o) {
   if (!o) return;
-  for (int i = 0; i < o->nstates; i++) free((char *)o->states[i].name);
+  for (int i = 0; i < o->nstates; i++)
+    free((char *)o->states[i].name);
   free(o->states);
   free(o->state_data);
   free(o);
@@ -86,8 +87,10 @@ cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_conf
   cohort_status st;
   if (!cfg) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: config is NULL");
   if (!(cfg->lr >= 0.0f) || !(cfg->momentum >= 0.0f) || !(cfg->weight_decay >= 0.0f) || !(cfg->dampening >= 0.0f))
-    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: lr %g, momentum %g, dampening %g, weight_decay "
-                         "%g must be >= 0", cfg->lr, cfg->momentum, cfg->dampening, cfg->weight_decay);
+    return cohort__error(COHORT_ERR_INVALID,
+                         "cohort_optim_sgd_create: lr %g, momentum %g, dampening %g, weight_decay "
+                         "%g must be >= 0",
+                         cfg->lr, cfg->momentum, cfg->dampening, cfg->weight_decay);
   if (cfg->nesterov && (cfg->momentum <= 0.0f || cfg->dampening != 0.0f))
     return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: Nesterov needs momentum > 0 and dampening 0");
   COHORT_CHECK(new_optim(model, OPT_SGD, "cohort_optim_sgd_create", &o));
@@ -108,8 +111,10 @@ cohort_status cohort_optim_adamw_create(cohort_model *model, const cohort_adamw_
   if (!cfg) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_adamw_create: config is NULL");
   if (!(cfg->lr >= 0.0f) || !(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f) ||
       !(cfg->eps >= 0.0f) || !(cfg->weight_decay >= 0.0f))
-    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_adamw_create: lr %g, betas (%g, %g), eps %g, weight_decay "
-                         "%g out of range", cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
+    return cohort__error(COHORT_ERR_INVALID,
+                         "cohort_optim_adamw_create: lr %g, betas (%g, %g), eps %g, weight_decay "
+                         "%g out of range",
+                         cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
   COHORT_CHECK(new_optim(model, OPT_ADAMW, "cohort_optim_adamw_create", &o));
   o->adamw = *cfg;
   o->lr = cfg->lr;

@@ -106,8 +106,8 @@ static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor
   }
 }
 
-static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y,
-                          float *dy, float *dx) {
+static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
+                          float *dx) {
   if (!dx) return;
   const int planes = (int)(x->shape[0] * x->shape[1]);
   const size_t hw = (size_t)x->shape[2] * x->shape[3], ohw = (size_t)y->shape[2] * y->shape[3];
@@ -126,7 +126,8 @@ static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
         int last = oy * s + k;
         memset(d + (size_t)cleared * w, 0, (size_t)(last - cleared) * w * sizeof(float));
         cleared = last;
-        for (int ox = 0; ox < ow; ox++) d[a[oy * ow + ox]] += g[oy * ow + ox];
+        for (int ox = 0; ox < ow; ox++)
+          d[a[oy * ow + ox]] += g[oy * ow + ox];
       }
       if (cleared < h) memset(d + (size_t)cleared * w, 0, (size_t)(h - cleared) * w * sizeof(float));
     }
@@ -137,7 +138,8 @@ static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
     float *d = dx + p * hw;
     const float *g = dy + p * ohw;
     const int32_t *a = arg + p * ohw;
-    for (size_t i = 0; i < ohw; i++) d[a[i]] += g[i];
+    for (size_t i = 0; i < ohw; i++)
+      d[a[i]] += g[i];
   }
 }
 

@@ -17,7 +17,8 @@ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 void cohort_rng_seed(cohort_rng *rng, uint64_t seed) {
   uint64_t x = seed;
-  for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);
+  for (int i = 0; i < 4; i++)
+    rng->s[i] = splitmix64(&x);
 }
 
 uint64_t cohort_rng_next(cohort_rng *rng) {

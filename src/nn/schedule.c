@@ -10,7 +10,8 @@ cohort_status cohort_lr_schedule_check(const cohort_lr_schedule *s) {
   if (s->warmup_steps < 0)
     return cohort__error(COHORT_ERR_INVALID, "lr schedule: warmup_steps %lld < 0", (long long)s->warmup_steps);
   switch (s->decay) {
-  case COHORT_LR_CONSTANT: return COHORT_OK;
+  case COHORT_LR_CONSTANT:
+    return COHORT_OK;
   case COHORT_LR_COSINE:
     if (s->total_steps <= s->warmup_steps)
       return cohort__error(COHORT_ERR_INVALID, "lr schedule: cosine total_steps %lld must exceed warmup_steps %lld",
@@ -44,7 +45,8 @@ float cohort_lr_schedule_at(const cohort_lr_schedule *s, int64_t step) {
   case COHORT_LR_STEP:
     if (s->step_size < 1) return (float)peak;
     return (float)(peak * pow((double)s->gamma, (double)(t / s->step_size)));
-  case COHORT_LR_CONSTANT: break;
+  case COHORT_LR_CONSTANT:
+    break;
   }
   return (float)peak;
 }

@@ -25,7 +25,7 @@
 cohort_status cohort__auth_accept(int fd, const char *secret, const char *purpose, void *hello, size_t hello_len,
                                   int64_t deadline_ns);
 /* The connecting side. Sends hello (hello_len bytes) and proves the secret, then checks the server's proof. */
-cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpose, const void *hello,
-                                   size_t hello_len, int64_t deadline_ns);
+cohort_status cohort__auth_connect(int fd, const char *secret, const char *purpose, const void *hello, size_t hello_len,
+                                   int64_t deadline_ns);
 
 #endif

@@ -49,8 +49,7 @@ cohort_status cohort__store_prefixed(cohort__store *inner, const char *prefix, c
 /* The TCP server. Binds host:port (port 0: any free port; host NULL or "": all interfaces) and serves from a
  * background thread until stopped. */
 typedef struct cohort__store_server cohort__store_server;
-cohort_status cohort__store_server_start(const char *host, int port, const char *secret,
-                                         cohort__store_server **out);
+cohort_status cohort__store_server_start(const char *host, int port, const char *secret, cohort__store_server **out);
 /* The port the server listens on (useful after binding port 0). */
 int cohort__store_server_port(const cohort__store_server *server);
 /* Stops serving, closes every connection and frees the server. Safe on NULL. */

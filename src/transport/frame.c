@@ -25,8 +25,9 @@ cohort_status cohort__frame_match(const cohort__call *mine, int my_rank, int pee
   cohort__frame_to_call(hdr, &theirs);
   if (cohort__call_equal(&theirs, mine)) {
     if (hdr->bytes == expect_bytes) return COHORT_OK;
-    snprintf(msg, len, "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks "
-                       "use the same %s?",
+    snprintf(msg, len,
+             "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks "
+             "use the same %s?",
              peer, (unsigned long long)hdr->bytes, my_rank, expect_bytes, size_hint);
     return COHORT_ERR_MISMATCH;
   }

@@ -2,8 +2,9 @@
  * frame.h: the wire header in front of every frame on a byte-stream transport.
  *
  * Layout (40 bytes, host byte order, which must be little-endian on every rank): magic "CHRT", kind, coll, dtype,
- * op, seq, root, algo + 7 reserved bytes, count, payload bytes. ABORT frames carry a status and a message as payload. The header is checked field by field
- * before a byte of payload is accepted, so that a malformed, foreign or mismatched frame never lands in user memory.
+ * op, seq, root, algo + 7 reserved bytes, count, payload bytes. ABORT frames carry a status and a message as payload.
+ * The header is checked field by field before a byte of payload is accepted, so that a malformed, foreign or mismatched
+ * frame never lands in user memory.
  */
 #ifndef COHORT_TRANSPORT_FRAME_H
 #define COHORT_TRANSPORT_FRAME_H
@@ -49,14 +50,26 @@ _Static_assert(sizeof(cohort__frame) == 40, "the wire header is 40 bytes");
 #endif
 
 static inline void cohort__frame_from_call(cohort__frame *f, const cohort__call *c, uint64_t bytes) {
-  *f = (cohort__frame){.magic = COHORT__FRAME_MAGIC, .kind = COHORT__FRAME_DATA, .coll = c->coll,
-                       .dtype = c->dtype, .op = c->op, .seq = c->seq, .root = c->root, .algo = c->algo,
-                       .count = c->count, .bytes = bytes};
+  *f = (cohort__frame){.magic = COHORT__FRAME_MAGIC,
+                       .kind = COHORT__FRAME_DATA,
+                       .coll = c->coll,
+                       .dtype = c->dtype,
+                       .op = c->op,
+                       .seq = c->seq,
+                       .root = c->root,
+                       .algo = c->algo,
+                       .count = c->count,
+                       .bytes = bytes};
 }
 
 static inline void cohort__frame_to_call(const cohort__frame *f, cohort__call *c) {
-  *c = (cohort__call){.seq = f->seq, .coll = f->coll, .dtype = f->dtype, .op = f->op, .algo = f->algo,
-                      .root = f->root, .count = f->count};
+  *c = (cohort__call){.seq = f->seq,
+                      .coll = f->coll,
+                      .dtype = f->dtype,
+                      .op = f->op,
+                      .algo = f->algo,
+                      .root = f->root,
+                      .count = f->count};
 }
 
 /* A DATA header's payload must fit its call (count x dtype size): else COHORT_ERR_PROTOCOL and a message in msg. */

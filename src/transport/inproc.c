@@ -30,9 +30,9 @@ struct cohort__inproc_hub {
   int size;
   atomic_int refs;
   pthread_mutex_t mu;
-  pthread_cond_t *cv; /* one per rank */
-  queue *sends;       /* [src * size + dst] unmatched sends */
-  queue *recvs;       /* [src * size + dst] unmatched receives, posted by dst */
+  pthread_cond_t *cv;    /* one per rank */
+  queue *sends;          /* [src * size + dst] unmatched sends */
+  queue *recvs;          /* [src * size + dst] unmatched receives, posted by dst */
   unsigned char *joined; /* [rank]: a transport was made for it (a rank may join once) */
   cohort_status status;
   char message[COHORT__ABORT_TEXT_MAX];
@@ -47,8 +47,10 @@ typedef struct inproc_transport {
 
 static void push(queue *q, cohort__req *r) {
   r->next = NULL;
-  if (q->tail) q->tail->next = r;
-  else q->head = r;
+  if (q->tail)
+    q->tail->next = r;
+  else
+    q->head = r;
   q->tail = r;
 }
 
@@ -69,7 +71,8 @@ static cohort_status hub_fail(cohort__inproc_hub *hub, cohort_status status, con
     vsnprintf(hub->message, sizeof hub->message, fmt, ap);
     va_end(ap);
     hub->status = status;
-    for (int r = 0; r < hub->size; r++) pthread_cond_broadcast(&hub->cv[r]);
+    for (int r = 0; r < hub->size; r++)
+      pthread_cond_broadcast(&hub->cv[r]);
   }
   return cohort__error(hub->status, "%s", hub->message);
 }
@@ -81,9 +84,11 @@ static cohort_status match(cohort__inproc_hub *hub, cohort__req *send, int src, 
     cohort__call_describe(&recv->call, a, sizeof a);
     cohort__call_describe(&send->call, b, sizeof b);
     if (cohort__call_equal(&send->call, &recv->call))
-      return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d sent %zu bytes where rank %d expects %zu in %s",
-                      src, send->bytes, dst, recv->bytes, a);
-    return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", dst, a, src, b);
+      return hub_fail(hub, COHORT_ERR_MISMATCH,
+                      "ranks disagree: rank %d sent %zu bytes where rank %d expects %zu in %s", src, send->bytes, dst,
+                      recv->bytes, a);
+    return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", dst, a, src,
+                    b);
   }
   if (send->bytes) memcpy(recv->buf, send->buf, send->bytes);
   send->done_bytes = recv->done_bytes = send->bytes;
@@ -108,8 +113,10 @@ static cohort_status inproc_isend(cohort__transport *base, int peer, const void 
     st = cohort__error(st, "%s", hub->message);
   } else {
     cohort__req *recv = pop(&hub->recvs[me * hub->size + peer]);
-    if (recv) st = match(hub, req, me, recv, peer);
-    else push(&hub->sends[me * hub->size + peer], req);
+    if (recv)
+      st = match(hub, req, me, recv, peer);
+    else
+      push(&hub->sends[me * hub->size + peer], req);
   }
   pthread_mutex_unlock(&hub->mu);
   return st;
@@ -126,8 +133,10 @@ static cohort_status inproc_irecv(cohort__transport *base, int peer, void *buf, 
     st = cohort__error(st, "%s", hub->message);
   } else {
     cohort__req *send = pop(&hub->sends[peer * hub->size + me]);
-    if (send) st = match(hub, send, peer, req, me);
-    else push(&hub->recvs[peer * hub->size + me], req);
+    if (send)
+      st = match(hub, send, peer, req, me);
+    else
+      push(&hub->recvs[peer * hub->size + me], req);
   }
   pthread_mutex_unlock(&hub->mu);
   return st;
@@ -209,14 +218,16 @@ cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out) {
     free(hub);
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   }
-  for (int r = 0; r < size; r++) pthread_cond_init(&hub->cv[r], NULL);
+  for (int r = 0; r < size; r++)
+    pthread_cond_init(&hub->cv[r], NULL);
   *out = hub;
   return COHORT_OK;
 }
 
 void cohort__inproc_hub_release(cohort__inproc_hub *hub) {
   if (!hub || atomic_fetch_sub(&hub->refs, 1) != 1) return;
-  for (int r = 0; r < hub->size; r++) pthread_cond_destroy(&hub->cv[r]);
+  for (int r = 0; r < hub->size; r++)
+    pthread_cond_destroy(&hub->cv[r]);
   pthread_mutex_destroy(&hub->mu);
   free(hub->cv);
   free(hub->sends);

@@ -135,4 +135,3 @@ cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport 
   *out = &t->base;
   return COHORT_OK;
 }
-

@@ -68,7 +68,6 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "ring indices are shared between processes: their atomics must be lock-free");
 
-
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
   return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
 }
@@ -738,9 +737,7 @@ static int shm_in_arena(cohort__transport *base, const void *ptr, size_t bytes) 
   return t->me && cohort__shm_arena_offset(t, ptr, bytes) >= 0;
 }
 
-cohort_status cohort__shm_check_node_calls(cohort__transport *t) {
-  return check_peer_node_calls((shm_transport *)t);
-}
+cohort_status cohort__shm_check_node_calls(cohort__transport *t) { return check_peer_node_calls((shm_transport *)t); }
 
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
   ((shm_transport *)t)->world_offset = world_offset;

@@ -22,12 +22,12 @@
  *
  * Limits: no reconnection; a failure is final for the communicator (as in NCCL).
  */
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -88,7 +88,9 @@ static void send_abort_frames(tcp_transport *t) {
   } msg;
   size_t text_len = strlen(t->message);
   memset(&msg, 0, sizeof msg);
-  msg.hdr = (cohort__frame){.magic = COHORT__FRAME_MAGIC, .kind = COHORT__FRAME_ABORT, .seq = t->call.seq,
+  msg.hdr = (cohort__frame){.magic = COHORT__FRAME_MAGIC,
+                            .kind = COHORT__FRAME_ABORT,
+                            .seq = t->call.seq,
                             .bytes = sizeof(int32_t) + text_len};
   msg.status = (int32_t)t->status;
   memcpy(msg.text, t->message, text_len);
@@ -140,7 +142,8 @@ static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
     int n_iov = 0;
     if (ch->send_hdr_done < sizeof ch->send_hdr)
       iov[n_iov++] = (struct iovec){(char *)&ch->send_hdr + ch->send_hdr_done, sizeof ch->send_hdr - ch->send_hdr_done};
-    if (r->done_bytes < r->bytes) iov[n_iov++] = (struct iovec){(char *)r->buf + r->done_bytes, r->bytes - r->done_bytes};
+    if (r->done_bytes < r->bytes)
+      iov[n_iov++] = (struct iovec){(char *)r->buf + r->done_bytes, r->bytes - r->done_bytes};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
     ssize_t n = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -268,7 +271,8 @@ static cohort_status on_header(tcp_transport *t, channel *ch) {
   if (ahead > 0 && ch->aside_bytes + h->bytes <= EARLY_ASIDE_BYTES) { /* a small early frame: read it aside */
     ch->aside_bytes += h->bytes;
     ch->rx_buf = malloc(h->bytes ? h->bytes : 1);
-    if (!ch->rx_buf) return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame", (unsigned long long)h->bytes);
+    if (!ch->rx_buf)
+      return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame", (unsigned long long)h->bytes);
     ch->rx_done = 0;
     ch->rx_state = RX_UNEXPECTED;
     return COHORT_OK;
@@ -347,8 +351,10 @@ static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
       unexpected *u = malloc(sizeof *u);
       if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
       *u = (unexpected){.hdr = ch->recv_hdr, .data = ch->rx_buf};
-      if (ch->unexp_tail) ch->unexp_tail->next = u;
-      else ch->unexp_head = u;
+      if (ch->unexp_tail)
+        ch->unexp_tail->next = u;
+      else
+        ch->unexp_head = u;
       ch->unexp_tail = u;
       ch->rx_buf = NULL;
       ch->rx_state = RX_HEADER;
@@ -435,8 +441,7 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
      * and is reported by it. */
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested))
-      return fail(t, t->requested_status, "%s", t->requested_message);
+    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
     if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
       return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
     int progressed = 0;
@@ -456,8 +461,8 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       describe_waiting(t, who, sizeof who);
       char call[256];
       cohort__call_describe(&t->call, call, sizeof call);
-      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)",
-                  call, t->opt.op_timeout_s, who);
+      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+                  t->opt.op_timeout_s, who);
     }
     if (idle < spin_ns) {
       COHORT_CHECK(poll_events(t, 0));
@@ -496,8 +501,10 @@ static cohort_status tcp_isend(cohort__transport *base, int peer, const void *bu
   if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
   channel *ch = chan_at(t, peer, (int)(t->send_frames[peer]++ % (uint64_t)t->k));
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1};
-  if (ch->send_tail) ch->send_tail->next = req;
-  else ch->send_head = req;
+  if (ch->send_tail)
+    ch->send_tail->next = req;
+  else
+    ch->send_head = req;
   ch->send_tail = req;
   t->pending++;
   int progressed = 0;
@@ -516,8 +523,10 @@ static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, siz
     return drain_unexpected(t, ch, &progressed);
   }
   if (ch->eof && ch->rx_state == RX_HEADER) peer_lost(t, ch, "closed its connection");
-  if (ch->recv_tail) ch->recv_tail->next = req;
-  else ch->recv_head = req;
+  if (ch->recv_tail)
+    ch->recv_tail->next = req;
+  else
+    ch->recv_head = req;
   ch->recv_tail = req;
   t->pending++;
   return COHORT_OK;

@@ -121,8 +121,8 @@ static void *accept_peers(void *arg) {
     pthread_mutex_unlock(&job->mu);
     if (done) break;
     if (t->opt.connect_deadline_ns && cohort__now_ns() > t->opt.connect_deadline_ns) {
-      job->status = cohort__error(COHORT_ERR_TIMEOUT, "timed out waiting for higher ranks to connect to rank %d",
-                                  t->base.rank);
+      job->status =
+          cohort__error(COHORT_ERR_TIMEOUT, "timed out waiting for higher ranks to connect to rank %d", t->base.rank);
       break;
     }
     struct pollfd p = {.fd = job->listen_fd, .events = POLLIN};
@@ -147,8 +147,7 @@ static void *accept_peers(void *arg) {
     socklen_t pl = sizeof peer;
     if (getpeername(fd, (struct sockaddr *)&peer, &pl) == 0) {
       char host[64] = "?";
-      if (peer.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, host, sizeof host);
+      if (peer.ss_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)&peer)->sin_addr, host, sizeof host);
       snprintf(h->who, sizeof h->who, "%s:%d", host, ntohs(((struct sockaddr_in *)&peer)->sin_port));
     }
     if (pthread_create(&h->thread, NULL, handshake_main, h) != 0) {
@@ -225,7 +224,8 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
     st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the accept thread");
     goto fail;
   }
-  for (int p = 0; p < rank && st == COHORT_OK; p++) st = connect_peer(t, p, peer_addrs[p]);
+  for (int p = 0; p < rank && st == COHORT_OK; p++)
+    st = connect_peer(t, p, peer_addrs[p]);
   if (st != COHORT_OK) shutdown(listen_fd, SHUT_RDWR); /* wakes the acceptor */
   pthread_join(acceptor, NULL);
   pthread_mutex_destroy(&job.mu);

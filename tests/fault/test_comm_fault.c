@@ -55,7 +55,8 @@ static int child(const char *mode) {
   }
   size_t n = 1 << 18;
   float *buf = malloc(n * sizeof *buf);
-  for (size_t i = 0; i < n; i++) buf[i] = (float)rank;
+  for (size_t i = 0; i < n; i++)
+    buf[i] = (float)rank;
   if (!strcmp(mode, "killed_peer") || !strcmp(mode, "silent_peer")) {
     for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
       if (rank == 1 && it == 20) {
@@ -194,7 +195,8 @@ static job *run_job(const char *mode, int size, const char *extra_env) {
   memset(&j, 0, sizeof j);
   j.size = size;
   if (job_start_server(&j) != 0) return NULL;
-  for (int r = 0; r < size; r++) start_rank(&j, mode, r, SECRET, extra_env);
+  for (int r = 0; r < size; r++)
+    start_rank(&j, mode, r, SECRET, extra_env);
   collect(&j);
   finish(&j);
   return &j;
@@ -202,8 +204,8 @@ static job *run_job(const char *mode, int size, const char *extra_env) {
 
 static void print_results(const job *j) {
   for (int r = 0; r < j->size; r++)
-    fprintf(stderr, "  rank %d: have=%d status=%s msg=%s\n", r, j->have[r], cohort_strerror((cohort_status)j->status[r]),
-            j->msg[r]);
+    fprintf(stderr, "  rank %d: have=%d status=%s msg=%s\n", r, j->have[r],
+            cohort_strerror((cohort_status)j->status[r]), j->msg[r]);
 }
 
 /* A failure relayed from rank to rank keeps the first "(reported by rank P)" and gets no second one. */
@@ -248,7 +250,9 @@ TEST(mismatched_counts_fail_on_every_rank) {
 
 TEST(mismatched_ops_fail_on_every_rank) { expect_mismatch_everywhere("mismatch_op", "max", "sum"); }
 
-TEST(mismatched_collectives_fail_on_every_rank) { expect_mismatch_everywhere("mismatch_coll", "broadcast(", "allreduce("); }
+TEST(mismatched_collectives_fail_on_every_rank) {
+  expect_mismatch_everywhere("mismatch_coll", "broadcast(", "allreduce(");
+}
 
 TEST(missing_peer_times_out_at_init_naming_it) {
   static job j;

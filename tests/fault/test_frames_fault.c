@@ -60,11 +60,13 @@ static const char *self_path;
 static int child(void) {
   cohort_comm *c = NULL;
   float buf[COUNT];
-  for (int i = 0; i < COUNT; i++) buf[i] = RANK0_VALUE;
+  for (int i = 0; i < COUNT; i++)
+    buf[i] = RANK0_VALUE;
   cohort_status st = cohort_init(&c);
   if (st == COHORT_OK) st = cohort_allreduce(c, buf, buf, COUNT, COHORT_F32, COHORT_SUM);
   int uniform = 1;
-  for (int i = 1; i < COUNT; i++) uniform &= buf[i] == buf[0];
+  for (int i = 1; i < COUNT; i++)
+    uniform &= buf[i] == buf[0];
   printf("RESULT status=%d t=%.6f first=%.3f uniform=%d msg=%s\n", (int)st, cohort__now_s(), (double)buf[0], uniform,
          st == COHORT_OK ? "" : cohort_last_error());
   fflush(stdout);
@@ -84,12 +86,14 @@ typedef struct wire_hdr {
 } wire_hdr;
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
-  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < n; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint64_t get_le(const uint8_t *p, int n) {
   uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  for (int i = n - 1; i >= 0; i--)
+    v = v << 8 | p[i];
   return v;
 }
 
@@ -109,15 +113,30 @@ static void encode(const wire_hdr *h, uint8_t out[HDR_BYTES]) {
 }
 
 static void decode(const uint8_t in[HDR_BYTES], wire_hdr *h) {
-  *h = (wire_hdr){.magic = (uint32_t)get_le(in, 4), .kind = in[4], .coll = in[5], .dtype = in[6], .op = in[7],
-                  .seq = (uint32_t)get_le(in + 8, 4), .root = (int32_t)(uint32_t)get_le(in + 12, 4), .algo = in[16],
-                  .count = get_le(in + 24, 8), .bytes = get_le(in + 32, 8)};
+  *h = (wire_hdr){.magic = (uint32_t)get_le(in, 4),
+                  .kind = in[4],
+                  .coll = in[5],
+                  .dtype = in[6],
+                  .op = in[7],
+                  .seq = (uint32_t)get_le(in + 8, 4),
+                  .root = (int32_t)(uint32_t)get_le(in + 12, 4),
+                  .algo = in[16],
+                  .count = get_le(in + 24, 8),
+                  .bytes = get_le(in + 32, 8)};
 }
 
 /* The frame rank 0 expects from rank 1 in its first allreduce. */
 static wire_hdr matching_header(void) {
-  return (wire_hdr){.magic = FRAME_MAGIC, .kind = KIND_DATA, .coll = 1, .dtype = 0, .op = 0, .seq = 0, .root = -1,
-                    .algo = 2, .count = COUNT, .bytes = COUNT * sizeof(float)};
+  return (wire_hdr){.magic = FRAME_MAGIC,
+                    .kind = KIND_DATA,
+                    .coll = 1,
+                    .dtype = 0,
+                    .op = 0,
+                    .seq = 0,
+                    .root = -1,
+                    .algo = 2,
+                    .count = COUNT,
+                    .bytes = COUNT * sizeof(float)};
 }
 
 static int send_bytes(int fd, const void *p, size_t n) {
@@ -271,13 +290,13 @@ static int read_abort_status(int fd) {
   return (int)(int32_t)get_le(body, 4);
 }
 
-#define JOIN(j)                                                                                                    \
-  do {                                                                                                             \
-    const char *step__ = join_as_rank1(j);                                                                         \
-    if (step__) {                                                                                                  \
-      finish(j);                                                                                                   \
-      TEST_FAIL_("joining as rank 1 failed at: %s (%s)", step__, cohort_last_error());                             \
-    }                                                                                                              \
+#define JOIN(j)                                                                                                        \
+  do {                                                                                                                 \
+    const char *step__ = join_as_rank1(j);                                                                             \
+    if (step__) {                                                                                                      \
+      finish(j);                                                                                                       \
+      TEST_FAIL_("joining as rank 1 failed at: %s (%s)", step__, cohort_last_error());                                 \
+    }                                                                                                                  \
   } while (0)
 
 static job the_job;
@@ -295,10 +314,12 @@ TEST(control_a_correct_frame_completes_the_allreduce) {
   ASSERT_EQ(j->first.root, -1);
   ASSERT_EQ(j->first.algo, 2);
   ASSERT_EQ(j->first.count, COUNT);
-  for (int i = 0; i < COUNT; i++) ASSERT_TRUE(j->first_payload[i] == RANK0_VALUE);
+  for (int i = 0; i < COUNT; i++)
+    ASSERT_TRUE(j->first_payload[i] == RANK0_VALUE);
   wire_hdr h = matching_header();
   float payload[COUNT];
-  for (int i = 0; i < COUNT; i++) payload[i] = RANK1_VALUE;
+  for (int i = 0; i < COUNT; i++)
+    payload[i] = RANK1_VALUE;
   int sent = send_header(j->fd, &h) == 0 && send_bytes(j->fd, payload, sizeof payload) == 0;
   finish(j);
   ASSERT_TRUE(sent);
@@ -376,7 +397,8 @@ static void expect_truncation_reported(size_t n) {
   uint8_t frame[HDR_BYTES + COUNT * sizeof(float)];
   wire_hdr h = matching_header();
   encode(&h, frame);
-  for (int i = 0; i < COUNT; i++) memcpy(frame + HDR_BYTES + i * sizeof(float), &(float){RANK1_VALUE}, sizeof(float));
+  for (int i = 0; i < COUNT; i++)
+    memcpy(frame + HDR_BYTES + i * sizeof(float), &(float){RANK1_VALUE}, sizeof(float));
   int sent = send_bytes(j->fd, frame, n) == 0;
   usleep(20000); /* let rank 0 take the partial frame in before the close */
   double closed_at = cohort__now_s();

@@ -422,8 +422,10 @@ TEST(segments_of_killed_workers_are_removed) {
   FILE *f = fopen(other, "w");
   ASSERT_TRUE(f != NULL);
   fclose(f);
-  const char *argv[] = {launcher(), "-np", "2", "/bin/sh", "-c",
-                        "touch /dev/shm/cohort-shm-$$-00aa /dev/shm/cohort-shm-$$-00bb; echo $$; kill -9 $$", NULL};
+  const char *argv[] = {
+      launcher(), "-np", "2",
+      "/bin/sh",  "-c",  "touch /dev/shm/cohort-shm-$$-00aa /dev/shm/cohort-shm-$$-00bb; echo $$; kill -9 $$",
+      NULL};
   result r;
   run(argv, &r);
   int other_kept = access(other, F_OK) == 0;
@@ -1068,8 +1070,8 @@ TEST(elastic_ranges_are_checked) {
  * a 0.5 s last call, and --grace GRACE unless it is NULL. */
 static void elastic_node_argv(const char *argv[18], const char *range, const char *id, const char *port,
                               const char *grace, const char *script) {
-  const char *head[] = {launcher(), "--nnodes", range, "--node-rank", id, "-np", "1", "--master-port", port,
-                        "--rdzv-last-call", "0.5"};
+  const char *head[] = {launcher(), "--nnodes",      range, "--node-rank",      id,   "-np",
+                        "1",        "--master-port", port,  "--rdzv-last-call", "0.5"};
   int k = 0;
   for (size_t i = 0; i < sizeof head / sizeof *head; i++)
     argv[k++] = head[i];

@@ -33,8 +33,10 @@ int main(int argc, char **argv) {
   }
   cohort_rng rng;
   cohort_rng_seed(&rng, 1);
-  for (size_t i = 0; i < x.numel; i++) x.data[i] = cohort_rng_uniform(&rng);
-  for (int i = 0; i < batch; i++) labels[i] = (int32_t)(cohort_rng_next(&rng) % 10);
+  for (size_t i = 0; i < x.numel; i++)
+    x.data[i] = cohort_rng_uniform(&rng);
+  for (int i = 0; i < batch; i++)
+    labels[i] = (int32_t)(cohort_rng_next(&rng) % 10);
   double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0;
   float loss = 0;
   const int warm = 3;
@@ -54,8 +56,8 @@ int main(int argc, char **argv) {
   double el = cohort__now_s() - t0;
   printf("cnn batch=%d threads=%d steps=%d img_per_s=%.0f ms_per_step=%.2f (forward %.2f, backward %.2f, sgd %.2f) "
          "loss=%.4f\n",
-         batch, threads, steps, steps * (double)batch / el, 1e3 * el / steps, 1e3 * t_fwd / steps,
-         1e3 * t_bwd / steps, 1e3 * t_opt / steps, loss);
+         batch, threads, steps, steps * (double)batch / el, 1e3 * el / steps, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps,
+         1e3 * t_opt / steps, loss);
   cohort_optim_destroy(opt);
   cohort_model_destroy(m);
   cohort_tensor_free(&x);

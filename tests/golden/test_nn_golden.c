@@ -52,7 +52,8 @@ static int load(void) {
     }
     r->ndim = (int)nd;
     r->numel = 1;
-    for (uint32_t d = 0; d < nd; d++) r->numel *= (size_t)r->shape[d];
+    for (uint32_t d = 0; d < nd; d++)
+      r->numel *= (size_t)r->shape[d];
     r->data = malloc(r->numel * sizeof(float));
     if (fread(r->data, sizeof(float), r->numel, f) != r->numel) {
       snprintf(load_error, sizeof load_error, "%s: data of record %s is truncated", path, r->name);
@@ -100,15 +101,16 @@ static double gamma_of(double k) {
 static int close_to_floor(const char *what, const float *got, const float *want, size_t n, double tol, double floor) {
   double scale = floor, worst = 0.0;
   size_t at = 0;
-  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+  for (size_t i = 0; i < n; i++)
+    scale = fmax(scale, fabs(want[i]));
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)got[i] - want[i]);
     if (e > worst) worst = e, at = i;
   }
   double rel = worst / (scale > 0 ? scale : 1.0);
   if (rel > tol)
-    fprintf(stderr, "%s: element %zu is %.9g, torch has %.9g (relative error %.3g > %g)\n", what, at, got[at],
-            want[at], rel, tol);
+    fprintf(stderr, "%s: element %zu is %.9g, torch has %.9g (relative error %.3g > %g)\n", what, at, got[at], want[at],
+            rel, tol);
   return rel <= tol;
 }
 
@@ -163,15 +165,18 @@ static int params_close_adam(cohort_model *m, const char *prefix, double tol, do
     if (!r || r->numel != p->numel) return 0;
     double scale = 0.0, worst = 0.0;
     size_t over = 0, at = 0;
-    for (size_t j = 0; j < r->numel; j++) scale = fmax(scale, fabs(r->data[j]));
+    for (size_t j = 0; j < r->numel; j++)
+      scale = fmax(scale, fabs(r->data[j]));
     for (size_t j = 0; j < r->numel; j++) {
       double e = fabs((double)p->value[j] - r->data[j]);
       over += e > tol * scale;
       if (e > worst) worst = e, at = j;
     }
     if (over * 10000 > r->numel || worst > lr) {
-      fprintf(stderr, "%s: %zu of %zu elements differ from torch by more than %g of the largest (%g); worst: element %zu "
-              "is %.9g, torch has %.9g\n", name, over, r->numel, tol, scale, at, p->value[at], r->data[at]);
+      fprintf(stderr,
+              "%s: %zu of %zu elements differ from torch by more than %g of the largest (%g); worst: element %zu "
+              "is %.9g, torch has %.9g\n",
+              name, over, r->numel, tol, scale, at, p->value[at], r->data[at]);
       ok = 0;
     }
   }
@@ -189,7 +194,8 @@ static int grads_close(cohort_model *m, const char *prefix, double tol) {
       const record *r = find(name);
       if (!r || r->numel != p->numel) return 0;
       if (pass == 0)
-        for (size_t j = 0; j < r->numel; j++) global = fmax(global, fabs(r->data[j]));
+        for (size_t j = 0; j < r->numel; j++)
+          global = fmax(global, fabs(r->data[j]));
       else
         ok &= close_to_floor(name, p->grad, r->data, p->numel, tol, global);
     }
@@ -203,7 +209,8 @@ static void batch(const record *xr, const record *yr, int s, cohort_tensor *x, i
                       xr->ndim > 4 ? xr->shape[4] : 1};
   size_t per = xr->numel / (size_t)xr->shape[0];
   cohort_tensor_wrap(x, xr->data + (size_t)s * per, xr->ndim - 1, shape);
-  for (int64_t i = 0; i < yr->shape[1]; i++) labels[i] = (int32_t)yr->data[s * yr->shape[1] + i];
+  for (int64_t i = 0; i < yr->shape[1]; i++)
+    labels[i] = (int32_t)yr->data[s * yr->shape[1] + i];
 }
 
 static int loss_close(const char *what, float got, float want, double tol) {
@@ -213,8 +220,8 @@ static int loss_close(const char *what, float got, float want, double tol) {
 }
 
 /* One training step; returns the loss before the update (NAN on error). */
-static float train_step(cohort_model *m, cohort_optim *o, const cohort_tensor *x, const int32_t *labels,
-                        float clip, float *norm) {
+static float train_step(cohort_model *m, cohort_optim *o, const cohort_tensor *x, const int32_t *labels, float clip,
+                        float *norm) {
   const cohort_tensor *y;
   float loss, grad[64 * 10];
   cohort_model_zero_grad(m);
@@ -225,9 +232,9 @@ static float train_step(cohort_model *m, cohort_optim *o, const cohort_tensor *x
   return loss;
 }
 
-#define NEED_GOLDEN()                                                                                              \
-  do {                                                                                                             \
-    if (!load()) TEST_FAIL_("%s", load_error);                                                                      \
+#define NEED_GOLDEN()                                                                                                  \
+  do {                                                                                                                 \
+    if (!load()) TEST_FAIL_("%s", load_error);                                                                         \
   } while (0)
 
 TEST(cnn_forward_backward) {
@@ -240,7 +247,8 @@ TEST(cnn_forward_backward) {
   cohort_tensor x;
   ASSERT_OK(cohort_tensor_wrap(&x, xr->data, 4, xr->shape));
   int32_t labels[8];
-  for (int i = 0; i < 8; i++) labels[i] = (int32_t)yr->data[i];
+  for (int i = 0; i < 8; i++)
+    labels[i] = (int32_t)yr->data[i];
   const cohort_tensor *y;
   float loss, grad[80];
   ASSERT_OK(cohort_model_forward(m, &x, &y));
@@ -302,7 +310,8 @@ TEST(small_batchnorm_train_and_eval) {
   cohort_tensor x;
   ASSERT_OK(cohort_tensor_wrap(&x, xr->data, 4, xr->shape));
   int32_t labels[6];
-  for (int i = 0; i < 6; i++) labels[i] = (int32_t)yr->data[i];
+  for (int i = 0; i < 6; i++)
+    labels[i] = (int32_t)yr->data[i];
   const cohort_tensor *y;
   float loss, grad[60];
   ASSERT_OK(cohort_model_forward(m, &x, &y));
@@ -331,7 +340,8 @@ TEST(small_sgd_nesterov_weight_decay_clip) {
   cohort_tensor x;
   ASSERT_OK(cohort_tensor_wrap(&x, xr->data, 4, xr->shape));
   int32_t labels[6];
-  for (int i = 0; i < 6; i++) labels[i] = (int32_t)yr->data[i];
+  for (int i = 0; i < 6; i++)
+    labels[i] = (int32_t)yr->data[i];
   for (int s = 0; s < 3; s++) {
     float norm = 0;
     ASSERT_TRUE(!isnan(train_step(m, o, &x, labels, 0.5f, &norm)));

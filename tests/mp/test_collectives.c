@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coll_check.h"
 #include "cohort/cohort.h"
+#include "coll_check.h"
 
 int main(int argc, char **argv) {
   int quick = 0, zero_copy = 0;

@@ -31,8 +31,10 @@ static cohort_status one_step(cohort_ddp *ddp, cohort_model *m, cohort_optim *o,
                               const char *mode) {
   float x[8 * 20], dl[8 * 5];
   int32_t y[8];
-  for (int k = 0; k < 8 * 20; k++) x[k] = (float)((k * 31 + rank * 7 + step) % 17) / 17.0f - 0.5f;
-  for (int k = 0; k < 8; k++) y[k] = (k + rank + step) % 5;
+  for (int k = 0; k < 8 * 20; k++)
+    x[k] = (float)((k * 31 + rank * 7 + step) % 17) / 17.0f - 0.5f;
+  for (int k = 0; k < 8; k++)
+    y[k] = (k + rank + step) % 5;
   cohort_tensor t;
   int64_t shape[4] = {8, 1, 4, 5};
   const cohort_tensor *logits;
@@ -78,7 +80,8 @@ static int run_mode(cohort_comm *c, const char *mode) {
   cohort_status st = cohort_model_create_mlp(3, 20, 32, 5, &m);
   if (st == COHORT_OK) st = cohort_ddp_create_model(c, m, &opt, &ddp);
   if (st == COHORT_OK) st = cohort_optim_sgd_create(m, &sgd, &o);
-  for (int step = 0; step < 4 && st == COHORT_OK; step++) st = one_step(ddp, m, o, rank, size, step, mode);
+  for (int step = 0; step < 4 && st == COHORT_OK; step++)
+    st = one_step(ddp, m, o, rank, size, step, mode);
   result(rank, st);
   if (st == COHORT_OK && !strcmp(mode, "train") && rank == 0) {
     cohort_ddp_stats s;
@@ -94,8 +97,10 @@ static int run_mode(cohort_comm *c, const char *mode) {
 int main(int argc, char **argv) {
   const char *check = NULL, *mode = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--check")) check = argv[i + 1];
-    else if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
+    if (!strcmp(argv[i], "--check"))
+      check = argv[i + 1];
+    else if (!strcmp(argv[i], "--mode"))
+      mode = argv[i + 1];
   }
   cohort_comm *c = NULL;
   cohort_status st = cohort_init(&c);

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll_check.h"
 #include "core/clock.h"
 #include "core/reduce.h"
-#include "coll_check.h"
 #include "test.h"
 
 typedef struct rank_job {
@@ -108,17 +108,18 @@ TEST(half_conversions_round_to_nearest_even) {
   ASSERT_EQ(cohort__f32_to_f16(1.0f), 0x3c00);
   ASSERT_EQ(cohort__f32_to_f16(-2.0f), 0xc000);
   ASSERT_EQ(cohort__f32_to_f16(65504.0f), 0x7bff);
-  ASSERT_EQ(cohort__f32_to_f16(1e6f), 0x7c00);                 /* overflow to inf */
-  ASSERT_EQ(cohort__f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);    /* tie: to even */
-  ASSERT_EQ(cohort__f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);    /* tie: to even, upward */
-  ASSERT_EQ(cohort__f32_to_f16(5.9604645e-08f), 0x0001);        /* smallest subnormal */
+  ASSERT_EQ(cohort__f32_to_f16(1e6f), 0x7c00);               /* overflow to inf */
+  ASSERT_EQ(cohort__f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie: to even */
+  ASSERT_EQ(cohort__f32_to_f16(1.0f + 3.0f / 2048), 0x3c02); /* tie: to even, upward */
+  ASSERT_EQ(cohort__f32_to_f16(5.9604645e-08f), 0x0001);     /* smallest subnormal */
   ASSERT_NEAR(cohort__f16_to_f32(0x0001), 5.9604645e-08, 1e-15);
   ASSERT_NEAR(cohort__f16_to_f32(0x3555), 0.333251953125, 0);
   ASSERT_EQ(cohort__f32_to_bf16(1.0f), 0x3f80);
   ASSERT_EQ(cohort__f32_to_bf16(1.00390625f), 0x3f80); /* tie: to even */
   ASSERT_EQ(cohort__f32_to_bf16(1.01171875f), 0x3f82); /* tie: to even, upward */
   ASSERT_NEAR(cohort__bf16_to_f32(0xc040), -3.0, 0);
-  for (uint32_t h = 0; h < 0x7c00; h++) ASSERT_EQ(cohort__f32_to_f16(cohort__f16_to_f32((uint16_t)h)), h);
+  for (uint32_t h = 0; h < 0x7c00; h++)
+    ASSERT_EQ(cohort__f32_to_f16(cohort__f16_to_f32((uint16_t)h)), h);
 }
 
 TEST(integer_kernels_wrap_and_avg_truncates) {
@@ -165,7 +166,8 @@ TEST(a_rank_that_cannot_join_fails_the_group_at_once) {
     pthread_create(&th[1], NULL, join_main, &a[1]);
     usleep(100000); /* with bad == 1 the second rank 1 must come after the first */
     pthread_create(&th[2], NULL, join_main, &a[2]);
-    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++)
+      pthread_join(th[r], NULL);
     double took = cohort__now_s() - t0;
     cohort_inproc_group_destroy(g);
     ASSERT_EQ(a[2].st, COHORT_ERR_INVALID);
@@ -178,6 +180,7 @@ TEST(a_rank_that_cannot_join_fails_the_group_at_once) {
   }
 }
 
-COHORT_TEST_MAIN(TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once), TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
+COHORT_TEST_MAIN(TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
+                 TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
                  TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
                  TEST_CASE(forced_algorithms_agree), TEST_CASE(mismatched_counts_fail_on_every_thread))

@@ -128,5 +128,4 @@ TEST(docs_env_md_lists_every_knob) {
 
 COHORT_TEST_MAIN(TEST_CASE(strerror_names_every_status), TEST_CASE(error_text_is_kept_per_thread_and_formatted),
                  TEST_CASE(dtype_and_op_names_round_trip), TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
-                 TEST_CASE(config_parses_every_knob_by_its_type_and_range),
-                 TEST_CASE(docs_env_md_lists_every_knob))
+                 TEST_CASE(config_parses_every_knob_by_its_type_and_range), TEST_CASE(docs_env_md_lists_every_knob))

@@ -4,14 +4,30 @@
 #include "comm/launch_env.h"
 #include "test.h"
 
-static const char *const all_vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
-    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE",
-    "SLURM_JOB_NODELIST", "SLURM_JOB_ID"};
+static const char *const all_vars[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                       "PMI_RANK",
+                                       "PMI_SIZE",
+                                       "MPI_LOCALRANKID",
+                                       "MPI_LOCALNRANKS",
+                                       "SLURM_PROCID",
+                                       "SLURM_NTASKS",
+                                       "SLURM_LOCALID",
+                                       "SLURM_TASKS_PER_NODE",
+                                       "SLURM_JOB_NODELIST",
+                                       "SLURM_JOB_ID"};
 
 static void clear_env(void) {
-  for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++) unsetenv(all_vars[i]);
+  for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++)
+    unsetenv(all_vars[i]);
 }
 
 TEST(no_launcher_means_one_rank) {

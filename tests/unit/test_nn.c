@@ -18,7 +18,8 @@
 static void fill(cohort_tensor *t, uint64_t seed, float lo, float hi) {
   cohort_rng r;
   cohort_rng_seed(&r, seed);
-  for (size_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * cohort_rng_uniform(&r);
+  for (size_t i = 0; i < t->numel; i++)
+    t->data[i] = lo + (hi - lo) * cohort_rng_uniform(&r);
 }
 
 static double proj_loss(cohort_model *m, const cohort_tensor *x, const float *r, const cohort_rng *drop) {
@@ -26,7 +27,8 @@ static double proj_loss(cohort_model *m, const cohort_tensor *x, const float *r,
   *cohort_model_rng(m) = *drop; /* the same dropout mask at every evaluation */
   if (cohort_model_forward(m, x, &y) != COHORT_OK) return NAN;
   double s = 0.0;
-  for (size_t i = 0; i < y->numel; i++) s += (double)r[i] * y->data[i];
+  for (size_t i = 0; i < y->numel; i++)
+    s += (double)r[i] * y->data[i];
   return s;
 }
 
@@ -39,7 +41,8 @@ static double gradcheck(cohort_model *m, const cohort_tensor *x, double eps) {
   float *r = malloc(n * sizeof(float));
   cohort_rng rr;
   cohort_rng_seed(&rr, 99);
-  for (size_t i = 0; i < n; i++) r[i] = 2.0f * cohort_rng_uniform(&rr) - 1.0f;
+  for (size_t i = 0; i < n; i++)
+    r[i] = 2.0f * cohort_rng_uniform(&rr) - 1.0f;
   cohort_model_zero_grad(m);
   *cohort_model_rng(m) = drop;
   if (cohort_model_forward(m, x, &y) != COHORT_OK || cohort_model_backward(m, r) != COHORT_OK) {
@@ -51,7 +54,8 @@ static double gradcheck(cohort_model *m, const cohort_tensor *x, double eps) {
   double worst = 0.0, gmax = 0.0;
   for (int i = 0; i < cohort_model_num_params(m); i++) {
     const cohort_param *p = cohort_model_param(m, i);
-    for (size_t j = 0; j < p->numel; j++) gmax = fmax(gmax, fabs(p->grad[j]));
+    for (size_t j = 0; j < p->numel; j++)
+      gmax = fmax(gmax, fabs(p->grad[j]));
   }
   for (int i = 0; i < cohort_model_num_params(m); i++) {
     const cohort_param *p = cohort_model_param(m, i);
@@ -166,7 +170,8 @@ TEST(maxpool_values) {
         for (int ox = 0; ox < ow; ox++) {
           float want = -INFINITY;
           for (int ky = 0; ky < k; ky++)
-            for (int kx = 0; kx < k; kx++) want = fmaxf(want, x.data[p * 56 + (2 * oy + ky) * 8 + 2 * ox + kx]);
+            for (int kx = 0; kx < k; kx++)
+              want = fmaxf(want, x.data[p * 56 + (2 * oy + ky) * 8 + 2 * ox + kx]);
           ASSERT_TRUE(y->data[(p * oh + oy) * ow + ox] == want);
         }
     cohort_tensor_free(&x);
@@ -238,7 +243,8 @@ TEST(grad_softmax_xent) {
   double want = 0.0;
   for (int i = 0; i < 3; i++) {
     double se = 0.0;
-    for (int j = 0; j < 5; j++) se += exp(z.data[i * 5 + j]);
+    for (int j = 0; j < 5; j++)
+      se += exp(z.data[i * 5 + j]);
     want += log(se) - z.data[i * 5 + labels[i]];
   }
   ASSERT_NEAR(loss, want / 3.0, 1e-6);
@@ -255,7 +261,8 @@ TEST(softmax_xent_stable_and_checked) {
   ASSERT_OK(cohort_softmax_xent(&z, labels, &loss, grad, &correct));
   ASSERT_NEAR(loss, 500.0, 1e-3); /* row 0 costs 0, row 1 costs 1000 */
   ASSERT_EQ(correct, 1);
-  for (int i = 0; i < 4; i++) ASSERT_TRUE(isfinite(grad[i]));
+  for (int i = 0; i < 4; i++)
+    ASSERT_TRUE(isfinite(grad[i]));
   ASSERT_NEAR(grad[2], -0.5, 1e-6);
   labels[1] = 2;
   ASSERT_STATUS(cohort_softmax_xent(&z, labels, &loss, grad, NULL), COHORT_ERR_INVALID);
@@ -299,7 +306,8 @@ TEST(hooks_fire_once_in_reverse_when_final) {
   ASSERT_EQ(y->ndim, 2);
   ASSERT_EQ(y->shape[1], 10);
   float g[20];
-  for (int i = 0; i < 20; i++) g[i] = 0.05f * (float)(i % 7) - 0.1f;
+  for (int i = 0; i < 20; i++)
+    g[i] = 0.05f * (float)(i % 7) - 0.1f;
   ASSERT_OK(cohort_model_backward(m, g));
   ASSERT_EQ(h.n, 6);
   for (int i = 0; i < 6; i++) {
@@ -319,7 +327,8 @@ TEST(grads_accumulate_and_batch_size_changes) {
   ASSERT_OK(cohort_tensor_alloc(&x, 2, s));
   fill(&x, 5, -1, 1);
   float g[12];
-  for (int i = 0; i < 12; i++) g[i] = 0.1f * (float)(i % 5);
+  for (int i = 0; i < 12; i++)
+    g[i] = 0.1f * (float)(i % 5);
   const cohort_tensor *y;
   ASSERT_OK(cohort_model_forward(m, &x, &y));
   ASSERT_OK(cohort_model_backward(m, g));
@@ -386,7 +395,8 @@ TEST(dropout_masks_and_eval) {
   cohort_tensor x;
   int64_t s[2] = {4, 1000};
   ASSERT_OK(cohort_tensor_alloc(&x, 2, s));
-  for (size_t i = 0; i < x.numel; i++) x.data[i] = 1.0f;
+  for (size_t i = 0; i < x.numel; i++)
+    x.data[i] = 1.0f;
   const cohort_tensor *y;
   cohort_rng saved = *cohort_model_rng(solo);
   ASSERT_OK(cohort_model_forward(solo, &x, &y));
@@ -405,7 +415,8 @@ TEST(dropout_masks_and_eval) {
   ASSERT_TRUE(memcmp(first, y->data, sizeof first) == 0); /* the RNG state is the whole story */
   cohort_model_set_training(solo, 0);
   ASSERT_OK(cohort_model_forward(solo, &x, &y));
-  for (size_t i = 0; i < x.numel; i++) ASSERT_TRUE(y->data[i] == 1.0f);
+  for (size_t i = 0; i < x.numel; i++)
+    ASSERT_TRUE(y->data[i] == 1.0f);
   cohort_tensor_free(&x);
   cohort_model_destroy(solo);
   cohort_model_destroy(m);
@@ -417,7 +428,8 @@ TEST(batchnorm_running_stats) {
   ASSERT_OK(cohort_model_add_batchnorm2d(m, "bn", 2, 1e-5f, 0.1f));
   ASSERT_OK(cohort_model_init(m, COHORT_INIT_TORCH_DEFAULT, 0));
   cohort_tensor x = input4(3, 2, 2, 3, 21);
-  for (size_t i = 0; i < x.numel; i++) x.data[i] = 2.0f * x.data[i] + 1.0f;
+  for (size_t i = 0; i < x.numel; i++)
+    x.data[i] = 2.0f * x.data[i] + 1.0f;
   const cohort_tensor *y;
   ASSERT_OK(cohort_model_forward(m, &x, &y));
   for (int k = 0; k < 2; k++) {
@@ -449,8 +461,8 @@ TEST(init_distributions_and_determinism) {
   ASSERT_OK(cohort_model_create_cnn(42, &a));
   ASSERT_OK(cohort_model_create_cnn(42, &b));
   ASSERT_EQ(cohort_model_param_count(a), 32 * 9 + 32 + 64 * 32 * 9 + 64 + 9216 * 128 + 128 + 1280 + 10);
-  ASSERT_TRUE(memcmp(cohort_model_param_data(a), cohort_model_param_data(b),
-                     cohort_model_param_count(a) * sizeof(float)) == 0);
+  ASSERT_TRUE(
+      memcmp(cohort_model_param_data(a), cohort_model_param_data(b), cohort_model_param_count(a) * sizeof(float)) == 0);
   char ha[COHORT_HASH_HEX_LEN], hb[COHORT_HASH_HEX_LEN], sa[COHORT_HASH_HEX_LEN], sb[COHORT_HASH_HEX_LEN];
   ASSERT_OK(cohort_model_hash(a, ha));
   ASSERT_OK(cohort_model_hash(b, hb));
@@ -468,7 +480,8 @@ TEST(init_distributions_and_determinism) {
   ASSERT_TRUE(mx > 0.999 * bound);
   ASSERT_NEAR(s2 / fc1->numel, bound * bound / 3.0, 0.01 * bound * bound / 3.0);
   const cohort_param *c1b = cohort_model_param(a, 1);
-  for (size_t i = 0; i < c1b->numel; i++) ASSERT_TRUE(fabs(c1b->value[i]) <= 1.0 / 3.0);
+  for (size_t i = 0; i < c1b->numel; i++)
+    ASSERT_TRUE(fabs(c1b->value[i]) <= 1.0 / 3.0);
   /* One flipped bit changes the hash; the signature only depends on names and shapes. */
   cohort_model_param(b, 6)->value[3] = nextafterf(cohort_model_param(b, 6)->value[3], 1.0f);
   ASSERT_OK(cohort_model_hash(b, hb));
@@ -488,7 +501,8 @@ TEST(init_distributions_and_determinism) {
   ASSERT_OK(cohort_model_init(b, COHORT_INIT_KAIMING_NORMAL, 7));
   const cohort_param *w = cohort_model_param(b, 0);
   double m1 = 0.0, m2 = 0.0;
-  for (size_t i = 0; i < w->numel; i++) m1 += w->value[i], m2 += (double)w->value[i] * w->value[i];
+  for (size_t i = 0; i < w->numel; i++)
+    m1 += w->value[i], m2 += (double)w->value[i] * w->value[i];
   m1 /= w->numel;
   ASSERT_NEAR(m1, 0.0, 0.002);
   ASSERT_NEAR(sqrt(m2 / w->numel - m1 * m1), sqrt(2.0 / 784.0), 0.01 * sqrt(2.0 / 784.0));
@@ -496,7 +510,8 @@ TEST(init_distributions_and_determinism) {
   ASSERT_OK(cohort_model_init(b, COHORT_INIT_XAVIER_UNIFORM, 7));
   double xb = sqrt(6.0 / (784.0 + 256.0));
   mx = 0.0;
-  for (size_t i = 0; i < w->numel; i++) mx = fmax(mx, fabs(w->value[i]));
+  for (size_t i = 0; i < w->numel; i++)
+    mx = fmax(mx, fabs(w->value[i]));
   ASSERT_TRUE(mx <= xb && mx > 0.999 * xb);
   cohort_model_destroy(b);
   cohort_model_destroy(a);
@@ -706,8 +721,12 @@ TEST(adamw_flushes_subnormals) {
 }
 
 TEST(lr_schedules) {
-  cohort_lr_schedule s = {.base_lr = 0.1f, .world_size = 4, .warmup_steps = 10, .decay = COHORT_LR_COSINE,
-                          .total_steps = 110, .min_lr = 0.0f};
+  cohort_lr_schedule s = {.base_lr = 0.1f,
+                          .world_size = 4,
+                          .warmup_steps = 10,
+                          .decay = COHORT_LR_COSINE,
+                          .total_steps = 110,
+                          .min_lr = 0.0f};
   ASSERT_OK(cohort_lr_schedule_check(&s));
   ASSERT_NEAR(cohort_lr_schedule_at(&s, 0), 0.1, 1e-7);
   ASSERT_NEAR(cohort_lr_schedule_at(&s, 5), 0.25, 1e-6);

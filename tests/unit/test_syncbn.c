@@ -47,7 +47,8 @@ static void make_batch(void) {
     /* later samples drift upwards, so any one replica's statistics are far from the whole batch's */
     batch_x[i] = 2.0f * cohort_rng_uniform(&r) - 1.0f + 0.15f * (float)sample;
   }
-  for (size_t i = 0; i < sizeof batch_g / sizeof batch_g[0]; i++) batch_g[i] = 2.0f * cohort_rng_uniform(&r) - 1.0f;
+  for (size_t i = 0; i < sizeof batch_g / sizeof batch_g[0]; i++)
+    batch_g[i] = 2.0f * cohort_rng_uniform(&r) - 1.0f;
 }
 
 /* What one model computed: logits (train and eval mode), parameter gradients, buffers. */
@@ -126,11 +127,13 @@ static void *replica_main(void *arg) {
     opt.bucket_bytes = opt.first_bucket_bytes = 256;
     r->status = cohort_ddp_create_model(comm, m, &opt, &ddp);
     if (r->status == COHORT_OK && cohort_ddp_num_buckets(ddp) < 3)
-      r->status = cohort__error(COHORT_ERR_INTERNAL, "%d buckets, the test wants at least 3",
-                                cohort_ddp_num_buckets(ddp));
+      r->status =
+          cohort__error(COHORT_ERR_INTERNAL, "%d buckets, the test wants at least 3", cohort_ddp_num_buckets(ddp));
   }
-  if (r->status == COHORT_OK && r->engine) r->status = cohort_ddp_sync_batchnorm(ddp, m, r->sync);
-  else if (r->status == COHORT_OK && r->sync) cohort_model_set_batchnorm_sync(m, allreduce_sync, comm);
+  if (r->status == COHORT_OK && r->engine)
+    r->status = cohort_ddp_sync_batchnorm(ddp, m, r->sync);
+  else if (r->status == COHORT_OK && r->sync)
+    cohort_model_set_batchnorm_sync(m, allreduce_sync, comm);
   if (r->status == COHORT_OK) r->status = run_step(m, ddp, r->first, r->n, &r->res);
   if (r->status != COHORT_OK) snprintf(r->error, sizeof r->error, "%s", cohort_last_error());
   cohort_ddp_destroy(ddp);
@@ -172,7 +175,8 @@ static cohort_status whole_batch(result *out) {
 /* Largest |a - b| / (1 + |b|) over n values. */
 static double worst_diff(const float *a, const float *b, size_t n) {
   double w = 0.0;
-  for (size_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i])));
+  for (size_t i = 0; i < n; i++)
+    w = fmax(w, fabs((double)a[i] - b[i]) / (1.0 + fabs(b[i])));
   return w;
 }
 
@@ -186,7 +190,8 @@ static void compare(const result *whole, replica *reps, int nrep, size_t np, dou
     size_t off = (size_t)reps[i].first * CLASSES, len = (size_t)reps[i].n * CLASSES;
     memcpy(merged + off, reps[i].res.logits + off, len * sizeof(float));
     memcpy(merged_eval + off, reps[i].res.eval_logits + off, len * sizeof(float));
-    for (size_t j = 0; j < np; j++) gsum[j] += reps[i].res.grads[j];
+    for (size_t j = 0; j < np; j++)
+      gsum[j] += reps[i].res.grads[j];
     /* every replica's running statistics must be the whole batch's */
     *stats = fmax(*stats, worst_diff(reps[i].res.buffers, whole->buffers, whole->nbuffers));
   }
@@ -217,7 +222,8 @@ static void check_equivalence(const int *sizes, int nrep, int engine) {
   /* the engine leaves the same average on every replica */
   for (int i = 1; i < nrep && engine && !failed; i++)
     spread = fmax(spread, worst_diff(reps[i].res.grads, reps[0].res.grads, np));
-  for (int i = 0; i < nrep; i++) result_free(&reps[i].res);
+  for (int i = 0; i < nrep; i++)
+    result_free(&reps[i].res);
   result_free(&whole);
   ASSERT_EQ(failed, 0);
   printf("  %s%d replicas of %d..%d samples: logits %.2e, summed grads %.2e, running stats %.2e\n",
@@ -263,7 +269,8 @@ TEST(through_the_ddp_engine_turned_off_replicas_differ) {
   int failed = run_replicas(sizes, 2, 0, 1, reps);
   double dl = 0, dg = 0, ds = 0;
   if (!failed) compare(&whole, reps, 2, param_count(), &dl, &dg, &ds);
-  for (int i = 0; i < 2; i++) result_free(&reps[i].res);
+  for (int i = 0; i < 2; i++)
+    result_free(&reps[i].res);
   result_free(&whole);
   ASSERT_EQ(failed, 0);
   ASSERT_TRUE(dl > 1e-2);
@@ -289,7 +296,8 @@ TEST(without_sync_replicas_differ_from_the_whole_batch) {
   int failed = run_replicas(sizes, 2, 0, 0, reps);
   double dl = 0, dg = 0, ds = 0;
   if (!failed) compare(&whole, reps, 2, np, &dl, &dg, &ds);
-  for (int i = 0; i < 2; i++) result_free(&reps[i].res);
+  for (int i = 0; i < 2; i++)
+    result_free(&reps[i].res);
   result_free(&whole);
   ASSERT_EQ(failed, 0);
   printf("  per-replica statistics: logits %.2e, summed grads %.2e, running stats %.2e\n", dl, dg, ds);
@@ -388,9 +396,7 @@ TEST(a_sync_that_does_not_sum_the_counts_is_refused) {
 
 COHORT_TEST_MAIN(TEST_CASE(two_equal_replicas_match_the_whole_batch),
                  TEST_CASE(unequal_replicas_weigh_samples_by_the_global_count),
-                 TEST_CASE(without_sync_replicas_differ_from_the_whole_batch),
-                 TEST_CASE(through_the_ddp_engine),
-                 TEST_CASE(through_the_ddp_engine_turned_off_replicas_differ),
-                 TEST_CASE(ddp_sync_batchnorm_arguments),
+                 TEST_CASE(without_sync_replicas_differ_from_the_whole_batch), TEST_CASE(through_the_ddp_engine),
+                 TEST_CASE(through_the_ddp_engine_turned_off_replicas_differ), TEST_CASE(ddp_sync_batchnorm_arguments),
                  TEST_CASE(a_failing_sync_stops_forward_and_backward_with_its_status),
                  TEST_CASE(a_sync_that_does_not_sum_the_counts_is_refused))

@@ -33,7 +33,7 @@ typedef struct options {
   int iters; /* 0: automatic */
   int warmup;
   int check;
-  int in_place; /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
+  int in_place;  /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
   int zero_copy; /* buffers from cohort_alloc */
 } options;
 
@@ -64,9 +64,12 @@ static int parse_size(const char *s, size_t *out) {
   double v = strtod(s, &end);
   if (end == s || v < 0) return -1;
   double mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1024, end++;
-  else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
-  else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+  if (*end == 'K' || *end == 'k')
+    mult = 1024, end++;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1024.0 * 1024 * 1024, end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return -1;
   *out = (size_t)(v * mult);
@@ -82,8 +85,8 @@ static int parse_int(const char *s, int min, int *out) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-  *o = (options){.min_bytes = 4096, .max_bytes = 256u << 20, .factor = 2, .dtype = COHORT_F32, .op = COHORT_SUM,
-                 .warmup = 3};
+  *o = (options){
+      .min_bytes = 4096, .max_bytes = 256u << 20, .factor = 2, .dtype = COHORT_F32, .op = COHORT_SUM, .warmup = 3};
   if (argc < 2) return bad_usage("%s", "missing collective");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
@@ -115,7 +118,8 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     static const char *const valued[] = {"--min", "--max", "--factor", "--dtype", "--op", "--iters", "--warmup"};
     int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+      known |= !strcmp(a, valued[k]);
     if (!known) return bad_usage("unknown option '%s'", a);
     if (!v) return bad_usage("option %s needs a value", a);
     i++;
@@ -156,11 +160,16 @@ typedef struct buffers {
 
 static cohort_status run_once(cohort_comm *c, const options *o, buffers *b) {
   switch (o->kind) {
-  case B_ALLREDUCE: return cohort_allreduce(c, o->in_place ? b->recv : b->send, b->recv, b->count, o->dtype, o->op);
-  case B_BROADCAST: return cohort_broadcast(c, b->recv, b->count, o->dtype, 0);
-  case B_ALLGATHER: return cohort_allgather(c, b->send, b->recv, b->count, o->dtype);
-  case B_REDUCE_SCATTER: return cohort_reduce_scatter(c, b->send, b->recv, b->count, o->dtype, o->op);
-  default: return cohort_barrier(c);
+  case B_ALLREDUCE:
+    return cohort_allreduce(c, o->in_place ? b->recv : b->send, b->recv, b->count, o->dtype, o->op);
+  case B_BROADCAST:
+    return cohort_broadcast(c, b->recv, b->count, o->dtype, 0);
+  case B_ALLGATHER:
+    return cohort_allgather(c, b->send, b->recv, b->count, o->dtype);
+  case B_REDUCE_SCATTER:
+    return cohort_reduce_scatter(c, b->send, b->recv, b->count, o->dtype, o->op);
+  default:
+    return cohort_barrier(c);
   }
 }
 
@@ -169,11 +178,21 @@ static double input_value(int rank, size_t i) { return (double)((i + (size_t)ran
 
 static void put(void *buf, size_t i, cohort_dtype d, double v) {
   switch (d) {
-  case COHORT_F32: ((float *)buf)[i] = (float)v; break;
-  case COHORT_F64: ((double *)buf)[i] = v; break;
-  case COHORT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case COHORT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case COHORT_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case COHORT_F32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case COHORT_F64:
+    ((double *)buf)[i] = v;
+    break;
+  case COHORT_I32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case COHORT_I64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
+  case COHORT_U8:
+    ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
   case COHORT_F16: { /* small integers have exact halves: build the bits directly */
     float f = (float)v;
     uint16_t h = 0;
@@ -192,17 +211,23 @@ static void put(void *buf, size_t i, cohort_dtype d, double v) {
     ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
     break;
   }
-  default: break;
+  default:
+    break;
   }
 }
 
 static double get(const void *buf, size_t i, cohort_dtype d) {
   switch (d) {
-  case COHORT_F32: return ((const float *)buf)[i];
-  case COHORT_F64: return ((const double *)buf)[i];
-  case COHORT_I32: return ((const int32_t *)buf)[i];
-  case COHORT_I64: return (double)((const int64_t *)buf)[i];
-  case COHORT_U8: return ((const uint8_t *)buf)[i];
+  case COHORT_F32:
+    return ((const float *)buf)[i];
+  case COHORT_F64:
+    return ((const double *)buf)[i];
+  case COHORT_I32:
+    return ((const int32_t *)buf)[i];
+  case COHORT_I64:
+    return (double)((const int64_t *)buf)[i];
+  case COHORT_U8:
+    return ((const uint8_t *)buf)[i];
   case COHORT_F16: {
     uint16_t h = ((const uint16_t *)buf)[i];
     if (!h) return 0;
@@ -214,26 +239,33 @@ static double get(const void *buf, size_t i, cohort_dtype d) {
     memcpy(&f, &bits, 4);
     return f;
   }
-  default: return NAN;
+  default:
+    return NAN;
   }
 }
 
 static double expected(const options *o, int n, int rank, size_t block_count, size_t i) {
   switch (o->kind) {
-  case B_BROADCAST: return input_value(0, i);
-  case B_ALLGATHER: return input_value((int)(i / block_count), i % block_count);
+  case B_BROADCAST:
+    return input_value(0, i);
+  case B_ALLGATHER:
+    return input_value((int)(i / block_count), i % block_count);
   default: {
     size_t idx = o->kind == B_REDUCE_SCATTER ? (size_t)rank * block_count + i : i;
     double acc = input_value(0, idx);
     for (int r = 1; r < n; r++) {
       double v = input_value(r, idx);
-      if (o->op == COHORT_MIN) acc = fmin(acc, v);
-      else if (o->op == COHORT_MAX) acc = fmax(acc, v);
-      else if (o->op == COHORT_PROD) acc *= v;
-      else acc += v;
+      if (o->op == COHORT_MIN)
+        acc = fmin(acc, v);
+      else if (o->op == COHORT_MAX)
+        acc = fmax(acc, v);
+      else if (o->op == COHORT_PROD)
+        acc *= v;
+      else
+        acc += v;
     }
-    if (o->op == COHORT_AVG) acc = (o->dtype == COHORT_I32 || o->dtype == COHORT_I64 || o->dtype == COHORT_U8)
-                                       ? trunc(acc / n) : acc / n;
+    if (o->op == COHORT_AVG)
+      acc = (o->dtype == COHORT_I32 || o->dtype == COHORT_I64 || o->dtype == COHORT_U8) ? trunc(acc / n) : acc / n;
     return acc;
   }
   }
@@ -248,7 +280,8 @@ static int check(cohort_comm *c, const options *o, buffers *b) {
     put(b->send, i, o->dtype, input_value(r, idx));
   }
   if (o->kind == B_BROADCAST)
-    for (size_t i = 0; i < recv_n; i++) put(b->recv, i, o->dtype, r == 0 ? input_value(0, i) : 99);
+    for (size_t i = 0; i < recv_n; i++)
+      put(b->recv, i, o->dtype, r == 0 ? input_value(0, i) : 99);
   if (o->kind == B_ALLREDUCE && o->in_place) memcpy(b->recv, b->send, send_n * cohort_dtype_size(o->dtype));
   cohort_status st = run_once(c, o, b);
   if (st != COHORT_OK) {
@@ -278,13 +311,13 @@ int main(int argc, char **argv) {
   }
   int n = cohort_size(c), r = cohort_rank(c);
   size_t es = cohort_dtype_size(o.dtype);
-  double bus_factor = o.kind == B_ALLREDUCE ? 2.0 * (n - 1) / n
+  double bus_factor = o.kind == B_ALLREDUCE                                   ? 2.0 * (n - 1) / n
                       : (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? (double)(n - 1) / n
-                                                                                : 1.0;
+                                                                              : 1.0;
   if (r == 0) {
-    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s%s, %s\n", o.kind_name, n,
-           n == 1 ? "" : "s", n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype),
-           cohort_op_name(o.op), o.in_place && o.kind == B_ALLREDUCE ? "in place" : "out of place",
+    printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s%s, %s\n", o.kind_name, n, n == 1 ? "" : "s",
+           n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
+           o.in_place && o.kind == B_ALLREDUCE ? "in place" : "out of place",
            o.zero_copy ? ", zero copy (cohort_alloc)" : "",
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
@@ -328,7 +361,8 @@ int main(int argc, char **argv) {
       failed = 1;
       break;
     }
-    for (int i = 0; i < o.warmup && !failed; i++) failed = run_once(c, &o, &b) != COHORT_OK;
+    for (int i = 0; i < o.warmup && !failed; i++)
+      failed = run_once(c, &o, &b) != COHORT_OK;
     int iters = o.iters;
     if (!iters && !failed) { /* about 0.2 s of work, agreed by all ranks (rank 0's estimate) */
       double t0 = now_s();
@@ -342,7 +376,8 @@ int main(int argc, char **argv) {
     }
     if (!failed) failed = cohort_barrier(c) != COHORT_OK;
     double t0 = now_s();
-    for (int i = 0; i < iters && !failed; i++) failed = run_once(c, &o, &b) != COHORT_OK;
+    for (int i = 0; i < iters && !failed; i++)
+      failed = run_once(c, &o, &b) != COHORT_OK;
     double elapsed = now_s() - t0;
     if (!failed) failed = cohort_allreduce(c, &elapsed, &elapsed, 1, COHORT_F64, COHORT_MAX) != COHORT_OK;
     if (failed) {

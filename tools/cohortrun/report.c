@@ -90,14 +90,15 @@ void cohort__job_print_summary(const job *j) {
               WEXITSTATUS(w->wait_status), others, killed);
     else
       fprintf(stderr, "cohortrun: rank %d (pid %d, host %s) was killed by signal %d (%s)%s; %s%s\n", w->rank,
-              (int)w->pid, j->host, WTERMSIG(w->wait_status), cohort__job_signal_name(WTERMSIG(w->wait_status), name, sizeof name),
+              (int)w->pid, j->host, WTERMSIG(w->wait_status),
+              cohort__job_signal_name(WTERMSIG(w->wait_status), name, sizeof name),
               WCOREDUMP(w->wait_status) ? ", core dumped" : "", others, killed);
     if (j->interrupted)
       fprintf(stderr, "cohortrun: also interrupted by %s while stopping\n",
               cohort__job_signal_name(j->interrupted, name, sizeof name));
   } else if (j->interrupted) {
-    fprintf(stderr, "cohortrun: interrupted by %s; %s%s\n", cohort__job_signal_name(j->interrupted, name, sizeof name), others,
-            killed);
+    fprintf(stderr, "cohortrun: interrupted by %s; %s%s\n", cohort__job_signal_name(j->interrupted, name, sizeof name),
+            others, killed);
   }
 }
 

@@ -71,7 +71,7 @@ static cohort_status open_heartbeat(int *fd_out, cohort__heartbeat_page **page_o
 /* Starts generation gen of all np workers. On failure, the ranks already started are being stopped and
  * spawn_error says why. */
 cohort_status cohort__job_start_workers(job *j, const char *program, const char *secret, int port, int gen,
-                                   const int *log_fds, char *spawn_error, size_t error_len) {
+                                        const int *log_fds, char *spawn_error, size_t error_len) {
   cohort__job_free_relays(j);
   memset(j->workers, 0, (size_t)j->opts.np * sizeof *j->workers);
   j->started = j->running = 0;
@@ -135,8 +135,8 @@ int cohort__job_prepare_workers(job *j, int **log_fds_out, int *rc) {
   }
   for (int r = 0; r < j->opts.np; r++)
     log_fds[r] = -1;
-  if (j->opts.log_dir &&
-      open_logs(j->opts.log_dir, j->rank0, j->opts.np, j->opts.elastic ? j->opts.node_rank : -1, log_fds) != COHORT_OK) {
+  if (j->opts.log_dir && open_logs(j->opts.log_dir, j->rank0, j->opts.np, j->opts.elastic ? j->opts.node_rank : -1,
+                                   log_fds) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     *rc = 2;
     return -1;
