@@ -45,7 +45,7 @@
   X(COHORT_HEARTBEAT_S, heartbeat_s, NUM, RANGE(0, 1e6), "0", "cohortrun reports (and stops) a worker whose collectives make no progress for this many seconds; 0: off") \
   X(COHORT_HEARTBEAT_FD, heartbeat_fd, STR, ANY, "", "set by cohortrun: a memfd page in which a worker counts its collectives") \
   X(COHORT_TTY, tty, STR, ANY, "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0") \
-  X(COHORT_LOG_LEVEL, log_level, STR, ANY, "warn", "error, warn, info or debug")
+  X(COHORT_LOG_LEVEL, log_level, CHOICE, ONE_OF("error,warn,info,debug"), "warn", "error, warn, info or debug")
 
 /* clang-format on */
 

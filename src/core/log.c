@@ -11,6 +11,8 @@
 static atomic_int log_rank = -1;
 static atomic_int log_level = -1; /* -1: not read yet */
 
+/* cohort_init rejects any other value with the knob table's error (config.c); code that logs before a communicator
+ * exists, or in a program without one, gets the default then. */
 static int read_level(void) {
   const char *v = cohort__env_str("COHORT_LOG_LEVEL");
   if (strcmp(v, "error") == 0) return COHORT__LOG_ERROR;

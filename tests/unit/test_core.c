@@ -96,6 +96,14 @@ TEST(config_parses_every_knob_by_its_type_and_range) {
   ASSERT_CONTAINS(cohort_last_error(), "COHORT_TIMEOUT='12.5' is not an integer");
   unsetenv("COHORT_TIMEOUT");
   unsetenv("COHORT_SPIN_US");
+  /* A misspelt log level is an error like any other bad value, not the default in silence. */
+  setenv("COHORT_LOG_LEVEL", "verbose", 1);
+  ASSERT_STATUS(cohort__config_load(&cfg), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_LOG_LEVEL='verbose' is not one of error, warn, info, debug");
+  setenv("COHORT_LOG_LEVEL", "debug", 1);
+  ASSERT_OK(cohort__config_load(&cfg));
+  ASSERT_STREQ(cfg.log_level, "debug");
+  unsetenv("COHORT_LOG_LEVEL");
 }
 
 static char *env_md;
