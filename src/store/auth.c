@@ -114,7 +114,7 @@ static cohort_status compute_mac(const char *label, const char *secret, const ch
 static cohort_status recv_step(int fd, void *buf, size_t len, int64_t deadline_ns, int accepting, const char *what) {
   cohort_status st = cohort__sock_recv_all(fd, buf, len, deadline_ns);
   if (st == COHORT_ERR_TIMEOUT)
-    return cohort__error(COHORT_ERR_TIMEOUT, "auth (%s): the peer was silent: no %s before the deadline",
+    return cohort__error(COHORT_ERR_TIMEOUT, "auth (%s): the peer was silent: %s did not come before the deadline",
                          side_name(accepting), what);
   if (st != COHORT_OK) return cohort__error_prefix(st, "auth (%s): waiting for %s", side_name(accepting), what);
   return COHORT_OK;
