@@ -558,6 +558,9 @@ TEST(bad_command_lines_are_refused_with_one_line) {
   expect_refused((const char *[]){"-np", "two", w, NULL}, "got 'two'");
   expect_refused((const char *[]){"-np", "2x", w, NULL}, "got '2x'");
   expect_refused((const char *[]){w, "lines", "1", NULL}, "-np N is required");
+  /* The same number twice, disagreeing: refused rather than one of them silently winning. */
+  expect_refused((const char *[]){"-np", "2", "--nproc-per-node", "3", w, NULL},
+                 "--nproc-per-node 3 contradicts -np 2: both give the workers on this node; give one");
   expect_refused((const char *[]){"-np", "2", NULL}, "no program given");
   expect_refused((const char *[]){"-np", NULL}, "-np needs a value");
   expect_refused((const char *[]){"-np", "2", "--master-port", "http", w, NULL},

@@ -105,11 +105,23 @@ static int match_valued(int argc, char **argv, int *i, const char *flag, const c
   return 1;
 }
 
+/* -np and --nproc-per-node name the same number (the workers on this node): given twice, they must agree, or which
+ * one wins would be a guess. */
+static cohort_status set_np(cohort__launch_opts *opts, const char **np_given, const char *flag, long v) {
+  if (*np_given && opts->np != (int)v)
+    return cohort__error(COHORT_ERR_INVALID, "%s %ld contradicts %s %d: both give the workers on this node; give one",
+                         flag, v, *np_given, opts->np);
+  opts->np = (int)v;
+  *np_given = flag;
+  return COHORT_OK;
+}
+
 cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *opts) {
   memset(opts, 0, sizeof *opts);
   opts->master_addr = "127.0.0.1";
   opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
-  int np_given = 0, node_rank_given = 0;
+  const char *np_given = NULL; /* the flag that gave opts->np */
+  int node_rank_given = 0;
   opts->nnodes = opts->nnodes_min = 1;
   opts->last_call_s = COHORT_LAUNCH_LAST_CALL_DEFAULT_S;
   int i = 1;
@@ -131,14 +143,12 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
         match_valued(argc, argv, &i, "-n", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_long("-np", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
-      opts->np = (int)v;
-      np_given = 1;
+      COHORT_CHECK(set_np(opts, &np_given, "-np", v));
     } else if (match_valued(argc, argv, &i, "--nproc-per-node", &value, &st) ||
                match_valued(argc, argv, &i, "--nproc_per_node", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_long("--nproc-per-node", value, 1, COHORT_LAUNCH_NP_MAX, "a positive number of workers", &v));
-      opts->np = (int)v;
-      np_given = 1;
+      COHORT_CHECK(set_np(opts, &np_given, "--nproc-per-node", v));
     } else if (match_valued(argc, argv, &i, "-H", &value, &st) ||
                match_valued(argc, argv, &i, "--hosts", &value, &st)) {
       COHORT_CHECK(st);
