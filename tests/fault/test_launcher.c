@@ -1371,6 +1371,27 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   expect_refused((const char *[]){"--hostfile", path, worker(), NULL},
                  "host 'node2' has 3 slots, the first host 2: every host must run the same number of workers");
   expect_refused((const char *[]){"-H", "a:2,b:2", "-np", "2", worker(), NULL}, "leave out -np");
+  /* Strict lines, each refusal naming file:line: mpirun's "slot=2" typo once ran one worker without a word, and a
+   * junk line became a host name. */
+  const struct {
+    const char *text, *expect;
+  } bad[] = {
+      {"# comment\nlocalhost slot=2\n", ":2: 'slot=2' is not slots=N"},
+      {"localhost slots=2\nthis is junk\n", ":2: 'is' is not slots=N"},
+      {"localhost slots=two\n", ":1: 'slots=two' is not slots=N"},
+      {"localhost:2 slots=2\n", ":1: host 'localhost:2' gives its slots twice"},
+      {"localhost slots=2 slots=2\n", ":1: host 'localhost' gives its slots twice"},
+      {"local/host\n", ":1: 'local/host' is not a host name"},
+      {"a=b\n", ":1: 'a=b' is not a host name"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    f = fopen(path, "w");
+    fputs(bad[i].text, f);
+    fclose(f);
+    char want[256];
+    snprintf(want, sizeof want, "--hostfile %s%s", path, bad[i].expect);
+    expect_refused((const char *[]){"--hostfile", path, worker(), NULL}, want);
+  }
   unlink(path);
   snprintf(path, sizeof path, "%s/ssh", dir);
   unlink(path);

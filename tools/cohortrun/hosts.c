@@ -5,6 +5,7 @@
  * the same cohortrun path, program and working directory are assumed on every host (a shared filesystem, as with
  * mpirun). The secret goes over ssh's stdin, not its command line, so that no `ps` on either host shows it.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +23,12 @@ static cohort_status add_host(cohort__launch_opts *o, const char *name, size_t n
   if (name_len == 0 || name_len >= sizeof o->hosts[0])
     return cohort__error(COHORT_ERR_INVALID, "%s: a host name is empty or longer than %zu characters", where,
                          sizeof o->hosts[0] - 1);
+  /* A host name (RFC 1123 letters, digits, '-', '.'; '_' as some clusters use) or an IPv4 address: anything else is
+   * a typo or junk, refused here rather than handed to ssh. */
+  for (size_t i = 0; i < name_len; i++)
+    if (!isalnum((unsigned char)name[i]) && name[i] != '-' && name[i] != '.' && name[i] != '_')
+      return cohort__error(COHORT_ERR_INVALID, "%s: '%.*s' is not a host name (letters, digits, '-', '.', '_')", where,
+                           (int)name_len, name);
   if (slots < 1 || slots > COHORT_LAUNCH_NP_MAX)
     return cohort__error(COHORT_ERR_INVALID, "%s: host '%.*s' has %ld slots (1 to %d)", where, (int)name_len, name,
                          slots, COHORT_LAUNCH_NP_MAX);
@@ -69,6 +76,37 @@ cohort_status cohort__launch_parse_hosts(const char *list, cohort__launch_opts *
   return COHORT_OK;
 }
 
+/* A hostfile line past its host name: nothing, or mpirun's "slots=N" (and "max_slots=N", which a launcher that
+ * never oversubscribes has no use for). Anything else is refused rather than guessed at: "slot=2" once ran one
+ * worker without a word. */
+static cohort_status parse_hostfile_line(cohort__launch_opts *o, const char *s, size_t len, const char *where) {
+  long slots = -1;
+  const char *p = s + len;
+  for (;;) {
+    p += strspn(p, " \t\r\n");
+    size_t n = strcspn(p, " \t\r\n");
+    if (n == 0) break;
+    const char *word = p;
+    p += n;
+    int is_slots = n > 6 && strncmp(word, "slots=", 6) == 0;
+    int is_max = n > 10 && strncmp(word, "max_slots=", 10) == 0;
+    const char *num = word + (is_slots ? 6 : 10);
+    char *end = NULL;
+    long v = (is_slots || is_max) ? strtol(num, &end, 10) : 0;
+    if ((!is_slots && !is_max) || end != word + n || v < 1)
+      return cohort__error(COHORT_ERR_INVALID,
+                           "%s: '%.*s' is not slots=N (a line is HOST, HOST:N or HOST slots=N, '#' starts a comment)",
+                           where, (int)n, word);
+    if (is_slots) {
+      if (slots >= 0 || memchr(s, ':', len))
+        return cohort__error(COHORT_ERR_INVALID, "%s: host '%.*s' gives its slots twice", where, (int)len, s);
+      slots = v;
+    }
+  }
+  if (slots < 0) return parse_entry(o, s, len, where);
+  return add_host(o, s, len, slots, where);
+}
+
 cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts *o) {
   FILE *f = fopen(path, "r");
   if (!f) return cohort__error_errno(COHORT_ERR_INVALID, errno, "--hostfile '%s'", path);
@@ -78,6 +116,10 @@ cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts
   while (st == COHORT_OK && fgets(line, sizeof line, f)) {
     lineno++;
     snprintf(where, sizeof where, "--hostfile %s:%d", path, lineno);
+    if (!strchr(line, '\n') && !feof(f)) {
+      st = cohort__error(COHORT_ERR_INVALID, "%s: the line is longer than %zu characters", where, sizeof line - 2);
+      break;
+    }
     char *hash = strchr(line, '#');
     if (hash) *hash = '\0';
     char *s = line;
@@ -85,12 +127,7 @@ cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts
       s++;
     size_t len = strcspn(s, " \t\r\n");
     if (len == 0) continue;
-    /* mpirun's "host slots=N" as well as "host:N". */
-    const char *slots = strstr(s + len, "slots=");
-    if (slots)
-      st = add_host(o, s, len, strtol(slots + 6, NULL, 10), where);
-    else
-      st = parse_entry(o, s, len, where);
+    st = parse_hostfile_line(o, s, len, where);
   }
   fclose(f);
   if (st == COHORT_OK && o->nhosts == 0) st = cohort__error(COHORT_ERR_INVALID, "--hostfile '%s' lists no host", path);
