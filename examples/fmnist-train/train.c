@@ -1,8 +1,11 @@
 /* train.c: the job itself: data, model, the data-parallel step, evaluation, and the end-of-run report. */
+#include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -242,8 +245,18 @@ static int dump_params(train_job *job) {
   const char *path = job->cfg->dump_params;
   FILE *f = fopen(path, "wb");
   size_t n = job->nparams;
-  if (!f || fwrite(cohort_model_param_data(job->model), sizeof(float), n, f) != n || fclose(f) != 0) {
-    fprintf(stderr, "fmnist-train: cannot write --dump-params %s\n", path);
+  if (!f) {
+    fprintf(stderr, "fmnist-train: cannot write --dump-params %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int ok = fwrite(cohort_model_param_data(job->model), sizeof(float), n, f) == n;
+  int saved_errno = errno;
+  if (fclose(f) != 0 && ok) {
+    ok = 0;
+    saved_errno = errno;
+  }
+  if (!ok) {
+    fprintf(stderr, "fmnist-train: cannot write --dump-params %s: %s\n", path, strerror(saved_errno));
     return -1;
   }
   return 0;
@@ -290,6 +303,44 @@ static int64_t test_kill_step(const train_job *job) {
   return rank == job->rank ? atoll(at) : -1;
 }
 
+/* Whether a file can be written at `path` the way it will be at the end of the run: into its directory, through a
+ * temporary file (the checkpoint is saved that way, atomically), and not over a directory. Tried for real with a
+ * scratch file rather than with access(), which says yes to root on anything and cannot see a read-only mount. A
+ * path that fails here would otherwise fail after the training, losing it. */
+static int check_output_path(const char *flag, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fprintf(stderr, "fmnist-train: %s %s is a directory: give a file name\n", flag, path);
+    return -1;
+  }
+  char copy[4096], scratch[4200];
+  if (strlen(path) >= sizeof copy) {
+    fprintf(stderr, "fmnist-train: %s: the path is longer than %zu characters\n", flag, sizeof copy - 1);
+    return -1;
+  }
+  strcpy(copy, path);
+  const char *dir = dirname(copy);
+  snprintf(scratch, sizeof scratch, "%s/.fmnist-train-check-XXXXXX", dir);
+  int fd = mkstemp(scratch);
+  if (fd < 0) {
+    fprintf(stderr, "fmnist-train: %s %s cannot be written: no file can be made in %s: %s (checked before training)\n",
+            flag, path, dir, strerror(errno));
+    return -1;
+  }
+  close(fd);
+  unlink(scratch);
+  return 0;
+}
+
+/* The files this run will write at its end, checked on rank 0 (the one that writes them) before any training. */
+static int outputs_writable(const train_job *job) {
+  const train_config *cfg = job->cfg;
+  if (job->rank != 0) return 1;
+  if (cfg->checkpoint && check_output_path("--checkpoint", cfg->checkpoint) != 0) return 0;
+  if (cfg->dump_params && check_output_path("--dump-params", cfg->dump_params) != 0) return 0;
+  return 1;
+}
+
 static int run(train_job *job, train_progress **progress_out, train_metrics **metrics_out) {
   const train_config *cfg = job->cfg;
   if (setup(job) != 0) return -1;
@@ -304,6 +355,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   if (!progress) return -1;
   int csv_ok = job->rank != 0 || !cfg->csv || train_metrics_open(cfg->csv, cfg->resume, metrics_out) == 0;
   if (agree(job, csv_ok, "opening --csv") != 0) return -1;
+  if (agree(job, outputs_writable(job), "checking the output paths") != 0) return -1;
   if (cfg->resume)
     train_progress_note(progress, "resumed from %s at step %lld (epoch %d)", cfg->checkpoint, (long long)job->step,
                         job->epoch + 1);
@@ -311,6 +363,15 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                       train_model_name(cfg->model), job->world, job->world == 1 ? "" : "s", cfg->batch,
                       (long long)job->stop_step, (long long)job->steps_per_epoch,
                       cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
+
+  /* --steps past the planned run is not a longer run: the schedule (warmup, cosine decay) is laid out over the
+   * epochs, so the run ends with them. Say so now rather than stop early without a word. */
+  if (job->rank == 0 && cfg->max_steps > job->total_steps)
+    fprintf(stderr,
+            "fmnist-train: --steps %lld is past the %lld steps of --epochs %d (%lld per epoch): the run stops at "
+            "step %lld; raise --epochs to train longer\n",
+            (long long)cfg->max_steps, (long long)job->total_steps, cfg->epochs, (long long)job->steps_per_epoch,
+            (long long)job->total_steps);
 
   /* After a resume, possibly on another number of ranks (whose steps are counted in its own batches), the
    * checkpoint may already lie at or past where this run stops: say so rather than end silently at 0 img/s. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cohort/data.h"
 #include "core/error.h"
@@ -116,6 +117,19 @@ fail:
   return st;
 }
 
+/* DIR/SPLIT-KIND-ubyte.gz as distributed, or the same name without .gz as torchvision and many mirrors unpack it.
+ * Neither: the .gz name, whose read fails with the hint on how to get the data. */
+static cohort_status find_idx_file(const char *dir, const char *split, const char *kind, char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/%s-%s-ubyte.gz", dir, split, kind);
+  if (n < 0 || (size_t)n >= cap)
+    return cohort__error(COHORT_ERR_INVALID, "Fashion-MNIST directory name too long: '%s'", dir);
+  if (access(out, F_OK) == 0) return COHORT_OK;
+  out[n - 3] = '\0';
+  if (access(out, F_OK) == 0) return COHORT_OK;
+  out[n - 3] = '.';
+  return COHORT_OK;
+}
+
 cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, float mean, float std,
                                          cohort_dataset **out) {
   if (!dir || !*dir) dir = COHORT_FMNIST_DEFAULT_DIR;
@@ -123,10 +137,8 @@ cohort_status cohort_dataset_load_fmnist(const char *dir, const char *split, flo
     return cohort__error(COHORT_ERR_INVALID, "Fashion-MNIST split must be \"train\" or \"t10k\", not \"%s\"",
                          split ? split : "(null)");
   char ip[4096], lp[4096];
-  int a = snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte.gz", dir, split);
-  int b = snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte.gz", dir, split);
-  if (a < 0 || b < 0 || (size_t)a >= sizeof ip || (size_t)b >= sizeof lp)
-    return cohort__error(COHORT_ERR_INVALID, "Fashion-MNIST directory name too long: '%s'", dir);
+  COHORT_CHECK(find_idx_file(dir, split, "images-idx3", ip, sizeof ip));
+  COHORT_CHECK(find_idx_file(dir, split, "labels-idx1", lp, sizeof lp));
   cohort_dataset *ds;
   COHORT_CHECK(cohort_dataset_load_idx(ip, lp, mean, std, 10, &ds));
   if (ds->channels != 1 || ds->height != 28 || ds->width != 28) {

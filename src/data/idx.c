@@ -45,7 +45,7 @@ void cohort_idx_free(cohort_idx *idx) {
 
 static const char *missing_hint(void) {
   return " (install the dataset with `apt-get install dataset-fashion-mnist`, or pass --data DIR with the "
-         "directory that holds it)";
+         "directory that holds its files, gzipped or not)";
 }
 
 static cohort_status open_gz(const char *path, const char *what, const char *mode, gzFile *out) {

@@ -229,6 +229,22 @@ TEST(fmnist_directory_checks) {
   ASSERT_OK(cohort_dataset_load_fmnist(dir, "t10k", 0, 1, &ds));
   ASSERT_EQ(cohort_dataset_size(ds), 4);
   cohort_dataset_destroy(ds);
+  /* Unpacked files, as torchvision leaves them: the same names without .gz are found and read. Labels differ from the
+   * gzipped ones above so that the test sees which file was read. */
+  ASSERT_EQ(unlink(ip), 0);
+  ASSERT_EQ(unlink(lp), 0);
+  ip[strlen(ip) - 3] = '\0';
+  lp[strlen(lp) - 3] = '\0';
+  ASSERT_OK(cohort_idx_write(ip, &im, 0));
+  lb[0] = 7;
+  ASSERT_OK(cohort_idx_write(lp, &la, 0));
+  ASSERT_OK(cohort_dataset_load_fmnist(dir, "t10k", 0, 1, &ds));
+  ASSERT_EQ(cohort_dataset_size(ds), 4);
+  ASSERT_EQ(cohort_dataset_labels(ds)[0], 7);
+  ASSERT_EQ(cohort_dataset_labels(ds)[3], 4);
+  cohort_dataset_destroy(ds);
+  unlink(ip);
+  unlink(lp);
   free(px);
 }
 

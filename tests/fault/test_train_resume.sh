@@ -6,10 +6,12 @@
 #            clear line naming the file and what is wrong, and the job exits non-zero without training
 #   killed   a 2-rank job is SIGKILLed (launcher and all) after a few periodic checkpoints; resuming from what
 #            was left on disk ends with the same parameters as a run that was never interrupted
+#   outputs  a --checkpoint or --dump-params that cannot be written fails the job before its first step, naming the
+#            flag, the path and the reason; --steps past the planned run is said at start
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
-CASE=${1:?usage: test_train_resume.sh corrupt|killed}
+CASE=${1:?usage: test_train_resume.sh corrupt|killed|outputs}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train_resume.XXXXXX")
 JOB_PID=
 cleanup() {
@@ -110,6 +112,32 @@ killed)
   got=$(sha_of "$(final_of "$TMP/run2")")
   [ "$got" = "$want" ] || fail "killed at step ~$from and resumed: param_sha256 $got, uninterrupted $want"
   echo "killed after step $from checkpoint, resumed to the same parameters"
+  ;;
+outputs)
+  # unwritable FLAG PATH WANT: training with FLAG PATH fails at once (no step taken) with WANT on stderr.
+  unwritable() {
+    "$RUN" -np 2 "$TRAIN" --model mlp --epochs 1 --log-every 1 "$1" "$2" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    [ $rc -ne 0 ] || fail "$1 $2 was accepted: $(cat "$TMP/out")"
+    grep -qF -- "$3" "$TMP/err" || fail "$1 $2: no '$3' in: $(cat "$TMP/err")"
+    if grep -q 'step [0-9]*/\|final: ' "$TMP/out"; then fail "$1 $2: the job trained before failing: $(cat "$TMP/out")"; fi
+  }
+  : >"$TMP/file"
+  mkdir "$TMP/dir"
+  unwritable --checkpoint "$TMP/no/such/dir/job.ck" "--checkpoint $TMP/no/such/dir/job.ck cannot be written"
+  unwritable --checkpoint "$TMP/file/job.ck" "Not a directory"
+  unwritable --dump-params "$TMP/dir" "--dump-params $TMP/dir is a directory: give a file name"
+  unwritable --dump-params "$TMP/no/params.bin" "no file can be made in $TMP/no: No such file or directory (checked before training)"
+  # Writable paths: the check leaves nothing behind but the files themselves.
+  "$RUN" -np 2 "$TRAIN" --model mlp --steps 1 --quiet --checkpoint "$TMP/dir/ok.ck" --dump-params "$TMP/dir/p.bin" \
+    >"$TMP/out" 2>"$TMP/err" || fail "writable outputs failed: $(cat "$TMP/err")"
+  [ "$(ls -A "$TMP/dir" | tr '\n' ' ')" = "ok.ck p.bin " ] || fail "left in the output directory: $(ls -A "$TMP/dir")"
+  # --steps past the epochs: said at start, and the run ends with the epochs.
+  "$RUN" -np 2 "$TRAIN" --model mlp --batch 2048 --steps 2000 --quiet >"$TMP/out" 2>"$TMP/err" ||
+    fail "--steps 2000 failed: $(cat "$TMP/err")"
+  want="--steps 2000 is past the 15 steps of --epochs 1 (15 per epoch): the run stops at step 15; raise --epochs"
+  grep -qF -- "$want" "$TMP/err" || fail "no notice for --steps past the epochs: $(cat "$TMP/err")"
+  grep -q "final: steps=15 " "$TMP/out" || fail "the run did not end at step 15: $(cat "$TMP/out")"
   ;;
 *)
   fail "unknown case '$CASE'"
