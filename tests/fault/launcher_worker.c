@@ -175,7 +175,9 @@ static int mode_fail(const char *dir, int rank, int world, int victim, const cha
   return atoi(code);
 }
 
-static int mode_hang(int rank, int victim, int count) {
+/* After `count` allreduces, the victim hangs: in a sleep of its own (stop = 0) or stopped by SIGSTOP (stop = 1), as
+ * Ctrl-Z or a debugger would leave it. */
+static int mode_hang(int rank, int victim, int count, int stop) {
   cohort_comm *comm = NULL;
   if (cohort_init(&comm) != COHORT_OK) {
     fprintf(stderr, "rank %d: cohort_init: %s\n", rank, cohort_last_error());
@@ -183,7 +185,8 @@ static int mode_hang(int rank, int victim, int count) {
   }
   for (int k = 0; k <= count; k++) {
     if (k == count && rank == victim) {
-      fprintf(stderr, "rank %d hangs after %d allreduces\n", rank, count);
+      fprintf(stderr, "rank %d %s after %d allreduces\n", rank, stop ? "stops" : "hangs", count);
+      if (stop) raise(SIGSTOP);
       sleep_long();
     }
     int v = rank + k, sum = 0;
@@ -208,7 +211,8 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "store") == 0) return mode_store(rank, world);
   if (strcmp(mode, "fail") == 0 && (argc == 5 || argc == 6))
     return mode_fail(argv[2], rank, world, atoi(argv[3]), argv[4], argc == 6 && strcmp(argv[5], "stubborn") == 0);
-  if (strcmp(mode, "hang") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]));
+  if (strcmp(mode, "hang") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]), 0);
+  if (strcmp(mode, "stop") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]), 1);
   if (strcmp(mode, "sleep") == 0 && argc == 3) {
     write_pid(argv[2], rank);
     sleep_long();

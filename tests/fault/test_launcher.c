@@ -521,6 +521,31 @@ TEST(sigint_to_the_launcher_stops_the_workers) {
   remove_dir(dir);
 }
 
+/* A second Ctrl-C kills at once, and the report says so: it once read "did not stop within 10 s" after 1 s. */
+TEST(second_sigint_kills_at_once_and_says_so) {
+  char dir[64];
+  make_dir(dir, sizeof dir);
+  const char *script = "trap '' INT; echo $$ > \"$0/pid.$RANK\"; exec sleep 30";
+  const char *argv[] = {launcher(), "-np", "2", "/bin/sh", "-c", script, dir, NULL};
+  proc p;
+  result r;
+  double t0 = cohort__now_s();
+  ASSERT_EQ(proc_start(&p, argv), 0);
+  ASSERT_TRUE(wait_for_files(dir, "pid", 2, 10.0));
+  kill(p.pid, SIGINT);
+  usleep(300 * 1000);
+  kill(p.pid, SIGINT);
+  proc_finish(&p, 20.0, t0, &r);
+  ASSERT_EQ(r.code, 128 + SIGINT);
+  ASSERT_CONTAINS(r.err, "cohortrun: interrupted by SIGINT; forwarded it to 2 running ranks (2 got SIGKILL at once on "
+                         "a second SIGINT)\n");
+  ASSERT_TRUE(strstr(r.err, "did not stop within") == NULL);
+  ASSERT_TRUE(r.seconds < 5.0); /* the default grace is 10 s */
+  ASSERT_EQ(alive_after(dir, 2, 0.0), 0);
+  result_free(&r);
+  remove_dir(dir);
+}
+
 TEST(workers_die_with_a_killed_launcher) {
   char dir[64];
   make_dir(dir, sizeof dir);
@@ -787,6 +812,20 @@ TEST(heartbeat_names_the_rank_that_hangs) {
   ASSERT_EQ(r.code, 1);
   ASSERT_CONTAINS(r.err, "cohortrun: restart 1 of 1: starting all 2 ranks again with COHORT_RESTART_COUNT=1\n");
   ASSERT_EQ(count_substr(r.err, "completed collective was #2 (allreduce); stopping the job\n"), 2);
+  result_free(&r);
+
+  /* A stopped rank (SIGSTOP, Ctrl-Z, a debugger) is said to be stopped, not to hang in its own code; the stop sends
+   * SIGCONT after SIGTERM so that it ends at once rather than after the grace. */
+  const char *argv_stop[] = {launcher(), "-np", "2", worker(), "stop", "1", "3", NULL};
+  run(argv_stop, &r);
+  if (r.code != 1) fprintf(stderr, "  stderr: %s", r.err);
+  ASSERT_EQ(r.code, 1);
+  ASSERT_CONTAINS(r.err, "[1] rank 1 stops after 3 allreduces\n");
+  ASSERT_CONTAINS(r.err, " (COHORT_HEARTBEAT_S=1): it is stopped (SIGSTOP or Ctrl-Z; SIGCONT resumes it), after "
+                         "collective #2 (allreduce); stopping the job\n");
+  ASSERT_TRUE(strstr(r.err, "in its own code") == NULL);
+  ASSERT_TRUE(strstr(r.err, "got SIGKILL") == NULL);
+  ASSERT_TRUE(r.seconds < 6.0);
   result_free(&r);
 
   /* Setting up, loading data: no collective yet, so no silence counts (2 s > COHORT_HEARTBEAT_S=0.5). */
@@ -1400,23 +1439,21 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
   remove_dir(dir);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(three_ranks_succeed_with_prefixed_lines),
-                 TEST_CASE(flood_of_output_arrives_whole_and_in_order), TEST_CASE(workers_get_the_job_environment),
-                 TEST_CASE(workers_meet_through_the_launcher_store),
-                 TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
-                 TEST_CASE(worker_killed_by_signal_is_named), TEST_CASE(segments_of_killed_workers_are_removed),
-                 TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
-                 TEST_CASE(what_the_workers_started_is_stopped_too),
-                 TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
-                 TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(workers_die_with_a_killed_launcher),
-                 TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
-                 TEST_CASE(help_lists_usage_and_the_worker_environment),
-                 TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used),
-                 TEST_CASE(log_dir_and_root_cause_report), TEST_CASE(max_restarts_starts_a_new_generation),
-                 TEST_CASE(heartbeat_names_the_rank_that_hangs), TEST_CASE(nodes_meet_and_number_their_ranks),
-                 TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
-                 TEST_CASE(elastic_ranges_are_checked), TEST_CASE(elastic_nodes_leave_and_join),
-                 TEST_CASE(elastic_lost_node_is_replaced), TEST_CASE(elastic_replaced_node_that_comes_back_ends),
-                 TEST_CASE(elastic_replacement_skips_the_generation_of_the_old_node),
-                 TEST_CASE(elastic_node_lost_in_a_failure_is_no_restart_when_replaced),
-                 TEST_CASE(hosts_start_the_other_nodes_over_ssh))
+COHORT_TEST_MAIN(
+    TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
+    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
+    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
+    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
+    TEST_CASE(what_the_workers_started_is_stopped_too), TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
+    TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(second_sigint_kills_at_once_and_says_so),
+    TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
+    TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
+    TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
+    TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
+    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
+    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
+    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
+    TEST_CASE(elastic_replaced_node_that_comes_back_ends),
+    TEST_CASE(elastic_replacement_skips_the_generation_of_the_old_node),
+    TEST_CASE(elastic_node_lost_in_a_failure_is_no_restart_when_replaced),
+    TEST_CASE(hosts_start_the_other_nodes_over_ssh))

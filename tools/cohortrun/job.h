@@ -47,6 +47,7 @@ typedef struct job {
   int interrupted;   /* the signal cohortrun got, 0 for none */
   int stopped_count; /* ranks still running when the stop began */
   int sigkill_count; /* ranks that needed SIGKILL */
+  int forced_by;     /* the second signal that sent SIGKILL at once, 0 when the grace ran out */
   int64_t drain_until_ns;
   char host[256];           /* this host's name, for the report */
   int rank0;                /* the global rank of this node's first worker */

@@ -16,6 +16,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/proc.h"
 #include "job.h"
 
 /* After the last worker is reaped, how long its pipes may stay open (held by something it started) before
@@ -48,11 +49,16 @@ void cohort__job_begin_stop(job *j, int sig) {
   j->stopping = 1;
   j->stopped_count = j->running;
   j->kill_at_ns = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9);
-  for (int i = 0; i < j->started; i++)
+  for (int i = 0; i < j->started; i++) {
     signal_worker(&j->workers[i], sig);
+    /* A stopped worker (SIGSTOP, Ctrl-Z) acts on the signal only once it runs again: as a shell's kill does. */
+    signal_worker(&j->workers[i], SIGCONT);
+  }
 }
 
-static void kill_all(job *j) {
+/* forced_by: the signal that asked for it (a second Ctrl-C), 0 when the grace ran out. */
+static void kill_all(job *j, int forced_by) {
+  if (!j->killed) j->forced_by = forced_by;
   j->killed = 1;
   for (int i = 0; i < j->started; i++) {
     worker *w = &j->workers[i];
@@ -96,7 +102,7 @@ static void on_signal(job *j, int sig) {
   } else {
     /* A second Ctrl-C (or one during a failure stop): the user does not want to wait for the grace. */
     if (!j->interrupted) j->interrupted = sig;
-    kill_all(j);
+    kill_all(j, sig);
   }
 }
 
@@ -159,7 +165,16 @@ static void check_heartbeats(job *j) {
   worker *w = &j->workers[culprit];
   uint64_t seq = atomic_load_explicit(&w->hb->last_seq, memory_order_relaxed);
   const char *kind = cohort__heartbeat_kind_name(atomic_load_explicit(&w->hb->last_kind, memory_order_relaxed));
-  if (w->hb_started > w->hb_completed)
+  char state = cohort__proc_state(w->pid);
+  if (state == 'T' || state == 't')
+    /* Its silence is no hang of its own: someone stopped it. Waiting longer would not help; say what it is. */
+    snprintf(j->hang, sizeof j->hang,
+             "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g): it is stopped "
+             "(%s; SIGCONT resumes it), %s collective #%llu (%s)",
+             w->rank, (int)w->pid, j->host, culprit_silent, j->heartbeat_s,
+             state == 'T' ? "SIGSTOP or Ctrl-Z" : "held by a debugger or tracer",
+             w->hb_started > w->hb_completed ? "inside" : "after", (unsigned long long)seq, kind);
+  else if (w->hb_started > w->hb_completed)
     snprintf(j->hang, sizeof j->hang,
              "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g): it has been waiting "
              "inside collective #%llu (%s) all that time, for a peer that does not come",
@@ -234,7 +249,7 @@ void cohort__job_run_loop(job *j) {
   }
   for (;;) {
     int64_t now = cohort__now_ns();
-    if (j->stopping && !j->killed && j->running > 0 && now >= j->kill_at_ns) kill_all(j);
+    if (j->stopping && !j->killed && j->running > 0 && now >= j->kill_at_ns) kill_all(j, 0);
     if (j->running == 0 && (open_relays(j) == 0 || now >= j->drain_until_ns)) break;
     poll_cluster(j);
     check_heartbeats(j);

@@ -77,7 +77,10 @@ void cohort__job_print_summary(const job *j) {
     snprintf(others, sizeof others, "forwarded it to %d running rank%s", n, n == 1 ? "" : "s");
   }
   char killed[96] = "";
-  if (j->sigkill_count > 0)
+  if (j->sigkill_count > 0 && j->forced_by)
+    snprintf(killed, sizeof killed, " (%d got SIGKILL at once on a second %s)", j->sigkill_count,
+             cohort__job_signal_name(j->forced_by, name, sizeof name));
+  else if (j->sigkill_count > 0)
     snprintf(killed, sizeof killed, " (%d did not stop within %g s and got SIGKILL)", j->sigkill_count,
              j->opts.grace_s);
   if (j->root >= 0) {

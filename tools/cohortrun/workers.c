@@ -77,7 +77,7 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
   j->started = j->running = 0;
   j->stopping = j->killed = 0;
   j->root = -1;
-  j->stopped_count = j->sigkill_count = 0;
+  j->stopped_count = j->sigkill_count = j->forced_by = 0;
   j->drain_until_ns = 0;
   j->hang[0] = '\0';
   for (int r = 0; r < j->opts.np; r++) {
