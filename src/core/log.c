@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/env.h"
 
 static atomic_int log_rank = -1;
@@ -44,4 +45,32 @@ void cohort__log(int level, const char *fmt, ...) {
   vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
   va_end(ap);
   fprintf(stderr, "%s\n", line);
+}
+
+int cohort__log_budget_take(cohort__log_budget *b, uint64_t *held_before) {
+  int64_t now = cohort__now_ns();
+  pthread_mutex_lock(&b->mu);
+  if (b->window_start_ns == 0 || now - b->window_start_ns >= (int64_t)COHORT__LOG_BUDGET_WINDOW_S * 1000000000LL) {
+    b->window_start_ns = now;
+    b->shown = 0;
+  }
+  int pass = b->shown < COHORT__LOG_BUDGET_LINES;
+  *held_before = 0;
+  if (pass) {
+    b->shown++;
+    *held_before = b->held;
+    b->held = 0;
+  } else {
+    b->held++;
+  }
+  pthread_mutex_unlock(&b->mu);
+  return pass;
+}
+
+uint64_t cohort__log_budget_flush(cohort__log_budget *b) {
+  pthread_mutex_lock(&b->mu);
+  uint64_t held = b->held;
+  b->held = 0;
+  pthread_mutex_unlock(&b->mu);
+  return held;
 }

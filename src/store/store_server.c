@@ -70,6 +70,7 @@ struct cohort__store_server {
   conn *conns;
   int nconns;
   int64_t auth_timeout_ns;
+  cohort__log_budget refusals; /* a port scan logs a few lines and a count, not a line per probe */
 };
 
 /* ---- the map (callers hold server->lock) ---- */
@@ -299,6 +300,16 @@ static int server_stopping(cohort__store_server *s) {
   return stopping;
 }
 
+static void log_refused(cohort__store_server *s, const char *peer, const char *why) {
+  uint64_t held;
+  if (!cohort__log_budget_take(&s->refusals, &held)) return;
+  if (held)
+    COHORT_LOG_WARN("store: refused connection from %s: %s (and %llu earlier refusals not logged)", peer, why,
+                    (unsigned long long)held);
+  else
+    COHORT_LOG_WARN("store: refused connection from %s: %s", peer, why);
+}
+
 static void *conn_main(void *arg) {
   conn *c = arg;
   cohort__store_server *s = c->server;
@@ -309,7 +320,7 @@ static void *conn_main(void *arg) {
   cohort_status st =
       cohort__auth_accept(c->fd, s->secret, COHORT__STORE_PURPOSE, NULL, 0, cohort__now_ns() + auth_timeout);
   if (st != COHORT_OK) {
-    if (!server_stopping(s)) COHORT_LOG_WARN("store: refused connection from %s: %s", c->peer, cohort_last_error());
+    if (!server_stopping(s)) log_refused(s, c->peer, cohort_last_error());
   } else {
     COHORT_LOG_DEBUG("store: client %s connected", c->peer);
     while ((st = serve_one(c)) == COHORT_OK) {
@@ -362,8 +373,7 @@ static void spawn(cohort__store_server *s, int fd, const char *peer) {
   pthread_mutex_unlock(&s->conns_lock);
   conn *c = full ? NULL : calloc(1, sizeof *c);
   if (!c) {
-    COHORT_LOG_WARN("store: refused connection from %s: %s", peer,
-                    full ? "too many open connections" : "out of memory");
+    log_refused(s, peer, full ? "too many open connections" : "out of memory");
     close(fd);
     return;
   }
@@ -420,6 +430,7 @@ cohort_status cohort__store_server_start(const char *host, int port, const char 
     return cohort__error(COHORT_ERR_INVALID, "store server start: port %d is outside 0..65535", port);
   cohort__store_server *s = calloc(1, sizeof *s);
   if (!s) return cohort__error(COHORT_ERR_SYSTEM, "out of memory for the store server");
+  s->refusals = (cohort__log_budget)COHORT__LOG_BUDGET_INIT;
   cohort_status st = COHORT_OK;
   int have_lock = 0, have_cond = 0, have_conns_lock = 0;
   s->listen_fd = -1;
@@ -531,6 +542,10 @@ void cohort__store_server_stop(cohort__store_server *server) {
     }
   }
   free(s->buckets);
+  uint64_t held = cohort__log_budget_flush(&s->refusals);
+  if (held)
+    COHORT_LOG_WARN("store: %llu more refused connections were not logged (at most %d lines per %d s)",
+                    (unsigned long long)held, COHORT__LOG_BUDGET_LINES, COHORT__LOG_BUDGET_WINDOW_S);
   close(s->wake[0]);
   close(s->wake[1]);
   pthread_cond_destroy(&s->changed);

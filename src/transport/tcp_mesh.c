@@ -103,7 +103,17 @@ static void *handshake_main(void *arg) {
   h->fd = -1;
   pthread_mutex_unlock(&job->mu);
   if (st != COHORT_OK) {
-    COHORT_LOG_WARN("refused a connection from %s to the peer port: %s", h->who, cohort_last_error());
+    /* One budget for the process: a port scan meets every peer port of it. */
+    static cohort__log_budget refusals = COHORT__LOG_BUDGET_INIT;
+    uint64_t held;
+    if (!cohort__log_budget_take(&refusals, &held)) {
+      /* counted; reported with the next line that passes */
+    } else if (held) {
+      COHORT_LOG_WARN("refused a connection from %s to the peer port: %s (and %llu earlier refusals not logged)",
+                      h->who, cohort_last_error(), (unsigned long long)held);
+    } else {
+      COHORT_LOG_WARN("refused a connection from %s to the peer port: %s", h->who, cohort_last_error());
+    }
     close(fd);
   }
   return NULL;

@@ -386,7 +386,55 @@ TEST(killed_clients_release_their_connections) {
   fixture_stop(&fx);
 }
 
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
+/* A port scan: 40 strangers one after another. The job's stderr gets at most COHORT__LOG_BUDGET_LINES refusal lines
+ * and one count of the rest when the server stops (307 lines once), and the job is undisturbed. */
+TEST(port_scan_is_logged_in_a_few_lines_and_a_count) {
+  if (!cohort__log_enabled(COHORT__LOG_WARN)) return;
+  fixture fx;
+  ASSERT_OK(fixture_start(&fx));
+  char log_path[] = "/tmp/cohort-store-fault-log-XXXXXX";
+  int log_fd = mkstemp(log_path);
+  ASSERT_TRUE(log_fd >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(log_fd, 2);
+  enum { SCAN = 40 };
+  int closed = 0;
+  for (int i = 0; i < SCAN; i++) {
+    int fd = raw_connect(fx.port);
+    if (fd < 0) continue;
+    cohort__sock_send_all(fd, "GET / HTTP/1.0\r\n\r\n", 18, 0);
+    closed += closed_by_server(fd, 2.0);
+    close(fd);
+  }
+  check_legit_clients(&fx);
+  fixture_stop(&fx);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char logged[16384] = "";
+  ssize_t n = pread(log_fd, logged, sizeof logged - 1, 0);
+  logged[n > 0 ? n : 0] = '\0';
+  close(log_fd);
+  unlink(log_path);
+  fprintf(stderr, "%s", logged);
+  ASSERT_EQ(closed, SCAN);
+  ASSERT_EQ(count_lines_with(logged, "store: refused connection from"), COHORT__LOG_BUDGET_LINES);
+  char want[128];
+  snprintf(want, sizeof want, "store: %d more refused connections were not logged (at most %d lines per %d s)\n",
+           SCAN - COHORT__LOG_BUDGET_LINES, COHORT__LOG_BUDGET_LINES, COHORT__LOG_BUDGET_WINDOW_S);
+  ASSERT_CONTAINS(logged, want);
+}
+
 COHORT_TEST_MAIN(TEST_CASE(http_request_is_refused_and_logged_with_the_address), TEST_CASE(random_bytes_are_refused),
                  TEST_CASE(huge_length_prefixes_are_refused), TEST_CASE(truncated_frame_is_dropped_and_not_applied),
                  TEST_CASE(silent_connection_neither_blocks_others_nor_stays),
-                 TEST_CASE(crowd_of_bad_connections_at_once), TEST_CASE(killed_clients_release_their_connections))
+                 TEST_CASE(crowd_of_bad_connections_at_once), TEST_CASE(killed_clients_release_their_connections),
+                 TEST_CASE(port_scan_is_logged_in_a_few_lines_and_a_count))
