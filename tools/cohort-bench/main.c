@@ -51,11 +51,11 @@ static void usage(FILE *f) {
              "  --zero-copy     buffers from cohort_alloc() (the node's shared-memory arena), not calloc()\n");
 }
 
+/* One line, as cohortrun's refusals: the mistake and where the options are, not the whole usage after it. */
 static int bad_usage(const char *fmt, const char *arg) {
   fprintf(stderr, "cohort-bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
-  usage(stderr);
+  fprintf(stderr, " (cohort-bench --help lists the options)\n");
   return 2;
 }
 
@@ -87,7 +87,7 @@ static int parse_int(const char *s, int min, int *out) {
 static int parse_args(int argc, char **argv, options *o) {
   *o = (options){
       .min_bytes = 4096, .max_bytes = 256u << 20, .factor = 2, .dtype = COHORT_F32, .op = COHORT_SUM, .warmup = 3};
-  if (argc < 2) return bad_usage("%s", "missing collective");
+  if (argc < 2) return bad_usage("%s", "which collective? allreduce, broadcast, allgather, reduce_scatter or barrier");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
     exit(0);
@@ -96,7 +96,8 @@ static int parse_args(int argc, char **argv, options *o) {
   int found = 0;
   for (int i = 0; i < 5; i++)
     if (!strcmp(argv[1], names[i])) o->kind = (bench_kind)i, found = 1;
-  if (!found) return bad_usage("unknown collective '%s'", argv[1]);
+  if (!found)
+    return bad_usage("unknown collective '%s' (allreduce, broadcast, allgather, reduce_scatter or barrier)", argv[1]);
   o->kind_name = argv[1];
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
