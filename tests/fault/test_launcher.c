@@ -575,6 +575,28 @@ static void expect_refused(const char *const *args, const char *expect) {
   result_free(&r);
 }
 
+/* One rule for COHORT_SECRET: exported, it is the job's secret on one node as with -H and --nnodes (one node used
+ * to replace it in silence while -H used it); not exported, one node makes a fresh one (workers_get_the_job_environment
+ * checks that). */
+TEST(an_exported_secret_is_the_jobs_on_one_node_too) {
+  setenv("COHORT_SECRET", "user-chosen-secret-0123456789abcdef", 1);
+  const char *argv[] = {launcher(), "-np", "2", "/bin/sh", "-c", "echo \"secret [$COHORT_SECRET]\"", NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_CONTAINS(r.out, "[0] secret [user-chosen-secret-0123456789abcdef]\n");
+  ASSERT_CONTAINS(r.out, "[1] secret [user-chosen-secret-0123456789abcdef]\n");
+  result_free(&r);
+  char *huge = malloc(1200);
+  memset(huge, 'a', 1100);
+  huge[1100] = '\0';
+  setenv("COHORT_SECRET", huge, 1);
+  free(huge);
+  expect_refused((const char *[]){"-np", "2", worker(), "lines", "1", NULL},
+                 "cohortrun: COHORT_SECRET is 1100 characters long, more than 1024");
+  unsetenv("COHORT_SECRET");
+}
+
 TEST(bad_command_lines_are_refused_with_one_line) {
   const char *w = worker();
   expect_refused((const char *[]){"--bogus", "-np", "2", w, NULL}, "cohortrun: unknown flag '--bogus'");
@@ -1441,13 +1463,14 @@ TEST(hosts_start_the_other_nodes_over_ssh) {
 
 COHORT_TEST_MAIN(
     TEST_CASE(three_ranks_succeed_with_prefixed_lines), TEST_CASE(flood_of_output_arrives_whole_and_in_order),
-    TEST_CASE(workers_get_the_job_environment), TEST_CASE(workers_meet_through_the_launcher_store),
-    TEST_CASE(worker_exit_code_stops_the_others_and_is_returned), TEST_CASE(worker_killed_by_signal_is_named),
-    TEST_CASE(segments_of_killed_workers_are_removed), TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace),
-    TEST_CASE(what_the_workers_started_is_stopped_too), TEST_CASE(sigterm_to_the_launcher_stops_the_workers),
-    TEST_CASE(sigint_to_the_launcher_stops_the_workers), TEST_CASE(second_sigint_kills_at_once_and_says_so),
-    TEST_CASE(workers_die_with_a_killed_launcher), TEST_CASE(bad_command_lines_are_refused_with_one_line),
-    TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
+    TEST_CASE(workers_get_the_job_environment), TEST_CASE(an_exported_secret_is_the_jobs_on_one_node_too),
+    TEST_CASE(workers_meet_through_the_launcher_store), TEST_CASE(worker_exit_code_stops_the_others_and_is_returned),
+    TEST_CASE(worker_killed_by_signal_is_named), TEST_CASE(segments_of_killed_workers_are_removed),
+    TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
+    TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
+    TEST_CASE(second_sigint_kills_at_once_and_says_so), TEST_CASE(workers_die_with_a_killed_launcher),
+    TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
+    TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
     TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),

@@ -30,6 +30,7 @@
 #define COHORT_LAUNCH_LAST_CALL_DEFAULT_S 3.0
 /* The secret is this many random bytes, written as twice as many hex digits. */
 #define COHORT_LAUNCH_SECRET_BYTES 32
+#define COHORT_LAUNCH_SECRET_MAX 1024 /* characters of an exported COHORT_SECRET */
 
 typedef struct cohort__launch_opts {
   int np;

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
   int *log_fds = NULL;
   pid_t ssh_pids[COHORT_LAUNCH_HOSTS_MAX] = {0};
   cohort__store_server *server = NULL;
-  char secret[2 * COHORT_LAUNCH_SECRET_BYTES + 1];
+  char secret[COHORT_LAUNCH_SECRET_MAX + 1];
   if (cohort__job_take_signals(&j, &rc) == 0 && cohort__job_choose_secret(&j, secret, sizeof secret, &rc) == 0 &&
       cohort__job_serve_store(&j, secret, &server, &port, &rc) == 0 &&
       cohort__job_start_nodes(&j, port, secret, ssh_pids, &rc) == 0 &&

@@ -49,28 +49,27 @@ static cohort_status make_secret(char *hex, size_t hex_len) {
   return COHORT_OK;
 }
 
+/* One rule, whatever the mode: an exported COHORT_SECRET is the job's secret (one node, --nnodes, -H alike); without
+ * one, cohortrun makes a fresh one where it can hand it to every rank itself (one node; -H, over ssh's stdin), and
+ * --nnodes N > 1 refuses to start, since only the user can put the same secret on every node. */
 int cohort__job_choose_secret(job *j, char *secret, size_t len, int *rc) {
   *rc = 1;
   const char *given = getenv("COHORT_SECRET");
-  if (j->opts.nhosts > 0 && given && given[0] && strlen(given) < len) {
-    snprintf(secret, len, "%s", given);
-  } else if (j->opts.nhosts > 0) {
-    /* -H: this cohortrun hands the secret to every node itself (over ssh's stdin). */
-    if (make_secret(secret, len) != COHORT_OK) {
-      fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
-      return -1;
-    }
-  } else if (j->opts.nnodes > 1) {
-    /* Every node must hold the same secret, and only the user can put it there. */
-    if (!given || !given[0] || strlen(given) >= len) {
-      fprintf(stderr,
-              "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
-              "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
-              j->opts.nnodes);
+  if (given && given[0]) {
+    if (strlen(given) >= len) {
+      fprintf(stderr, "cohortrun: COHORT_SECRET is %zu characters long, more than %zu (64 hex digits are plenty)\n",
+              strlen(given), len - 1);
       *rc = 2;
       return -1;
     }
     snprintf(secret, len, "%s", given);
+  } else if (j->opts.nnodes > 1 && j->opts.nhosts == 0) {
+    fprintf(stderr,
+            "cohortrun: --nnodes %d needs COHORT_SECRET exported, the same on every node (e.g. export "
+            "COHORT_SECRET=$(openssl rand -hex 32) and pass it to each node)\n",
+            j->opts.nnodes);
+    *rc = 2;
+    return -1;
   } else if (make_secret(secret, len) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
     return -1;
