@@ -27,13 +27,24 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Whether a redrawn line (\r) reaches a person's terminal. cohortrun says so in COHORT_TTY. mpirun and srun relay
+ * the workers' output through a pseudo-terminal of their own even when their own output goes to a file, so a
+ * worker's isatty() says nothing there: under them, whole lines only (the \r redraws once filled log files). */
+static int stdout_is_the_users_terminal(void) {
+  const char *relayed_tty = getenv("COHORT_TTY");
+  if (relayed_tty) return strcmp(relayed_tty, "1") == 0;
+  static const char *const relaying_launchers[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof relaying_launchers / sizeof relaying_launchers[0]; i++)
+    if (getenv(relaying_launchers[i])) return 0;
+  return isatty(STDOUT_FILENO);
+}
+
 train_progress *train_progress_create(int enabled, int64_t log_every, int64_t total_steps, int epochs,
                                       int64_t global_batch) {
   train_progress *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->enabled = enabled;
-  const char *relayed_tty = getenv("COHORT_TTY");
-  p->live = enabled && (isatty(STDOUT_FILENO) || (relayed_tty && strcmp(relayed_tty, "1") == 0));
+  p->live = enabled && stdout_is_the_users_terminal();
   p->log_every = log_every > 0 ? log_every : 50;
   p->total_steps = total_steps;
   p->epochs = epochs;

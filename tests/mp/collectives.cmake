@@ -20,6 +20,9 @@ set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" 
 # Under Open MPI's mpirun, no cohortrun: the layout comes from OMPI_COMM_WORLD_*.
 add_test(NAME mp.collectives.mpirun COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun.sh $<TARGET_FILE:test_collectives> 3)
 set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=tcp")
+# fmnist-train under mpirun, output to a file: whole progress lines, no \r redraws through mpirun's terminal.
+add_test(NAME mp.train.mpirun_log COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun_log.sh $<TARGET_FILE:fmnist-train>)
+set_tests_properties(mp.train.mpirun_log PROPERTIES LABELS "mp" TIMEOUT 120)
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)
