@@ -1245,6 +1245,17 @@ TEST(elastic_lost_node_is_replaced) {
   proc_finish(&n[2], 20.0, t0, &r[2]);
   ASSERT_EQ(r[2].code, 128 + SIGKILL);
   usleep(3500000); /* nodes 0 and 1 noticed (2 s of silence) and run generation 1 */
+  /* A first newcomer wins the id and dies before it has bumped the incarnation: the id must stay free for the next
+   * (a claim kept under its own key once refused every later newcomer). */
+  static const char *const env_dies[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20",
+                                         "COHORT_TEST_DIE_AFTER_TAKEOVER_CLAIM=1", NULL};
+  proc dies;
+  result dies_r;
+  start_node(&dies, env_dies, argv[3]);
+  proc_finish(&dies, 20.0, t0, &dies_r);
+  ASSERT_EQ(dies_r.code, 128 + SIGKILL);
+  ASSERT_CONTAINS(dies_r.err, "checking for 2.5 s that it is gone");
+  result_free(&dies_r);
   start_node(&n[3], env, argv[3]);
   double t_dup = cohort__now_s();
   start_node(&n[4], env, argv[4]);

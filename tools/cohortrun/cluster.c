@@ -30,6 +30,24 @@ static char *dup_printf(const char *fmt, const char *a, int b, const char *c) {
   return s;
 }
 
+int cohort__cluster_beat(cohort__cluster *c) {
+  char key[64];
+  int64_t v = 0;
+  snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
+  return cohort__store_add(c->store, key, 1, &v) == COHORT_OK;
+}
+
+cohort_status cohort__cluster_wait_key(cohort__cluster *c, const char *key, double timeout_s, void **value,
+                                       size_t *len) {
+  const double slice_s = 0.1;
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  for (;;) {
+    cohort_status st = cohort__store_get(c->store, key, slice_s, value, len);
+    if (st != COHORT_ERR_TIMEOUT || cohort__now_ns() >= deadline) return st;
+    cohort__cluster_beat(c);
+  }
+}
+
 void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len) {
   if (c->elastic)
     snprintf(out, len, "%d:%d", c->nnodes_min, c->nnodes);
@@ -194,7 +212,7 @@ static char *fetch_failure(cohort__cluster *c, int *code) {
   size_t len = 0;
   char key[64];
   snprintf(key, sizeof key, "cohortrun/g%d/failure", c->gen);
-  if (cohort__store_get(c->store, key, 2.0, &got, &len) != COHORT_OK)
+  if (cohort__cluster_wait_key(c, key, 2.0, &got, &len) != COHORT_OK)
     return dup_printf("cohortrun: another node reported a failure, but not what it was (%s%d%s)\n", "", 0, "");
   char *nl = strchr(got, '\n');
   *code = atoi(got);

@@ -47,6 +47,14 @@ struct cohort__cluster {
   char why[2100];    /* why the current generation started (the coordinator's words) */
 };
 
+/* Bumps this node's heartbeat; 0 when the store cannot be reached. */
+int cohort__cluster_beat(cohort__cluster *c);
+/* cohort__store_get for up to timeout_s, in slices of 0.1 s with a heartbeat between them: a node waiting for
+ * another's word (a failure report, the reason of a change) must not go silent for as long as CLUSTER_SILENT_S and
+ * be taken for gone by the others. */
+cohort_status cohort__cluster_wait_key(cohort__cluster *c, const char *key, double timeout_s, void **value,
+                                       size_t *len);
+
 /* "N" or "MIN:MAX", as announced and compared. */
 void cohort__cluster_nnodes_text(const cohort__cluster *c, char *out, size_t len);
 /* Parses a node announcement "nnodes=T nproc=K restarts=R inc=C host=H". */

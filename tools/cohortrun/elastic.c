@@ -19,6 +19,7 @@
  * later record that takes it in. Node 0 notices a waiting newcomer from its announcement (node/I) on its regular
  * poll, and stops the running generation if there is room for it.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +31,6 @@
 
 /* How often the nodes look at the store while they wait between generations. */
 #define WAIT_STEP_S 0.1
-
-static int beat(cohort__cluster *c) {
-  char key[64];
-  int64_t v = 0;
-  snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
-  return cohort__store_add(c->store, key, 1, &v) == COHORT_OK;
-}
 
 /* Reads peer n's heartbeat; returns 1 when it has been silent for more than CLUSTER_SILENT_S. */
 static int silent(cohort__cluster *c, int n, int64_t now) {
@@ -227,7 +221,7 @@ static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, in
                            "a newer cohortrun took over --node-rank %d while this one was silent (for more than %g "
                            "s); this one ends",
                            c->node_rank, CLUSTER_SILENT_S);
-    if (!beat(c))
+    if (!cohort__cluster_beat(c))
       return cohort__error(COHORT_ERR_REMOTE,
                            "lost the connection to the rendezvous store of node 0 at %s while waiting for a "
                            "generation: node 0's cohortrun or its host is gone, and an elastic job cannot outlive "
@@ -291,7 +285,8 @@ static cohort_status form_first(cohort__cluster *c, double timeout_s) {
   c->peers[0].announced = 1;
   for (;;) {
     int64_t now = cohort__now_ns();
-    if (!beat(c)) return cohort__error(COHORT_ERR_REMOTE, "node 0: cannot reach its own store at %s", c->where);
+    if (!cohort__cluster_beat(c))
+      return cohort__error(COHORT_ERR_REMOTE, "node 0: cannot reach its own store at %s", c->where);
     int found = 0;
     COHORT_CHECK(scan_newcomers(c, now, 1, &found));
     if (found) last_new = now;
@@ -406,16 +401,19 @@ cohort_status cohort__elastic_take_over(cohort__cluster *c, int *incarnation) {
                            "id no live node has",
                            id, host);
   }
-  /* The heartbeat value the dead node left names its death: of several newcomers that saw it, one wins. */
-  int64_t first = 0;
-  snprintf(key, sizeof key, "cohortrun/e/takeover/%d/%lld", id, (long long)v0);
-  COHORT_CHECK(cohort__store_add(c->store, key, 1, &first));
-  if (first != 1)
+  /* The claim is the first beat after the silence: of several newcomers that saw the id silent at v0, the one whose
+   * increment takes it to v0 + 1 wins, in one store operation. A winner that dies right after leaves nothing
+   * behind but that beat, so the next newcomer sees the id silent again (at v0 + 1) and takes it over in turn; a
+   * claim kept under a key of its own would have refused every later newcomer. */
+  int64_t after = 0;
+  COHORT_CHECK(cohort__store_add(c->store, key, 1, &after));
+  if (after != v0 + 1)
     return cohort__error(COHORT_ERR_INVALID,
                          "--node-rank %d: another node is taking over this id of a lost node at the same time; give "
                          "this node another id",
                          id);
-  if (!beat(c)) return cohort__error(COHORT_ERR_REMOTE, "node %d: lost the store of node 0 at %s", id, c->where);
+  /* Test hook (fault.launcher): die between the claim and the incarnation's bump, as a power cut might. */
+  if (getenv("COHORT_TEST_DIE_AFTER_TAKEOVER_CLAIM")) raise(SIGKILL);
   int64_t k = 0;
   snprintf(key, sizeof key, "cohortrun/e/inc/%d", id);
   COHORT_CHECK(cohort__store_add(c->store, key, 1, &k));
@@ -438,7 +436,7 @@ static char *publish_change(cohort__cluster *c, const char *why) {
   void *got = NULL;
   size_t len = 0;
   snprintf(key, sizeof key, "cohortrun/e/g%d/change", c->gen);
-  if (cohort__store_get(c->store, key, 2.0, &got, &len) != COHORT_OK) return strdup(why);
+  if (cohort__cluster_wait_key(c, key, 2.0, &got, &len) != COHORT_OK) return strdup(why);
   return got;
 }
 
@@ -513,7 +511,7 @@ static int coordinate(cohort__cluster *c, double timeout_s, int *end_code, char 
   ready[0] = 1;
   for (;;) {
     int64_t now = cohort__now_ns();
-    beat(c);
+    cohort__cluster_beat(c);
     int waiting = 0;
     for (int n = 1; n < c->nnodes; n++) {
       peer *p = &c->peers[n];
