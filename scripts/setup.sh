@@ -2,7 +2,8 @@
 # Installs, with apt, whatever cohort needs that this Debian machine lacks. Installs nothing when all is present.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libssl-dev
-          libopenmpi-dev openmpi-bin python3-torch dataset-fashion-mnist hyperfine iproute2 clang-format)
+          libopenmpi-dev openmpi-bin python3-torch dataset-fashion-mnist hyperfine iproute2 clang-format
+          clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
