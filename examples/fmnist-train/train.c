@@ -363,6 +363,9 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                       train_model_name(cfg->model), job->world, job->world == 1 ? "" : "s", cfg->batch,
                       (long long)job->stop_step, (long long)job->steps_per_epoch,
                       cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
+  char kernels[256];
+  train_kernels_describe(kernels, sizeof kernels);
+  train_progress_note(progress, "%s", kernels);
 
   /* --steps past the planned run is not a longer run: the schedule (warmup, cosine decay) is laid out over the
    * epochs, so the run ends with them. Say so now rather than stop early without a word. */

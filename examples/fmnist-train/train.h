@@ -153,6 +153,12 @@ cohort_status train_load_fmnist(const train_config *cfg, const char *split, coho
 /* Runs the whole job on comm. Returns TRAIN_EXIT_OK or TRAIN_EXIT_FAIL (message printed on stderr). */
 int train_run(const train_config *cfg, cohort_comm *comm);
 
+/* kernels.c: restarts the program (execv) with OPENBLAS_CORETYPE set when OpenBLAS chose generic kernels on a CPU
+ * that runs better ones and nobody pinned a core type; returns when there is nothing to do. */
+void train_kernels_choose(char **argv);
+/* The one line fmnist-train states at start: which kernels run, and who chose them. */
+void train_kernels_describe(char *buf, size_t len);
+
 /* ---- state.c ---- */
 
 /* Rank 0 writes the job's state to cfg->checkpoint atomically. Other ranks return 0 at once. */

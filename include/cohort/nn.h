@@ -43,6 +43,22 @@ extern "C" {
 /* Length of a hex SHA-256 digest plus its NUL. */
 #define COHORT_HASH_HEX_LEN 65
 
+/* ---- CPU kernels ----
+ * The matrix math runs on OpenBLAS, which picks its kernels when it is loaded, by the CPU's model. On a CPU model it
+ * does not know (a hypervisor may mask it) it falls back to generic SSE3 kernels several times slower than the
+ * AVX2 or AVX-512 ones the CPU runs; only OPENBLAS_CORETYPE, set before the program starts, changes that. */
+
+/* The kernels OpenBLAS runs: "Haswell", "Zen", "SkylakeX", "Prescott" (generic), ... */
+COHORT_API const char *cohort_blas_corename(void);
+/* The best core type this CPU's feature flags can run ("SkylakeX" for AVX-512 F/CD/BW/DQ/VL, "Haswell" for
+ * AVX2+FMA, "Sandybridge" for AVX), or NULL (older CPUs, other architectures). */
+COHORT_API const char *cohort_blas_best_core(void);
+/* The SIMD family of a core type name: 1 SSE, 2 AVX, 3 AVX2+FMA, 4 AVX-512; 0 for a name it does not know. */
+COHORT_API int cohort_blas_core_level(const char *name);
+/* When the kernels `chosen` (NULL: the ones running) are of a lower family than this CPU can run, the core type to
+ * ask for instead with OPENBLAS_CORETYPE; otherwise NULL. */
+COHORT_API const char *cohort_blas_better_core(const char *chosen);
+
 /* ---- tensors ---- */
 
 typedef struct cohort_tensor {

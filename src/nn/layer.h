@@ -20,6 +20,9 @@
 
 typedef struct cohort__layer cohort__layer;
 
+/* blas.c: logs once, at the first model, when OpenBLAS runs kernels below what the CPU can run. */
+void cohort__blas_warn_once(void);
+
 /* What a layer may touch during forward and backward. */
 typedef struct cohort__nnctx {
   cohort_param *params;

@@ -48,6 +48,7 @@ cohort_status cohort_model_create(cohort_model **out) {
   cohort_model *m = calloc(1, sizeof *m);
   if (!m) return cohort__error(COHORT_ERR_SYSTEM, "cohort_model_create: out of memory");
   m->training = 1;
+  cohort__blas_warn_once(); /* generic kernels on a CPU that runs better ones: say so where the math begins */
   /* One BLAS thread per rank unless the user chose: ranks already fill the cores, and oversubscribing them with
    * BLAS threads makes every rank slower (the anchor uses torch.set_num_threads(1) for the same reason). */
   int expected = 0;

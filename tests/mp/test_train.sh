@@ -7,12 +7,15 @@
 #                smaller buckets; another seed does not)
 #   loss         the training loss falls over 50 steps and the test accuracy leaves chance level
 #   resume       40 steps straight == 20 steps + checkpoint + --resume to 40 (same param_sha256, same loss)
+#   kernels      generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
+#                the best core type, rank 0 says so once and names the kernels, and the result is a run with that
+#                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, with a word on faster kernels
 #   equivalence  2 ranks x batch B, 1 rank x batch 2B and 2 ranks x 2 accumulated batches of B/2 reach the same
 #                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh)
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
-CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence}
+CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/params.sh"
@@ -167,6 +170,27 @@ equivalence)
   off=$(param_distance_travelled "$TMP/p1.bin" "$TMP/plr.bin" "$TMP/p0.bin")
   echo "an lr 1% too large: $off"
   at_most "$off" "$bound" && fail "an lr 1% too large ended $off apart, within the bound $bound: the comparison is blind"
+  ;;
+kernels)
+  # The best family this CPU runs, as cohort_blas_best_core() chooses it (scripts/openblas-cores.sh reads the flags).
+  best=$(bash "$(dirname "$0")/../../scripts/openblas-cores.sh" | grep -E '^(Sandybridge|Haswell|SkylakeX)$' | tail -n 1)
+  [ -n "$best" ] || { echo "SKIP: this CPU has no AVX: OpenBLAS's generic kernels are its best"; exit 0; }
+  sha_of() { printf '%s\n' "$1" | sed -n 's/.*param_sha256=\([0-9a-f]*\).*/\1/p'; }
+  OPENBLAS_CORETYPE=$best train 2 --model mlp --steps 3
+  by_hand=$(sha_of "$FINAL")
+  COHORT_TEST_BLAS_CORENAME=Prescott train 2 --model mlp --steps 3
+  [ "$(grep -c 'restarting with' "$TMP/err")" = 1 ] || fail "not one restart line: $(cat "$TMP/err")"
+  want="[0] fmnist-train: OpenBLAS chose its generic Prescott kernels on a CPU that can run $best ones: restarting with OPENBLAS_CORETYPE=$best"
+  grep -qF -- "$want" "$TMP/err" || fail "no restart line '$want' in: $(cat "$TMP/err")"
+  want="[0] kernels: OpenBLAS $best (OPENBLAS_CORETYPE=$best, set by fmnist-train: OpenBLAS had chosen Prescott)"
+  grep -qF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
+  [ "$(sha_of "$FINAL")" = "$by_hand" ] || fail "the restarted run differs from OPENBLAS_CORETYPE=$best by hand"
+  if grep -q 'unknown variable' "$TMP/err"; then fail "the restart left a variable cohort does not know: $(cat "$TMP/err")"; fi
+  # Pinned by the environment: kept (some environments pin older kernels for correctness), and said.
+  OPENBLAS_CORETYPE=Prescott train 1 --model mlp --steps 1
+  if grep -q 'restarting' "$TMP/err"; then fail "a pinned OPENBLAS_CORETYPE was overridden"; fi
+  want="[0] kernels: OpenBLAS Prescott (OPENBLAS_CORETYPE=Prescott); this CPU can run faster ones: $best"
+  grep -qF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
   ;;
 *)
   fail "unknown case '$CASE'"

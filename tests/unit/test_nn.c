@@ -766,7 +766,30 @@ TEST(clip_grad_norm) {
   cohort_model_destroy(m);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(grad_linear), TEST_CASE(grad_conv2d_stride_padding), TEST_CASE(grad_relu_fused_and_unfused),
+/* OpenBLAS core names by SIMD family, and the advice to leave generic kernels for what the CPU runs. */
+TEST(blas_core_families_and_advice) {
+  ASSERT_EQ(cohort_blas_core_level("Prescott"), 1);
+  ASSERT_EQ(cohort_blas_core_level("NEHALEM"), 1);
+  ASSERT_EQ(cohort_blas_core_level("Sandybridge"), 2);
+  ASSERT_EQ(cohort_blas_core_level("Zen"), 3);
+  ASSERT_EQ(cohort_blas_core_level("haswell"), 3);
+  ASSERT_EQ(cohort_blas_core_level("Cooperlake"), 4);
+  ASSERT_EQ(cohort_blas_core_level("SkylakeX"), 4);
+  ASSERT_EQ(cohort_blas_core_level("NoSuchCore"), 0);
+  ASSERT_EQ(cohort_blas_core_level(NULL), 0);
+  const char *best = cohort_blas_best_core();
+  if (!best) return; /* no AVX (or not x86-64): nothing better than generic */
+  ASSERT_TRUE(cohort_blas_core_level(best) >= 2);
+  ASSERT_STREQ(cohort_blas_better_core("Prescott"), best);
+  ASSERT_TRUE(cohort_blas_better_core(best) == NULL);
+  ASSERT_TRUE(cohort_blas_better_core("Cooperlake") == NULL);  /* above what we would ask for: kept */
+  ASSERT_TRUE(cohort_blas_better_core("FutureCore9") == NULL); /* a newer OpenBLAS's name: trusted */
+  /* The kernels running here (OPENBLAS_CORETYPE unset, or set by .ci/run's per-core passes) are named. */
+  ASSERT_TRUE(cohort_blas_core_level(cohort_blas_corename()) > 0);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(blas_core_families_and_advice), TEST_CASE(grad_linear),
+                 TEST_CASE(grad_conv2d_stride_padding), TEST_CASE(grad_relu_fused_and_unfused),
                  TEST_CASE(grad_maxpool_general), TEST_CASE(maxpool_values), TEST_CASE(grad_dropout),
                  TEST_CASE(grad_batchnorm_train), TEST_CASE(grad_batchnorm_eval), TEST_CASE(grad_softmax_xent),
                  TEST_CASE(softmax_xent_stable_and_checked), TEST_CASE(hooks_fire_once_in_reverse_when_final),

@@ -1,0 +1,57 @@
+/* kernels.c: fmnist-train runs on the best CPU kernels the machine has, without the user knowing OPENBLAS_CORETYPE.
+ *
+ * OpenBLAS picks its kernels when it is loaded, before main; on a CPU model it does not know (a hypervisor may mask
+ * it) it falls back to generic SSE3 kernels, 3-4x slower. The choice can only be changed through the environment
+ * of a new program image, so fmnist-train restarts itself once (execv, same pid: cohortrun, mpirun and Slurm see
+ * nothing) with OPENBLAS_CORETYPE set to what the CPU's feature flags allow. An OPENBLAS_CORETYPE given by the user
+ * or the environment is kept: some environments pin older kernels where newer ones compute wrong results. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train.h"
+
+/* Set in the restarted image: the kernels OpenBLAS had chosen by itself. */
+#define RESTARTED_FROM "FMNIST_TRAIN_RESTARTED_FROM"
+
+static int is_rank0(void) {
+  const char *rank = getenv("RANK");
+  return !rank || strcmp(rank, "0") == 0;
+}
+
+void train_kernels_choose(char **argv) {
+  const char *pinned = getenv("OPENBLAS_CORETYPE");
+  if ((pinned && *pinned) || getenv(RESTARTED_FROM)) return;
+  /* Test hook (mp.train.kernels): pretend OpenBLAS chose these kernels. */
+  const char *chosen = getenv("COHORT_TEST_BLAS_CORENAME");
+  if (!chosen) chosen = cohort_blas_corename();
+  const char *better = cohort_blas_better_core(chosen);
+  if (!better) return;
+  if (is_rank0())
+    fprintf(stderr,
+            "fmnist-train: OpenBLAS chose its generic %s kernels on a CPU that can run %s ones: restarting with "
+            "OPENBLAS_CORETYPE=%s\n",
+            chosen, better, better);
+  setenv("OPENBLAS_CORETYPE", better, 1);
+  setenv(RESTARTED_FROM, chosen, 1);
+  execv("/proc/self/exe", argv);
+  fprintf(stderr, "fmnist-train: could not restart (%s): going on with the %s kernels\n", strerror(errno), chosen);
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(RESTARTED_FROM);
+}
+
+void train_kernels_describe(char *buf, size_t len) {
+  const char *pinned = getenv("OPENBLAS_CORETYPE");
+  const char *from = getenv(RESTARTED_FROM);
+  const char *name = cohort_blas_corename();
+  const char *better = cohort_blas_better_core(NULL);
+  if (from)
+    snprintf(buf, len, "kernels: OpenBLAS %s (OPENBLAS_CORETYPE=%s, set by fmnist-train: OpenBLAS had chosen %s)", name,
+             pinned, from);
+  else if (pinned && *pinned)
+    snprintf(buf, len, "kernels: OpenBLAS %s (OPENBLAS_CORETYPE=%s)%s%s", name, pinned,
+             better ? "; this CPU can run faster ones: " : "", better ? better : "");
+  else
+    snprintf(buf, len, "kernels: OpenBLAS %s (chosen by OpenBLAS for this CPU)", name);
+}
