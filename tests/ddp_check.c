@@ -113,6 +113,101 @@ static int check_avg(cohort_comm *comm, cohort_ddp *ddp, int step, int skip_para
   return failures;
 }
 
+/* Uneven inputs (Join): ranks with 10, 7 and 3 batches. Each step's gradients are the average over the ranks that
+ * still had data; ranks that ran out shadow the others' steps in cohort_ddp_join() until the last one arrives, and
+ * then every rank holds the parameters of the one that trained longest. They equal a reference computed here with
+ * the same SGD steps and averages over the ranks that had data at each step, and the engine goes on afterwards. */
+static int check_uneven_inputs(cohort_comm *comm) {
+  static const int batches[3] = {10, 7, 3};
+  const float lr = 0.125f;
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  int mine = batches[rank % 3], longest = 0;
+  for (int r = 0; r < size; r++)
+    longest = batches[r % 3] > longest ? batches[r % 3] : longest;
+  plist p, ref;
+  cohort_ddp *ddp = NULL;
+  cohort_ddp_options o;
+  options(&o);
+  o.uneven_inputs = 1;
+  CHECK(plist_make(&p, rank, NULL) == 0);
+  CHECK(plist_make(&ref, 0, NULL) == 0); /* creation gives every rank rank 0's values */
+  CHECK_OK(cohort_ddp_create(comm, p.t, NP, NULL, 0, &o, &ddp));
+  for (int step = 0; step < mine; step++) {
+    CHECK_OK(cohort_ddp_prepare(ddp));
+    int active = 0;
+    for (int r = 0; r < size; r++)
+      active += batches[r % 3] > step;
+    CHECK(cohort_ddp_active_ranks(ddp) == active);
+    fill_grads(ddp, rank, step);
+    for (int i = NP - 1; i >= 0; i--)
+      CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+    CHECK_OK(cohort_ddp_finish(ddp));
+    for (int i = 0; i < NP; i++) {
+      const float *g = cohort_ddp_grad(ddp, i);
+      for (size_t k = 0; k < sizes[i]; k++) {
+        float sum = 0; /* exact: multiples of 1/64 */
+        for (int r = 0; r < size; r++)
+          if (batches[r % 3] > step) sum += value_at(r, step * 10 + i, k);
+        float want = sum / (float)active;
+        if (fabsf(g[k] - want) > 1e-6f) {
+          fprintf(stderr, "rank %d: step %d param %d [%zu]: %.9g, want %.9g (%d of %d ranks training)\n", rank, step, i,
+                  k, g[k], want, active, size);
+          failures++;
+          goto done;
+        }
+        p.values[i][k] -= lr * g[k];
+      }
+    }
+  }
+  int source = cohort_ddp_join(ddp);
+  if (source < 0) fprintf(stderr, "rank %d: cohort_ddp_join: %s\n", rank, cohort_last_error());
+  int want_source = 0; /* the highest rank of those with the most batches */
+  for (int r = 0; r < size; r++)
+    if (batches[r % 3] == longest) want_source = r;
+  CHECK(source == want_source);
+  /* The reference: the same steps, each averaging over the ranks that had data. */
+  for (int step = 0; step < longest; step++)
+    for (int i = 0; i < NP; i++)
+      for (size_t k = 0; k < sizes[i]; k++) {
+        float sum = 0;
+        int active = 0;
+        for (int r = 0; r < size; r++)
+          if (batches[r % 3] > step) sum += value_at(r, step * 10 + i, k), active++;
+        ref.values[i][k] -= lr * (sum / (float)active);
+      }
+  for (int i = 0; i < NP; i++)
+    for (size_t k = 0; k < sizes[i]; k++)
+      if (fabsf(p.values[i][k] - ref.values[i][k]) > 1e-6f) {
+        fprintf(stderr, "rank %d: after join, param %d [%zu]: %.9g, the reference %.9g\n", rank, i, k, p.values[i][k],
+                ref.values[i][k]);
+        failures++;
+        goto done;
+      }
+  /* Every rank holds the same values, bit for bit. */
+  for (int i = 0; i < NP; i++) {
+    float *hi = malloc(sizes[i] * sizeof(float)), *lo = malloc(sizes[i] * sizeof(float));
+    int same = hi && lo && cohort_allreduce(comm, p.values[i], hi, sizes[i], COHORT_F32, COHORT_MAX) == COHORT_OK &&
+               cohort_allreduce(comm, p.values[i], lo, sizes[i], COHORT_F32, COHORT_MIN) == COHORT_OK &&
+               memcmp(hi, lo, sizes[i] * sizeof(float)) == 0;
+    free(hi);
+    free(lo);
+    CHECK(same);
+  }
+  /* The engine goes on: the next step is every rank's again. */
+  CHECK_OK(cohort_ddp_prepare(ddp));
+  CHECK(cohort_ddp_active_ranks(ddp) == size);
+  fill_grads(ddp, rank, 50);
+  for (int i = NP - 1; i >= 0; i--)
+    CHECK_OK(cohort_ddp_mark_ready(ddp, i));
+  CHECK_OK(cohort_ddp_finish(ddp));
+  failures += check_avg(comm, ddp, 50, -1, -1);
+done:
+  cohort_ddp_destroy(ddp);
+  plist_free(&p);
+  plist_free(&ref);
+  return failures;
+}
+
 /* Rank 0's parameters and buffers reach everyone at creation; buckets follow the caps in reverse order. */
 static int check_create_and_layout(cohort_comm *comm) {
   int failures = 0, rank = cohort_rank(comm);
@@ -581,6 +676,7 @@ const ddp_check ddp_checks[] = {
     {"matches_fused", check_matches_fused},
     {"matches_fused_large", check_matches_fused_large},
     {"accumulation", check_accumulation},
+    {"uneven_inputs", check_uneven_inputs},
 };
 const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);
 

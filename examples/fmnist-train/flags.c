@@ -51,6 +51,8 @@ void train_flags_usage(FILE *f) {
           "                          process's BLAS pool shared by the replicas: the default 1 gives each\n"
           "                          replica one thread of its own, which is what N cores want\n"
           "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
+          "  --uneven                uneven shards: rank r of W trains only (W - r)/W of each epoch's steps, then\n"
+          "                          joins (the others average over the ranks still training; cohort_ddp_join)\n"
           "  --help                  this text\n"
           "The last line on rank 0's stdout is machine-readable:\n"
           "  final: steps=N loss=X test_acc=Y img_per_s=Z param_sha256=H\n"
@@ -128,8 +130,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     name[len] = '\0';
     if (eq) value = eq + 1;
 
-    int boolean =
-        !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") || !strcmp(name, "--profile");
+    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
+                  !strcmp(name, "--profile") || !strcmp(name, "--uneven");
     static const char *const known[] = {"--model",
                                         "--epochs",
                                         "--steps",
@@ -167,6 +169,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
         return -1;
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;
+      if (!strcmp(name, "--uneven")) cfg->uneven = 1;
       /* "--resume auto": decided below, once --checkpoint is known. */
       if (!strcmp(name, "--resume") && i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
         cfg->resume = 2;
@@ -268,6 +271,11 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     return usage_error("--bucket-mb needs --sync ddp%s%s", "", " (the fused allreduce has no buckets)");
   if (cfg->sync == TRAIN_SYNC_FUSED && cfg->compress != COHORT_DDP_COMPRESS_NONE)
     return usage_error("--compress needs --sync ddp%s%s", "", " (the fused allreduce sends float32)");
+  if (cfg->uneven && cfg->sync != TRAIN_SYNC_DDP)
+    return usage_error("--uneven needs --sync ddp%s%s", "", " (joining is the engine's: cohort_ddp_join)");
+  if (cfg->uneven && cfg->checkpoint_every)
+    return usage_error("--uneven checkpoints at the ends of epochs only%s%s", "",
+                       ": leave out --checkpoint-every (mid-epoch, the ranks are at different places)");
   if (cfg->replicas > 0) {
     /* Under a launcher every process would start its own N replicas: N separate jobs that never meet. */
     static const char *const launcher_sizes[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};

@@ -83,6 +83,7 @@ static int setup(train_job *job) {
     cohort_ddp_options_init(&opt);
     opt.bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0);
     opt.compression = (cohort_ddp_compression)cfg->compress;
+    opt.uneven_inputs = cfg->uneven;
     TRY("starting the DDP engine", cohort_ddp_create_model(job->comm, job->model, &opt, &job->ddp));
   } else {
     /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
@@ -186,6 +187,7 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   const float scale = 1.0f / (float)micro;
   double t0 = now_s(), t_fetch = 0;
   float loss_sum = 0;
+  int64_t images = 0; /* this rank's */
   cohort_batch b = *first;
   cohort_model_zero_grad(job->model);
   for (int m = 0; m < micro; m++) {
@@ -198,23 +200,27 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
     if (job->ddp) cohort_ddp_set_sync(job->ddp, m == micro - 1);
     if (forward_backward(job, &b, dlogits, scale, &loss) != 0) return -1;
     loss_sum += loss * scale;
-    job->train_images += (int64_t)b.size * job->world;
+    images += b.size;
   }
   double t1 = now_s();
   float avg_loss = loss_sum;
   cohort_work *loss_work = NULL;
   if (job->ddp) {
     TRY("averaging the gradients", cohort_ddp_finish(job->ddp));
+    job->train_images += images * cohort_ddp_active_ranks(job->ddp); /* --uneven: the ranks that trained */
     /* The loss is only reported: average it on the progress thread while the optimizer steps, behind the
-     * gradients rather than ahead of them. */
-    TRY("averaging the loss",
-        cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
+     * gradients rather than ahead of them. Not with --uneven: a joined rank shadows the engine's collectives only,
+     * so the loss reported is rank 0's own. */
+    if (!job->cfg->uneven)
+      TRY("averaging the loss",
+          cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
   } else {
     /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
     job->grads[job->nparams] = avg_loss;
     TRY("averaging the gradients",
         cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
     avg_loss = job->grads[job->nparams];
+    job->train_images += images * job->world;
   }
   double t2 = now_s();
   cohort_ddp_span_begin(job->ddp, COHORT_SPAN_OPTIMIZER);
@@ -301,6 +307,37 @@ static int64_t test_kill_step(const train_job *job) {
   if (!at || (gen && strcmp(gen, "0") != 0)) return -1;
   int rank = who ? atoi(who) : job->world - 1;
   return rank == job->rank ? atoll(at) : -1;
+}
+
+/* --uneven: the steps of an epoch this rank trains: all of them on rank 0, fewer on each higher rank. */
+static int64_t uneven_quota(const train_job *job) {
+  return (job->steps_per_epoch * (job->world - job->rank) + job->world - 1) / job->world;
+}
+
+/* --uneven: the rest of this rank's epoch is not its to train; the loader moves to the epoch's end. */
+static int skip_rest_of_epoch(train_job *job) {
+  while (cohort_loader_batches_left(job->loader) > 0) {
+    cohort_batch b;
+    cohort_status st = cohort_loader_next(job->loader, &b);
+    if (st != COHORT_OK) return fail(job, "skipping the rest of the epoch", st);
+  }
+  return 0;
+}
+
+/* --uneven: this rank is out of data for the epoch. It shadows the other ranks' steps until all are out, then every
+ * rank holds the parameters and the step count of the one that trained longest, and the epoch ends together. */
+static int join_others(train_job *job, train_progress *progress) {
+  const int64_t mine = job->step;
+  int source = cohort_ddp_join(job->ddp);
+  if (source < 0) return fail(job, "joining the ranks still training", COHORT_ERR_REMOTE);
+  TRY("taking the step count of the longest rank", cohort_broadcast(job->comm, &job->step, 1, COHORT_I64, source));
+  int64_t shortest = 0;
+  TRY("comparing the ranks' steps", cohort_allreduce(job->comm, &mine, &shortest, 1, COHORT_I64, COHORT_MIN));
+  train_progress_note(progress,
+                      "epoch %d: uneven shards: the shortest rank trained to step %lld, rank %d to step %lld; every "
+                      "rank now holds rank %d's parameters",
+                      job->epoch + 1, (long long)shortest, source, (long long)job->step, source);
+  return 0;
 }
 
 /* Whether a file can be written at `path` the way it will be at the end of the run: into its directory, through a
@@ -394,33 +431,48 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   int64_t last_eval = -1, last_ckpt = -1;
   const int64_t kill_at = test_kill_step(job);
   int rc = 0;
+  int64_t epoch_start = job->step;
+  int trained_since_join = 0;
   while (job->step < job->stop_step) {
-    double t0 = now_s();
-    cohort_batch b;
-    cohort_status st = cohort_loader_next(job->loader, &b);
-    job->t_data += now_s() - t0;
-    if (st != COHORT_OK) {
-      rc = fail(job, "loading a batch", st);
-      break;
-    }
-    if (b.size == 0) { /* only after a resume from a checkpoint taken right at the end of an epoch */
-      job->epoch++;
-      if ((st = cohort_loader_set_epoch(job->loader, (uint64_t)job->epoch)) != COHORT_OK) {
-        rc = fail(job, "starting an epoch", st);
+    cohort_status st = COHORT_OK;
+    if (cfg->uneven && job->step - epoch_start >= uneven_quota(job)) {
+      /* This rank's share of the epoch is done: on to the epoch's end, where it joins the others. */
+      if ((rc = skip_rest_of_epoch(job)) != 0) break;
+    } else {
+      double t0 = now_s();
+      cohort_batch b;
+      st = cohort_loader_next(job->loader, &b);
+      job->t_data += now_s() - t0;
+      if (st != COHORT_OK) {
+        rc = fail(job, "loading a batch", st);
         break;
       }
-      continue;
+      if (b.size == 0) { /* only after a resume from a checkpoint taken right at the end of an epoch */
+        job->epoch++;
+        if ((st = cohort_loader_set_epoch(job->loader, (uint64_t)job->epoch)) != COHORT_OK) {
+          rc = fail(job, "starting an epoch", st);
+          break;
+        }
+        continue;
+      }
+      double loss;
+      if ((rc = step(job, &b, dlogits, &loss)) != 0) break;
+      job->train_seconds += now_s() - t0;
+      job->loss_sum += loss;
+      job->loss_steps++;
+      train_progress_step(progress, job->step, job->epoch + 1, job->loss_sum / (double)job->loss_steps,
+                          job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0);
+      if (job->step == kill_at) kill(getpid(), SIGKILL);
+      trained_since_join = 1;
     }
-    double loss;
-    if ((rc = step(job, &b, dlogits, &loss)) != 0) break;
-    job->train_seconds += now_s() - t0;
-    job->loss_sum += loss;
-    job->loss_steps++;
-    double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
-    train_progress_step(progress, job->step, job->epoch + 1, job->loss_sum / (double)job->loss_steps, img_per_s);
-    if (job->step == kill_at) kill(getpid(), SIGKILL);
+    const double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
 
     if (cohort_loader_batches_left(job->loader) == 0) { /* the epoch is complete */
+      if (cfg->uneven) {
+        if ((rc = join_others(job, progress)) != 0) break;
+        trained_since_join = 0;
+      }
+      epoch_start = job->step;
       if ((rc = evaluate(job)) != 0) break;
       last_eval = job->step;
       job->last_loss = job->loss_sum / (double)job->loss_steps;
@@ -447,6 +499,8 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
       last_ckpt = job->step;
     }
   }
+  /* --steps may stop the ranks still training mid-epoch while the others wait in their join: they join too. */
+  if (rc == 0 && cfg->uneven && trained_since_join) rc = join_others(job, progress);
   free(dlogits);
   if (rc != 0) return -1;
 

@@ -105,7 +105,11 @@ typedef struct cohort_ddp_options {
   int broadcast_buffers;     /* broadcast rank 0's buffers in every cohort_ddp_prepare() (PyTorch's default: 1) */
   int find_unused_params;    /* parameters that got no gradient are zero-filled at finish instead of an error */
   cohort_ddp_compression compression;
-  int static_bucket_order;    /* 1: keep the creation order (no rebuild after the first step) */
+  int static_bucket_order; /* 1: keep the creation order (no rebuild after the first step) */
+  /* 1: ranks may run out of data at different steps (torch's Join, Horovod's join): every synchronized step counts
+   * the ranks still training (one small allreduce in prepare) and the gradients are averaged over those alone;
+   * a rank whose data ended calls cohort_ddp_join(). Implies static_bucket_order; every rank must set it. */
+  int uneven_inputs;
   cohort_ddp_overlap overlap; /* resolved at creation; the ranks agree (off if any rank says off) */
 } cohort_ddp_options;
 
@@ -166,6 +170,19 @@ COHORT_API cohort_status cohort_ddp_prepare(cohort_ddp *ddp);
 COHORT_API cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i);
 /* Starts what has not started, waits for every bucket, and leaves the average in every gradient. */
 COHORT_API cohort_status cohort_ddp_finish(cohort_ddp *ddp);
+
+/*
+ * Uneven inputs (options.uneven_inputs): a rank whose data has run out calls this instead of its next step. Until
+ * every rank has called it, it shadows the others' synchronized steps: it takes part in their collectives with zero
+ * gradients and is not counted in their average, so the ranks still training neither hang nor have their gradients
+ * diluted. When the last rank arrives, every rank gets the parameters and buffers of the rank that trained longest
+ * (the highest-numbered of those), so that all replicas leave the call equal; optimizer state is not touched.
+ * Collective over the ranks that are done; the others keep training. Returns that rank, or -1 with an error.
+ * Not with SyncBatchNorm on (its forward collectives cannot be shadowed without a forward pass).
+ */
+COHORT_API int cohort_ddp_join(cohort_ddp *ddp);
+/* Ranks that took part in the last synchronized step's average (the world size without uneven_inputs). */
+COHORT_API int cohort_ddp_active_ranks(const cohort_ddp *ddp);
 
 /* ---- observability ---- */
 

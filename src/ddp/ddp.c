@@ -41,6 +41,9 @@ static cohort_status resolve_options(const cohort_ddp *ddp, const cohort_ddp_opt
     return cohort__error(COHORT_ERR_INVALID, "unknown overlap mode %d", (int)o->overlap);
   if ((unsigned)o->compression > COHORT_DDP_COMPRESS_BF16)
     return cohort__error(COHORT_ERR_INVALID, "unknown compression %d", (int)o->compression);
+  /* A joined rank shadows steps with the buckets as they are: a rebuild (a collective of its own, after the first
+   * step) would need its ready order too. */
+  if (o->uneven_inputs) o->static_bucket_order = 1;
   return COHORT_OK;
 }
 
@@ -164,6 +167,7 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
   ddp->rank = cohort_rank(comm);
   ddp->size = cohort_size(comm);
   ddp->sync = 1;
+  ddp->active = ddp->size;
   cohort_status st = resolve_options(ddp, options, &ddp->opt);
   if (st == COHORT_OK) st = copy_tables(ddp, params, num_params, buffers, num_buffers);
   /* Everything above is local and may fail on one rank only; tell the others before they wait in a collective. */

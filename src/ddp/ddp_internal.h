@@ -6,6 +6,7 @@
  *   layout.c    assigning parameters to buckets and placing them in bucket memory; the rebuild after step one
  *   reducer.c   one step: readiness, launching buckets in order, finish, statistics, timeline spans
  *   hooks.c     the built-in comm hooks: average, and average with f16/bf16 compression
+ *   join.c      uneven inputs: counting the ranks still training, and shadowing their steps once a rank's data ended
  *
  * State of a step: `ready[i]` says parameter i's gradient is final; a bucket's `pending` counts its parameters not
  * yet ready; `next_launch` is the first bucket not yet started. Buckets start strictly in index order, so every
@@ -68,7 +69,11 @@ struct cohort_ddp {
   unsigned char *ready;
   int next_launch;
   int sync;
-  int64_t step; /* synchronized steps completed */
+  int64_t step;          /* synchronized steps completed */
+  int active;            /* ranks in this step's average: the world size, or fewer with uneven_inputs (join.c) */
+  int64_t trained_steps; /* synchronized steps this rank took part in with its own data (join.c) */
+  int joining;           /* inside cohort_ddp_join: this rank's steps are shadows */
+  int syncbn;            /* SyncBatchNorm is on (cohort_ddp_sync_batchnorm): join cannot shadow it */
   int64_t prepare_ns;
   int64_t first_ready_ns;
 
@@ -108,6 +113,12 @@ cohort_status cohort__ddp_bind_model(cohort_ddp *ddp);
 /* hooks.c: the built-in hook for the options' compression. */
 void cohort__ddp_default_hook(const cohort_ddp *ddp, cohort_ddp_comm_hook *hook);
 int cohort__ddp_hook_is_average(const cohort_ddp_comm_hook *hook);
+
+/* join.c: with uneven_inputs, the count of the ranks still training, taken at the start of a synchronized step
+ * (this rank counts itself unless it is joining); sets ddp->active. */
+cohort_status cohort__ddp_count_active(cohort_ddp *ddp);
+/* join.c: rescales the averaged buckets from the world to the ranks that trained in this step. */
+void cohort__ddp_rescale(cohort_ddp *ddp);
 
 /* Records the first failure (keeping the message) and returns it; a later call returns the same. */
 cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status);

@@ -77,6 +77,13 @@ cohort_status cohort_ddp_prepare(cohort_ddp *ddp) {
     return fail_local(ddp, cohort__error(COHORT_ERR_INVALID, "cohort_ddp_prepare: the previous step has gradients "
                                                              "marked ready but was never finished (call "
                                                              "cohort_ddp_finish after backward)"));
+  ddp->active = ddp->size;
+  if (ddp->opt.uneven_inputs && ddp->sync && ddp->size > 1) {
+    /* First, so that a joined rank learns here whether anyone still trains before it shadows anything else. */
+    cohort_status st = cohort__ddp_count_active(ddp);
+    if (st != COHORT_OK) return cohort__ddp_fail(ddp, st);
+    if (ddp->active == 0) return COHORT_OK; /* only joined ranks see it: the shadowing ends (join.c) */
+  }
   if (ddp->opt.broadcast_buffers && ddp->size > 1) {
     for (int i = 0; i < ddp->num_buffers; i++) {
       cohort_status st = cohort_broadcast(ddp->comm, ddp->buffers[i].value, ddp->buffers[i].bytes, COHORT_U8, 0);
@@ -150,6 +157,7 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   s->steps++;
 
   ddp->step++;
+  if (!ddp->joining) ddp->trained_steps++;
   reset_step(ddp);
   if (!ddp->rebuilt && !ddp->opt.static_bucket_order) {
     cohort_status st = cohort__ddp_rebuild(ddp);
@@ -180,6 +188,7 @@ static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
   if (ddp->timeline && ddp->size > 1)
     cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, -1, 0);
   ddp->next_launch = ddp->num_buckets;
+  cohort__ddp_rescale(ddp);
   return end_step(ddp, enter_ns, end_ns - start_ns);
 }
 
@@ -226,6 +235,7 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
                             (int64_t)(bk->view.count * sizeof(float)));
     comm_busy += end_ns - start_ns;
   }
+  cohort__ddp_rescale(ddp);
   return end_step(ddp, enter_ns, comm_busy);
 }
 

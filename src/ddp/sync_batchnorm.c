@@ -16,6 +16,7 @@
 #include "cohort/ddp.h"
 #include "cohort/nn.h"
 #include "core/error.h"
+#include "ddp/ddp_internal.h"
 
 static cohort_status allreduce_sums(void *user, double *sums, size_t count) {
   cohort_comm *comm = user;
@@ -30,6 +31,7 @@ cohort_status cohort_ddp_sync_batchnorm(cohort_ddp *ddp, struct cohort_model *mo
     return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_sync_batchnorm: %s is NULL", ddp ? "model" : "engine");
   cohort_comm *comm = cohort_ddp_comm(ddp);
   if (!comm) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_sync_batchnorm: the engine has no communicator");
+  ddp->syncbn = on != 0;
   if (on)
     cohort_model_set_batchnorm_sync(model, allreduce_sums, comm);
   else

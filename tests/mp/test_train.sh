@@ -10,12 +10,14 @@
 #   kernels      generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
 #                the best core type, rank 0 says so once and names the kernels, and the result is a run with that
 #                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, with a word on faster kernels
+#   uneven       --uneven on 3 ranks: ranks train 10, 7 and 4 of each epoch's 10 steps, join, and end each epoch
+#                together on rank 0's parameters, without a hang; the job learns
 #   equivalence  2 ranks x batch B, 1 rank x batch 2B and 2 ranks x 2 accumulated batches of B/2 reach the same
 #                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh)
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
-CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels}
+CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels|uneven}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/params.sh"
@@ -84,6 +86,8 @@ usage)
   usage_case "--checkpoint-every needs --checkpoint PATH" --checkpoint-every 10
   usage_case "--resume takes no value" --resume=yes --checkpoint x
   usage_case "no directory '$TMP/no-such-dir'" --data "$TMP/no-such-dir"
+  usage_case "--uneven needs --sync ddp" --uneven --sync fused
+  usage_case "--uneven checkpoints at the ends of epochs only" --uneven --checkpoint x --checkpoint-every 5
   # --help is not an error: usage on stdout, exit 0.
   "$TRAIN" --help >"$TMP/out" 2>"$TMP/err" || fail "--help exited with $?"
   grep -q -- '--checkpoint-every' "$TMP/out" || fail "--help does not list the flags"
@@ -170,6 +174,15 @@ equivalence)
   off=$(param_distance_travelled "$TMP/p1.bin" "$TMP/plr.bin" "$TMP/p0.bin")
   echo "an lr 1% too large: $off"
   at_most "$off" "$bound" && fail "an lr 1% too large ended $off apart, within the bound $bound: the comparison is blind"
+  ;;
+uneven)
+  train 3 --model mlp --batch 2048 --epochs 2 --lr 0.01 --uneven --log-every 1
+  for want in "the shortest rank trained to step 4, rank 0 to step 10" "the shortest rank trained to step 14, rank 0 to step 20"; do
+    grep -qF -- "$want" "$TMP/out" || fail "no '$want' in: $(cat "$TMP/out")"
+  done
+  case "$FINAL" in "final: steps=20 "*) ;; *) fail "did not end at step 20: $FINAL" ;; esac
+  acc=$(printf '%s\n' "$FINAL" | sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p')
+  awk -v a="$acc" 'BEGIN { exit !(a > 0.5) }' || fail "test accuracy $acc after 2 uneven epochs"
   ;;
 kernels)
   # The best family this CPU runs, as cohort_blas_best_core() chooses it (scripts/openblas-cores.sh reads the flags).

@@ -2,7 +2,7 @@
 # The CNN runs are a few seconds each; under ASan+UBSan (Debug) they are much slower, so only the cases that do not
 # train carry the sanitize label.
 set(COHORT_TRAIN_TEST_ENV "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_FMNIST_TRAIN=$<TARGET_FILE:fmnist-train>")
-foreach(case usage determinism loss resume equivalence kernels)
+foreach(case usage determinism loss resume equivalence kernels uneven)
   add_test(NAME mp.train.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_train.sh ${case})
   set_tests_properties(mp.train.${case} PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "${COHORT_TRAIN_TEST_ENV}")
 endforeach()
