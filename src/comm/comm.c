@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/heartbeat.h"
 #include "comm/launch_env.h"
 #include "comm/stall_board.h"
 #include "core/env.h"
@@ -31,6 +32,7 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   pthread_mutex_init(&c->store_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->config = *config;
+  cohort__heartbeat_attach(config->heartbeat_fd); /* before the progress thread, which counts collectives in it */
   cohort_status st = cohort__coll_ctx_init(&c->coll, transport, config);
   if (st == COHORT_OK && pthread_create(&c->thread, NULL, cohort__progress_main, c) != 0)
     st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the progress thread");
