@@ -52,7 +52,6 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
-  char prefix[128] = "";
   if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
     cohort__inproc_hub *hub;
     COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
@@ -60,7 +59,7 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server, prefix, sizeof prefix));
+    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, cfg, &c);
@@ -71,7 +70,6 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   }
   c->store = store;
   c->store_server = server;
-  snprintf(c->store_prefix, sizeof c->store_prefix, "%s", prefix);
   COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env->source, t->ops->name);
   *out = c;
   return COHORT_OK;
