@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/heartbeat.h"
 #include "comm/launch_env.h"
 #include "comm/stall_board.h"
 #include "core/env.h"
@@ -31,6 +32,7 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   pthread_mutex_init(&c->store_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->config = *config;
+  cohort__heartbeat_attach(config->heartbeat_fd); /* before the progress thread, which counts collectives in it */
   cohort_status st = cohort__coll_ctx_init(&c->coll, transport, config);
   if (st == COHORT_OK && pthread_create(&c->thread, NULL, cohort__progress_main, c) != 0)
     st = cohort__error(COHORT_ERR_SYSTEM, "cannot start the progress thread");
@@ -50,7 +52,6 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
-  char prefix[128] = "";
   if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
     cohort__inproc_hub *hub;
     COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
@@ -58,7 +59,7 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server, prefix, sizeof prefix));
+    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server));
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, cfg, &c);
@@ -69,7 +70,6 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   }
   c->store = store;
   c->store_server = server;
-  snprintf(c->store_prefix, sizeof c->store_prefix, "%s", prefix);
   COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env->source, t->ops->name);
   *out = c;
   return COHORT_OK;

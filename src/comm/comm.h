@@ -39,10 +39,9 @@ struct cohort_comm {
   cohort__transport *transport;
   cohort__coll_ctx coll;
   uint32_t seq;         /* number of the next collective; the same on every rank */
-  cohort__store *store; /* NULL for 1-rank and in-process communicators */
+  cohort__store *store; /* the job's key space (a view owning the store connection); NULL for 1-rank and in-process */
   cohort__store_server *store_server;
   pthread_mutex_t store_mu;                /* a store handle serves one thread at a time (e.g. the stall inspector) */
-  char store_prefix[128];                  /* "cohort/<run id>/<generation>/": this job's keys */
   struct cohort__stall_board *stall_board; /* in-process groups: stands in for the store's stall keys (stall.c) */
 
   pthread_mutex_t mu;
@@ -63,12 +62,13 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
 
 /* Joins the job (rendezvous.c): opens the store (serving it on rank 0 unless the launcher does), chooses the
  * transport by COHORT_TRANSPORT and where the ranks are (shm on one host, tcp, or tcp+shm for several nodes of
- * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; prefix_out
- * receives the job's key prefix "cohort/<run id>/<generation>/". */
+ * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; *store_out is
+ * the job's key space (a view under "cohort/<run id>/<generation>/" that owns the connection): keys the caller
+ * publishes there are the job's and no other job's. */
 struct cohort__launch_env;
 cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, const cohort__config *config,
                                          cohort__transport **out, cohort__store **store_out,
-                                         cohort__store_server **server_out, char *prefix_out, size_t prefix_len);
+                                         cohort__store_server **server_out);
 
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */

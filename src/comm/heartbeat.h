@@ -1,9 +1,10 @@
 /*
  * heartbeat.h: a worker's progress, shown to its launcher (cohortrun) through a shared page.
  *
- * When COHORT_HEARTBEAT_S asks for hang detection, cohortrun hands each worker an inherited memfd
- * (COHORT_HEARTBEAT_FD) of one page. The library maps it at the first collective and, around every collective,
- * updates a few lock-free counters in it: collectives started and completed, and the last one's number and kind.
+ * When COHORT_HEARTBEAT_S asks for hang detection, cohortrun hands each worker an inherited memfd of one page
+ * (COHORT_HEARTBEAT_FD, parsed with the other knobs by cohort_init). The process's first communicator maps it when
+ * it is created and, around every collective, updates a few lock-free counters in it: collectives started and
+ * completed, and the last one's number and kind.
  * That costs a few relaxed atomic stores per collective and no system call, so it is on whenever the launcher asks,
  * and nothing is ever dropped. cohortrun reads the page: a worker whose counters have not moved for
  * COHORT_HEARTBEAT_S is silent, and whether it is inside a collective (waiting on a peer) or outside (hung in its
@@ -32,6 +33,10 @@ typedef struct cohort__heartbeat_page {
   _Atomic int32_t last_rank;  /* the rank of its communicator */
 } cohort__heartbeat_page;
 
+/* Maps the page behind descriptor fd (cohort__config.heartbeat_fd; -1: none) unless an earlier communicator of the
+ * process has decided already. A descriptor that is not cohortrun's page is ignored: the variable may have been
+ * inherited by a process that does not hold it. Thread-safe. */
+void cohort__heartbeat_attach(long fd);
 /* Collective number seq of kind starts (enter) on the communicator of rank. */
 void cohort__heartbeat_enter(int rank, uint32_t seq, int kind);
 /* The collective entered last on this thread has completed. */

@@ -1,19 +1,20 @@
 /*
  * rendezvous.c: how the ranks of a job find each other over the store.
  *
- * cohort__rendezvous_connect() opens the store, then chooses the transport: with COHORT_TRANSPORT=auto every rank
- * first publishes its host ("<prefix>host/<rank>") and learns where the others are; one host means shm (whose setup
- * runs over the store: transport/shm.h), several nodes of several ranks each mean tcp plus shm within each node
- * (the layered transport, keys under "<prefix>node/<j>/"), anything else plain tcp.
+ * cohort__rendezvous_connect() opens the store and works in the job's key space only: a view of the store under
+ * "cohort/<run id>/<generation>/" (job_store(), the one place that names it). The run id (COHORT_RUN_ID, else
+ * derived from COHORT_SECRET) keeps jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a
+ * restarted job from meeting stale addresses. The keys below are within that view.
  *
- * For tcp every rank listens on a fresh port, publishes "<prefix>peer/<rank>" = "ip:port", and waits for everyone
- * else's; then the TCP transport connects the mesh, authenticating each link with the job secret. A final counter
- * ("<prefix>connected") makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a
- * rank never arrives, the error names it once COHORT_TIMEOUT has passed.
+ * Then it chooses the transport: with COHORT_TRANSPORT=auto every rank first publishes its host ("host/<rank>")
+ * and learns where the others are; one host means shm (whose setup runs over a view of its own, "shm/":
+ * transport/shm.h), several nodes of several ranks each mean tcp plus shm within each node (the layered transport;
+ * node j's setup runs under "node/<j>/shm/"), anything else plain tcp.
  *
- * <prefix> is "cohort/<run id>/<generation>/": the run id (COHORT_RUN_ID, else derived from COHORT_SECRET) keeps
- * jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a restarted job from meeting stale
- * addresses.
+ * For tcp every rank listens on a fresh port, publishes "peer/<rank>" = "ip:port", and waits for everyone else's;
+ * then the TCP transport connects the mesh, authenticating each link with the job secret. A final counter
+ * ("connected") makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a rank never
+ * arrives, the error names it once COHORT_TIMEOUT has passed.
  */
 #include <errno.h>
 #include <ifaddrs.h>
@@ -43,8 +44,6 @@ typedef struct rdv {
   const char *master_addr;
   long master_port;
   long timeout_s;
-  long generation;
-  char prefix[128];
   char where[300]; /* "the store at host:port", for messages */
 } rdv;
 
@@ -100,7 +99,7 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size, const 
   int count = 0;
   for (int p = 0; p < size; p++) {
     char key[COHORT_STORE_KEY_MAX];
-    snprintf(key, sizeof key, "%s%s/%d", r->prefix, what, p);
+    snprintf(key, sizeof key, "%s/%d", what, p);
     int exists = 1;
     if (cohort__store_check(store, key, &exists) == COHORT_OK && !exists) {
       if (off < sizeof missing - 16)
@@ -134,18 +133,27 @@ static void run_id_of(const cohort__config *cfg, char *out, size_t len) {
     n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
 }
 
+/* The job's key space: a view of the store under "cohort/<run id>/<generation>/" that owns it. The one place that
+ * names the prefix: the rendezvous, the transports' setup and the DDP engine's stall inspector see only this view. */
+static cohort_status job_store(const cohort__config *cfg, cohort__store *store, cohort__store **out) {
+  char run_id[64], prefix[128];
+  run_id_of(cfg, run_id, sizeof run_id);
+  snprintf(prefix, sizeof prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
+  return cohort__store_prefixed_owner(store, prefix, out);
+}
+
 /* The key each COHORT_TRANSPORT publishes first for rank p: auto its host identity, tcp its address, shm its
  * arrival (shm.c). */
 static const char *const first_key_of[][2] = {{"auto", "host"}, {"tcp", "peer"}, {"shm", "shm/arrived"}};
 
-/* GETs "<prefix><what>/<p>" (what this rank's own transport needs from p) within the deadline (COHORT_ERR_TIMEOUT
+/* GETs "<what>/<p>" (what this rank's own transport needs from p) within the deadline (COHORT_ERR_TIMEOUT
  * then, for the caller to name who is missing). Meanwhile, a rank that runs another COHORT_TRANSPORT never publishes
  * that key: when the first key of another transport shows up for p instead, every rank would otherwise wait for
  * COHORT_TIMEOUT and blame a rank that did arrive, so that is COHORT_ERR_INVALID at once. */
 static cohort_status await_rank_key(rdv *r, cohort__store *store, int rank, const char *transport, const char *what,
                                     int p, int64_t deadline, void **value, size_t *len) {
   char key[COHORT_STORE_KEY_MAX], sign[COHORT_STORE_KEY_MAX];
-  snprintf(key, sizeof key, "%s%s/%d", r->prefix, what, p);
+  snprintf(key, sizeof key, "%s/%d", what, p);
   for (;;) {
     double left = (double)(deadline - cohort__now_ns()) * 1e-9;
     cohort_status st = cohort__store_get(store, key, left > 0.05 ? 0.05 : left > 0 ? left : 0.001, value, len);
@@ -154,7 +162,7 @@ static cohort_status await_rank_key(rdv *r, cohort__store *store, int rank, cons
     for (size_t i = 0; i < sizeof first_key_of / sizeof first_key_of[0]; i++) {
       if (strcmp(first_key_of[i][0], transport) == 0) continue;
       int there = 0, exists = 0;
-      snprintf(sign, sizeof sign, "%s%s/%d", r->prefix, first_key_of[i][1], p);
+      snprintf(sign, sizeof sign, "%s/%d", first_key_of[i][1], p);
       COHORT_CHECK(cohort__store_check(store, sign, &there));
       if (!there) continue;
       /* An auto rank publishes its host first and then, past the layout, a shm segment or a TCP address as well:
@@ -174,7 +182,7 @@ static cohort_status host_layout(rdv *r, cohort__store *store, int rank, int siz
                                  int *nodes) {
   char mine[COHORT__SHM_HOST_ID_MAX], key[COHORT_STORE_KEY_MAX];
   cohort__shm_host_identity(r->cfg->node_id, mine, sizeof mine);
-  snprintf(key, sizeof key, "%shost/%d", r->prefix, rank);
+  snprintf(key, sizeof key, "host/%d", rank);
   COHORT_CHECK(cohort__store_set(store, key, mine, strlen(mine)));
   char **ids = calloc((size_t)size, sizeof *ids);
   if (!ids) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
@@ -230,13 +238,12 @@ static cohort__shm_options shm_options(const rdv *r) {
                                .node_id = r->cfg->node_id};
 }
 
-/* The shm transport's setup over its own view of the store, keys under "<prefix>shm/". */
-static cohort_status shm_rendezvous(cohort__store *store, const char *prefix, int rank, int size, int world_offset,
-                                    int64_t deadline, const cohort__shm_options *opt, cohort__transport **out) {
-  char scope[COHORT_STORE_KEY_MAX];
+/* The shm transport's setup over its own view of the store, keys under "shm/" of `store` (the job's view, or a
+ * node's). */
+static cohort_status shm_rendezvous(cohort__store *store, int rank, int size, int world_offset, int64_t deadline,
+                                    const cohort__shm_options *opt, cohort__transport **out) {
   cohort__store *view = NULL;
-  snprintf(scope, sizeof scope, "%sshm/", prefix);
-  COHORT_CHECK(cohort__store_prefixed(store, scope, &view));
+  COHORT_CHECK(cohort__store_prefixed(store, "shm/", &view));
   cohort_status st = cohort__shm_rendezvous(rank, size, world_offset, view, deadline, opt, out);
   cohort__store_close(view);
   return st;
@@ -256,7 +263,7 @@ static cohort_status shm_peer_elsewhere(void *arg, int p) {
     if (strcmp(first_key_of[i][0], "shm") == 0) continue;
     char key[COHORT_STORE_KEY_MAX];
     int there = 0;
-    snprintf(key, sizeof key, "%s%s/%d", j->r->prefix, first_key_of[i][1], p);
+    snprintf(key, sizeof key, "%s/%d", first_key_of[i][1], p);
     COHORT_CHECK(cohort__store_check(j->store, key, &there));
     if (there)
       return cohort__error(COHORT_ERR_INVALID,
@@ -266,23 +273,25 @@ static cohort_status shm_peer_elsewhere(void *arg, int p) {
   return COHORT_OK;
 }
 
-/* Several nodes with per_node ranks each: shared memory among the ranks of this node too (keys under
- * "<prefix>node/<j>/"), and *out becomes the layered transport of both (transport/layered.h). On failure *out is
+/* Several nodes with per_node ranks each: shared memory among the ranks of this node too (over a view of the store
+ * under "node/<j>/"), and *out becomes the layered transport of both (transport/layered.h). On failure *out is
  * destroyed and NULL. */
 static cohort_status add_node_layer(rdv *r, cohort__store *store, int rank, int per_node, int64_t deadline,
                                     cohort__transport **out) {
-  char prefix[sizeof r->prefix + 32];
-  snprintf(prefix, sizeof prefix, "%snode/%d/", r->prefix, rank / per_node);
-  cohort__transport *node = NULL;
+  char scope[32];
+  snprintf(scope, sizeof scope, "node/%d/", rank / per_node);
+  cohort__transport *node = NULL, *wide = *out;
+  cohort__store *node_store = NULL;
   cohort__shm_options opt = shm_options(r);
-  cohort_status st =
-      shm_rendezvous(store, prefix, rank % per_node, per_node, rank - rank % per_node, deadline, &opt, &node);
+  cohort_status st = cohort__store_prefixed(store, scope, &node_store);
+  if (st == COHORT_OK)
+    st = shm_rendezvous(node_store, rank % per_node, per_node, rank - rank % per_node, deadline, &opt, &node);
+  cohort__store_close(node_store);
   if (st != COHORT_OK) {
     (*out)->ops->destroy(*out);
     *out = NULL;
     return cohort__error_prefix(st, "shared memory within node %d", rank / per_node);
   }
-  cohort__transport *wide = *out;
   *out = NULL;
   return cohort__layered_create(wide, node, per_node, out);
 }
@@ -300,14 +309,14 @@ static cohort_status read_knobs(const rdv *r, char *out, size_t len) {
 static cohort_status publish_knobs(rdv *r, cohort__store *store) {
   char key[COHORT_STORE_KEY_MAX], mine[64];
   COHORT_CHECK(read_knobs(r, mine, sizeof mine));
-  snprintf(key, sizeof key, "%snode/knobs", r->prefix);
+  snprintf(key, sizeof key, "node/knobs");
   return cohort__store_set(store, key, mine, strlen(mine));
 }
 
 static cohort_status check_knobs(rdv *r, cohort__store *store, int rank, int64_t deadline) {
   char key[COHORT_STORE_KEY_MAX], mine[64], theirs[64];
   COHORT_CHECK(read_knobs(r, mine, sizeof mine));
-  snprintf(key, sizeof key, "%snode/knobs", r->prefix);
+  snprintf(key, sizeof key, "node/knobs");
   char *v = NULL;
   size_t len = 0;
   double left = (double)(deadline - cohort__now_ns()) * 1e-9;
@@ -334,16 +343,16 @@ static cohort_status check_knobs(rdv *r, cohort__store *store, int rank, int64_t
   return COHORT_OK;
 }
 
-/* After add_node_layer (whose outcome on this rank is mine): every rank counts in under "<prefix>node/done" and waits
- * for all, and a rank whose node layer failed first leaves its reason under "<prefix>node/error". So either every rank
+/* After add_node_layer (whose outcome on this rank is mine): every rank counts in under "node/done" and waits for
+ * all, and a rank whose node layer failed first leaves its reason under "node/error". So either every rank
  * has its layered transport or every rank fails, with the failing node's reason (a node cannot go on with a mesh
  * whose other half gave up); and no rank returns (rank 0 stops no store) while another still needs the store, as
  * the "connected" counter ensures for the mesh. */
 static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank, int size, int64_t deadline,
                                          cohort_status mine) {
   char err_key[COHORT_STORE_KEY_MAX], key[COHORT_STORE_KEY_MAX], text[COHORT__MESSAGE_MAX];
-  snprintf(err_key, sizeof err_key, "%snode/error", r->prefix);
-  snprintf(key, sizeof key, "%snode/done", r->prefix);
+  snprintf(err_key, sizeof err_key, "node/error");
+  snprintf(key, sizeof key, "node/done");
   snprintf(text, sizeof text, "%s", mine == COHORT_OK ? "" : cohort_last_error());
   if (mine != COHORT_OK) {
     char why[COHORT__MESSAGE_MAX + 32];
@@ -391,7 +400,7 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
 
 cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const cohort__config *cfg,
                                          cohort__transport **out, cohort__store **store_out,
-                                         cohort__store_server **server_out, char *prefix_out, size_t prefix_len) {
+                                         cohort__store_server **server_out) {
   int rank = env->rank, size = env->size;
   rdv r = {.env = env, .cfg = cfg};
   cohort__store *store = NULL;
@@ -403,14 +412,14 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   const char *secret = cfg->secret;
   r.master_addr = env->master_addr;
   r.timeout_s = cfg->timeout_s;
-  r.generation = cfg->restart_count;
-  char run_id[64];
-  run_id_of(cfg, run_id, sizeof run_id);
-  snprintf(r.prefix, sizeof r.prefix, "cohort/%s/%ld/", run_id, r.generation);
-  snprintf(prefix_out, prefix_len, "%s", r.prefix);
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
 
-  if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
+  cohort__store *whole = NULL;
+  if ((st = open_store(&r, rank, secret, &whole, &server)) != COHORT_OK) {
+    if (whole) cohort__store_close(whole);
+    goto fail;
+  }
+  if ((st = job_store(cfg, whole, &store)) != COHORT_OK) goto fail; /* from here on, every key is the job's */
 
   const char *transport = cfg->transport;
   int use_shm = strcmp(transport, "shm") == 0, per_node = 0;
@@ -435,7 +444,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
     shm_job job = {.r = &r, .store = store, .rank = rank};
     cohort__shm_options opt = shm_options(&r);
     if (strcmp(transport, "shm") == 0) opt.peer_elsewhere = shm_peer_elsewhere, opt.arg = &job;
-    if ((st = shm_rendezvous(store, r.prefix, rank, size, 0, deadline, &opt, out)) != COHORT_OK) goto fail;
+    if ((st = shm_rendezvous(store, rank, size, 0, deadline, &opt, out)) != COHORT_OK) goto fail;
     free(node_of);
     *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
     *server_out = server;
@@ -454,7 +463,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
     goto fail;
   char my_addr[192], key[COHORT_STORE_KEY_MAX];
   if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
-  snprintf(key, sizeof key, "%speer/%d", r.prefix, rank);
+  snprintf(key, sizeof key, "peer/%d", rank);
   if ((st = cohort__store_set(store, key, my_addr, strlen(my_addr))) != COHORT_OK) goto fail;
   COHORT_LOG_DEBUG("rank %d listens on %s", rank, my_addr);
 
@@ -481,7 +490,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   if (st != COHORT_OK) goto fail;
 
   /* Everyone is connected once everyone has counted in; until then the store (maybe served by us) must stay. */
-  snprintf(key, sizeof key, "%sconnected", r.prefix);
+  snprintf(key, sizeof key, "connected");
   int64_t joined = 0;
   if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail_transport;
   while (joined < size) {

@@ -5,11 +5,10 @@
  * every min(stall_s / 4, 1 s), publishes this rank's progress when it changed, and, once the current wait is older
  * than stall_s, compares the other ranks' published progress with the bucket waited for and logs who is missing.
  *
- * Where progress is published: the job's store (key "<store_prefix>stall/<rank>", value "<step> <bucket>") for
+ * Where progress is published: the job's key space in the store (key "stall/<rank>", value "<step> <bucket>") for
  * communicators made by cohort_init(); for in-process groups, which have no store, a board in memory shared by the
- * group's communicators (comm/stall_board.h). The publication lags by at most one wake-up
- * period, so a rank that submitted the bucket just before the check may still be named; the warning repeats, and
- * the next one is right.
+ * group's communicators (comm/stall_board.h). The publication lags by at most one wake-up period, so a rank that
+ * submitted the bucket just before the check may still be named; the warning repeats, and the next one is right.
  */
 #include "ddp/stall.h"
 
@@ -64,8 +63,8 @@ typedef struct stall_seen {
   int bucket;
 } stall_seen;
 
-static void stall_key(const cohort__stall *s, int rank, char *key, size_t len) {
-  snprintf(key, len, "%sstall/%d", s->comm->store_prefix, rank);
+static void stall_key(int rank, char *key, size_t len) {
+  snprintf(key, len, "stall/%d", rank); /* in the job's key space: the communicator's store is a view of it */
 }
 
 /* A store failure is logged once: the inspector is advisory and must not drown the log. */
@@ -87,7 +86,7 @@ static void stall_publish(cohort__stall *s, int64_t step, int bucket) {
     pthread_mutex_unlock(&b->mu);
   } else if (c->store) {
     char key[COHORT_STORE_KEY_MAX], value[48];
-    stall_key(s, c->rank, key, sizeof key);
+    stall_key(c->rank, key, sizeof key);
     int n = snprintf(value, sizeof value, "%" PRId64 " %d", step, bucket);
     pthread_mutex_lock(&c->store_mu);
     cohort_status st = cohort__store_set(c->store, key, value, (size_t)n);
@@ -122,7 +121,7 @@ static int stall_read_all(cohort__stall *s, stall_seen *seen) {
     seen[r] = (stall_seen){0};
     if (r == c->rank) continue;
     char key[COHORT_STORE_KEY_MAX];
-    stall_key(s, r, key, sizeof key);
+    stall_key(r, key, sizeof key);
     int exists = 0;
     void *value = NULL;
     size_t len = 0;

@@ -6,7 +6,7 @@
  * It warns again every COHORT_STALL_S while the wait lasts; it never aborts anything (the op timeout does that).
  *
  * How ranks learn about each other: each rank's watchdog thread publishes this rank's progress (step, bucket
- * submitted) to the job's store, under "<store_prefix>stall/<rank>", at most every stall_s / 4 seconds and only
+ * submitted) to the job's key space in the store, under "stall/<rank>", at most every stall_s / 4 seconds and only
  * when it changed; a stalled rank reads every other rank's key. So the store sees a handful of small writes per
  * minute, not one per bucket. In-process communicators (no store) share a progress table in memory instead.
  *

@@ -14,6 +14,7 @@
 typedef struct prefix_store {
   cohort__store base;
   cohort__store *inner;
+  int owns_inner; /* cohort__store_prefixed_owner */
   char prefix[COHORT_STORE_KEY_MAX];
 } prefix_store;
 
@@ -56,8 +57,12 @@ static cohort_status prefix_del(cohort__store *s, const char *key) {
   return cohort__store_delete(((prefix_store *)s)->inner, k);
 }
 
-/* Frees the view only: the inner store belongs to whoever made the view. */
-static void prefix_close(cohort__store *s) { free(s); }
+/* Frees the view, and the inner store only when the view owns it. */
+static void prefix_close(cohort__store *s) {
+  prefix_store *p = (prefix_store *)s;
+  if (p->owns_inner) cohort__store_close(p->inner);
+  free(p);
+}
 
 static const cohort__store_ops prefix_ops = {
     .name = "prefix",
@@ -79,5 +84,15 @@ cohort_status cohort__store_prefixed(cohort__store *inner, const char *prefix, c
   p->inner = inner;
   snprintf(p->prefix, sizeof p->prefix, "%s", prefix);
   *out = &p->base;
+  return COHORT_OK;
+}
+
+cohort_status cohort__store_prefixed_owner(cohort__store *inner, const char *prefix, cohort__store **out) {
+  cohort_status st = cohort__store_prefixed(inner, prefix, out);
+  if (st != COHORT_OK) {
+    cohort__store_close(inner);
+    return st;
+  }
+  ((prefix_store *)*out)->owns_inner = 1;
   return COHORT_OK;
 }

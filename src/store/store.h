@@ -45,6 +45,9 @@ cohort_status cohort__store_delete(cohort__store *store, const char *key);
  * its own without knowing the job's key names. Closing the view leaves inner open; inner must outlive the view, and
  * the view shares inner's thread (one thread at a time for both). */
 cohort_status cohort__store_prefixed(cohort__store *inner, const char *prefix, cohort__store **out);
+/* The same view, owning inner: closing the view closes inner. On failure inner is closed. (A communicator holds its
+ * job's key space this way: it never sees a key outside it.) */
+cohort_status cohort__store_prefixed_owner(cohort__store *inner, const char *prefix, cohort__store **out);
 
 /* The TCP server. Binds host:port (port 0: any free port; host NULL or "": all interfaces) and serves from a
  * background thread until stopped. */

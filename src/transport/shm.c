@@ -9,11 +9,10 @@
  * of their own and are published with release and read with acquire, so the bytes below head are visible to the
  * consumer and the bytes below tail are free for the producer.
  *
- * The sender copies into the ring as space allows, in pieces of at most CHUNK_BYTES so that the receiver copies
- * out of the ring while the sender still copies in. The receiver checks every header before a byte of payload is
- * accepted and then copies into the posted receive buffer; a frame of a later call (a peer that is ahead) goes into
- * a private buffer so that the ring keeps draining; a frame of the current call with no receive posted yet stays
- * in the ring (the ring is the flow control, as the socket buffer is for TCP).
+ The frames in the rings are sent and received by frame.c, as TCP's are (it says how a header is checked, and
+ * where an early frame waits: small ones in memory, large ones in the ring, which is the flow control as the socket
+ * buffer is for TCP); this file carries their bytes. Both sides copy in pieces of at most CHUNK_BYTES, publishing
+ * the index after each, so that the receiver copies out of the ring while the sender still copies in.
  *
  * Waiting: a rank with nothing to do polls its rings (yielding the CPU) for spin_us, then sleeps on the futex word
  * in its own segment header. Whoever may have unblocked it (a producer that wrote, a consumer that freed space, a
@@ -63,7 +62,6 @@
 #define CHUNK_BYTES (64u << 10)
 #define SLEEP_NS 5000000LL    /* futex sleeps; liveness and abort slots are checked between them */
 #define LIVENESS_NS 5000000LL /* how often an idle waiter polls its peers' pidfds */
-#define MAX_FRAME_BYTES (1ull << 40)
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "ring indices are shared between processes: their atomics must be lock-free");
@@ -158,198 +156,67 @@ static void in_take(peer *pe, void *dst, size_t n) {
   notify(pe->seg);
 }
 
-/* ---- sending ---- */
+/* ---- the bytes of a link (cohort__link_ops) ---- */
 
-static cohort_status do_send(shm_transport *t, peer *pe, int *progressed) {
-  cohort__req *r;
-  while ((r = pe->send_head) != NULL) {
-    if (!pe->send_started) {
-      cohort__frame_from_call(&pe->send_hdr, &r->call, r->bytes);
-      pe->send_hdr_done = 0;
-      pe->send_started = 1;
-    }
-    size_t want = (sizeof pe->send_hdr - pe->send_hdr_done) + (r->bytes - r->done_bytes);
-    if (want > CHUNK_BYTES) want = CHUNK_BYTES;
-    uint64_t space = pe->out_cap - (pe->out_head - pe->out_tail);
-    if (space < want) {
-      pe->out_tail = atomic_load_explicit(&pe->out_ctl->tail, memory_order_acquire);
-      space = pe->out_cap - (pe->out_head - pe->out_tail);
-      if (space == 0) return COHORT_OK;
-    }
-    size_t budget = space < want ? (size_t)space : want;
-    if (pe->send_hdr_done < sizeof pe->send_hdr) {
-      size_t n = sizeof pe->send_hdr - pe->send_hdr_done;
-      if (n > budget) n = budget;
-      ring_put(pe->out_data, pe->out_cap, pe->out_head, (char *)&pe->send_hdr + pe->send_hdr_done, n);
-      pe->out_head += n;
-      pe->send_hdr_done += n;
-      budget -= n;
-    }
-    if (budget > 0 && r->done_bytes < r->bytes) {
-      size_t n = r->bytes - r->done_bytes;
-      if (n > budget) n = budget;
-      ring_put(pe->out_data, pe->out_cap, pe->out_head, (char *)r->buf + r->done_bytes, n);
-      pe->out_head += n;
-      r->done_bytes += n;
-    }
-    atomic_store_explicit(&pe->out_ctl->head, pe->out_head, memory_order_release);
-    notify(pe->seg);
-    *progressed = 1;
-    if (pe->send_hdr_done == sizeof pe->send_hdr && r->done_bytes == r->bytes) {
-      r->complete = 1;
-      pe->send_head = r->next;
-      if (!pe->send_head) pe->send_tail = NULL;
-      pe->send_started = 0;
-      t->pending--;
-    }
+static cohort_status shm_write(void *tp, cohort__link *l, const struct iovec *iov, int n, size_t *put) {
+  shm_transport *t = tp;
+  peer *pe = &t->peers[l->peer];
+  size_t want = 0;
+  for (int i = 0; i < n; i++)
+    want += iov[i].iov_len;
+  if (want > CHUNK_BYTES) want = CHUNK_BYTES;
+  *put = 0;
+  uint64_t space = pe->out_cap - (pe->out_head - pe->out_tail);
+  if (space < want) { /* re-read the consumer's index only when the space we know of is short */
+    pe->out_tail = atomic_load_explicit(&pe->out_ctl->tail, memory_order_acquire);
+    space = pe->out_cap - (pe->out_head - pe->out_tail);
+    if (space == 0) return COHORT_OK;
   }
+  size_t budget = space < want ? (size_t)space : want;
+  for (int i = 0; i < n && budget > 0; i++) {
+    size_t k = iov[i].iov_len < budget ? iov[i].iov_len : budget;
+    ring_put(pe->out_data, pe->out_cap, pe->out_head, iov[i].iov_base, k);
+    pe->out_head += k;
+    *put += k;
+    budget -= k;
+  }
+  atomic_store_explicit(&pe->out_ctl->head, pe->out_head, memory_order_release);
+  notify(pe->seg);
   return COHORT_OK;
 }
 
-/* ---- receiving ---- */
-
-/* Checks a frame of the current call against the receive posted for it (frame.c). */
-static cohort_status check_frame(shm_transport *t, int p, const cohort__frame *hdr, const cohort__req *r) {
-  char msg[COHORT__ABORT_TEXT_MAX];
-  cohort_status st =
-      cohort__frame_match(&t->call, t->base.rank, p, hdr, r->bytes, "COHORT_SEGMENT_BYTES", msg, sizeof msg);
-  return st == COHORT_OK ? COHORT_OK : cohort__shm_fail(t, st, "%s", msg);
-}
-
-static void complete_recv(shm_transport *t, peer *pe) {
-  cohort__req *r = pe->recv_head;
-  r->complete = 1;
-  pe->recv_head = r->next;
-  if (!pe->recv_head) pe->recv_tail = NULL;
-  t->pending--;
-}
-
-/* Hands early frames to posted receives in stream order. Afterwards a peer never has both waiting. */
-static cohort_status drain_unexpected(shm_transport *t, int p, int *progressed) {
-  peer *pe = &t->peers[p];
-  while (pe->recv_head && pe->unexp_head) {
-    unexpected *u = pe->unexp_head;
-    cohort__req *r = pe->recv_head;
-    COHORT_CHECK(check_frame(t, p, &u->hdr, r));
-    if (r->bytes) memcpy(r->buf, u->data, r->bytes);
-    r->done_bytes = r->bytes;
-    pe->unexp_head = u->next;
-    if (!pe->unexp_head) pe->unexp_tail = NULL;
-    free(u->data);
-    free(u);
-    complete_recv(t, pe);
-    *progressed = 1;
-  }
+static cohort_status shm_read(void *tp, cohort__link *l, void *buf, size_t len, size_t *got) {
+  peer *pe = &((shm_transport *)tp)->peers[l->peer];
+  uint64_t avail = in_avail(pe);
+  size_t n = len < avail ? len : (size_t)avail;
+  if (n > CHUNK_BYTES) n = CHUNK_BYTES;
+  if (n) in_take(pe, buf, n);
+  *got = n;
   return COHORT_OK;
 }
 
-static cohort_status on_header(shm_transport *t, int p) {
-  peer *pe = &t->peers[p];
-  const cohort__frame *h = &pe->recv_hdr;
-  if (h->magic != COHORT__FRAME_MAGIC)
-    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", p, h->magic);
-  if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
-    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", p, h->kind,
-                            (unsigned long long)h->bytes);
-  char msg[COHORT__ABORT_TEXT_MAX];
-  cohort_status size_st = cohort__frame_check_size(h, p, msg, sizeof msg);
-  if (size_st != COHORT_OK) return cohort__shm_fail(t, size_st, "%s", msg);
-  int32_t ahead = (int32_t)(h->seq - t->call.seq);
-  if (ahead < 0)
-    return cohort__shm_fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", p, h->seq,
-                            t->call.seq);
-  if (ahead > 0) { /* the peer is already in a later call: keep its frame aside so that the ring keeps draining */
-    pe->rx_buf = malloc(h->bytes ? (size_t)h->bytes : 1);
-    if (!pe->rx_buf)
-      return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame from rank %d",
-                              (unsigned long long)h->bytes, p);
-    pe->rx_done = 0;
-    pe->rx_state = RX_UNEXPECTED;
-    return COHORT_OK;
-  }
-  pe->rx_state = RX_HELD;
-  return COHORT_OK;
+static cohort_status shm_fail_link(void *t, cohort_status status, const char *msg) {
+  return cohort__shm_fail(t, status, "%s", msg);
 }
 
-static cohort_status do_recv(shm_transport *t, int p, int *progressed) {
-  peer *pe = &t->peers[p];
-  for (;;) {
-    switch (pe->rx_state) {
-    case RX_HEADER: {
-      COHORT_CHECK(drain_unexpected(t, p, progressed));
-      uint64_t avail = in_avail(pe);
-      if (avail == 0) return COHORT_OK;
-      size_t n = sizeof pe->recv_hdr - pe->recv_hdr_done;
-      if (n > avail) n = (size_t)avail;
-      in_take(pe, (char *)&pe->recv_hdr + pe->recv_hdr_done, n);
-      *progressed = 1;
-      pe->recv_hdr_done += n;
-      if (pe->recv_hdr_done < sizeof pe->recv_hdr) return COHORT_OK;
-      pe->recv_hdr_done = 0;
-      COHORT_CHECK(on_header(t, p));
-      break;
-    }
-    case RX_HELD:
-      if (!pe->recv_head) return COHORT_OK; /* the payload waits in the ring until a receive is posted */
-      COHORT_CHECK(check_frame(t, p, &pe->recv_hdr, pe->recv_head));
-      pe->rx_state = RX_PAYLOAD;
-      if (pe->recv_head->bytes == 0) {
-        complete_recv(t, pe);
-        pe->rx_state = RX_HEADER;
-        *progressed = 1;
-      }
-      break;
-    case RX_PAYLOAD: {
-      cohort__req *r = pe->recv_head;
-      uint64_t avail = in_avail(pe);
-      if (avail == 0) return COHORT_OK;
-      size_t n = r->bytes - r->done_bytes;
-      if (n > avail) n = (size_t)avail;
-      if (n > CHUNK_BYTES) n = CHUNK_BYTES;
-      in_take(pe, (char *)r->buf + r->done_bytes, n);
-      *progressed = 1;
-      r->done_bytes += n;
-      if (r->done_bytes == r->bytes) {
-        complete_recv(t, pe);
-        pe->rx_state = RX_HEADER;
-      }
-      break;
-    }
-    case RX_UNEXPECTED: {
-      size_t want = (size_t)pe->recv_hdr.bytes - pe->rx_done;
-      if (want > 0) {
-        uint64_t avail = in_avail(pe);
-        if (avail == 0) return COHORT_OK;
-        size_t n = want < avail ? want : (size_t)avail;
-        if (n > CHUNK_BYTES) n = CHUNK_BYTES;
-        in_take(pe, pe->rx_buf + pe->rx_done, n);
-        *progressed = 1;
-        pe->rx_done += n;
-        if (pe->rx_done < pe->recv_hdr.bytes) break;
-      }
-      unexpected *u = malloc(sizeof *u);
-      if (!u) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
-      *u = (unexpected){.hdr = pe->recv_hdr, .data = pe->rx_buf};
-      if (pe->unexp_tail)
-        pe->unexp_tail->next = u;
-      else
-        pe->unexp_head = u;
-      pe->unexp_tail = u;
-      pe->rx_buf = NULL;
-      pe->rx_state = RX_HEADER;
-      break;
-    }
-    }
-  }
-}
+static cohort__link *shm_link_at(void *t, int i) { return &((shm_transport *)t)->peers[i].l; }
+
+const cohort__link_ops cohort__shm_link_ops = {
+    .read = shm_read,
+    .write = shm_write,
+    .fail = shm_fail_link,
+    .at = shm_link_at,
+    .size_hint = "COHORT_SEGMENT_BYTES",
+};
 
 /* ---- progress and waiting ---- */
 
 static cohort_status progress_once(shm_transport *t, int *progressed) {
   for (int p = 0; p < t->base.size; p++) {
     if (p == t->base.rank) continue;
-    if (t->peers[p].send_head) COHORT_CHECK(do_send(t, &t->peers[p], progressed));
-    COHORT_CHECK(do_recv(t, p, progressed));
+    cohort__link *l = &t->peers[p].l;
+    if (l->send_head) COHORT_CHECK(cohort__link_send(&t->links, l, progressed));
+    COHORT_CHECK(cohort__link_recv(&t->links, l, progressed));
   }
   return COHORT_OK;
 }
@@ -369,7 +236,9 @@ static int proc_dead(int pid) {
 }
 
 /* Polls the peers' liveness. A peer seen dead gets one more drain of its ring before it is judged (*again = 1
- * asks for it); after that, it is a failure only while we still wait on it. */
+ * asks for it); after that, it is a failure while we still wait on it, or when its ring stops inside a frame (as a
+ * TCP stream that ends there): that frame can never be whole. A whole frame held in the ring is not a failure: the
+ * ring is in our segment and stays readable after its producer exits. */
 static cohort_status check_liveness(shm_transport *t, int *again) {
   struct pollfd pfd[64];
   int who[64];
@@ -397,12 +266,13 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
       *again = 1;
       continue;
     }
-    if (pe->life != DEAD || !(pe->recv_head || pe->send_head)) continue;
+    if (pe->life != DEAD || !(pe->l.recv_head || pe->l.send_head || cohort__link_mid_frame(&pe->l))) continue;
     COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
     char call[256];
     cohort__call_describe(&t->call, call, sizeof call);
     return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s",
-                            WORLD(t, p), WORLD(t, t->base.rank), pe->recv_head ? "receiving from" : "sending to", call);
+                            WORLD(t, p), WORLD(t, t->base.rank),
+                            pe->l.send_head && !pe->l.recv_head ? "sending to" : "receiving from", call);
   }
   return COHORT_OK;
 }
@@ -418,21 +288,11 @@ static cohort_status disagree(shm_transport *t, int p, const cohort__call *their
 }
 
 /* While we run the node collective of call seq, a frame of seq in a ring means that its sender runs another
- * algorithm (another collective, or COHORT_ALGO differs): the same verdict as TCP's frame check. */
+ * algorithm (another collective, or COHORT_ALGO differs): the same verdict as TCP's, from the same check. */
 static cohort_status check_frames_of_node_call(shm_transport *t) {
   int progressed = 0;
   COHORT_CHECK(progress_once(t, &progressed));
-  for (int p = 0; p < t->base.size; p++) {
-    peer *pe = &t->peers[p];
-    if (p == t->base.rank) continue;
-    const cohort__frame *h = pe->unexp_head ? &pe->unexp_head->hdr : pe->rx_state == RX_HELD ? &pe->recv_hdr : NULL;
-    if (h && h->seq == t->call.seq) {
-      cohort__call theirs;
-      cohort__frame_to_call(h, &theirs);
-      return disagree(t, p, &theirs);
-    }
-  }
-  return COHORT_OK;
+  return cohort__links_check_held(&t->links);
 }
 
 /* The reverse, while we wait on rings: a peer that runs a node collective of our call number. */
@@ -537,14 +397,6 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
   }
 }
 
-static void describe_waiting(shm_transport *t, char *buf, size_t len) {
-  size_t off = 0;
-  buf[0] = '\0';
-  for (int p = 0; p < t->base.size && off < len; p++)
-    if (p != t->base.rank && (t->peers[p].recv_head || t->peers[p].send_head))
-      off += (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
-}
-
 static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
   shm_transport *t = (shm_transport *)base;
   int64_t last_progress = cohort__now_ns(), next_liveness = 0;
@@ -563,6 +415,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
     int64_t now = cohort__now_ns();
     if (now >= next_liveness) {
       COHORT_CHECK(check_peer_node_calls(t));
+      COHORT_CHECK(cohort__links_check_held(&t->links));
       int again = 0;
       COHORT_CHECK(check_liveness(t, &again));
       next_liveness = now + LIVENESS_NS;
@@ -570,7 +423,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
     }
     if (now - last_progress > t->timeout_ns) {
       char who[256], call[256];
-      describe_waiting(t, who, sizeof who);
+      cohort__links_describe_waiting(&t->links, who, sizeof who);
       cohort__call_describe(&t->call, call, sizeof call);
       return cohort__shm_fail(t, COHORT_ERR_TIMEOUT,
                               "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
@@ -612,14 +465,8 @@ static cohort_status shm_isend(cohort__transport *base, int p, const void *buf, 
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = p, .is_send = 1, .call = t->call};
-  if (pe->send_tail)
-    pe->send_tail->next = req;
-  else
-    pe->send_head = req;
-  pe->send_tail = req;
   t->pending++;
-  int progressed = 0;
-  return do_send(t, pe, &progressed); /* most frames leave at once */
+  return cohort__link_post_send(&t->links, &pe->l, req);
 }
 
 static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t bytes, cohort__req *req) {
@@ -628,14 +475,8 @@ static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = p, .call = t->call};
-  if (pe->recv_tail)
-    pe->recv_tail->next = req;
-  else
-    pe->recv_head = req;
-  pe->recv_tail = req;
   t->pending++;
-  int progressed = 0;
-  return drain_unexpected(t, p, &progressed);
+  return cohort__link_post_recv(&t->links, &pe->l, req);
 }
 
 static void shm_abort(cohort__transport *base, cohort_status status, const char *message) {
@@ -660,12 +501,7 @@ void cohort__shm_destroy(cohort__transport *base) {
     peer *pe = &t->peers[p];
     if (pe->seg) munmap(pe->seg, pe->seg_len);
     if (pe->pidfd >= 0) close(pe->pidfd);
-    free(pe->rx_buf);
-    for (unexpected *u = pe->unexp_head, *next; u; u = next) {
-      next = u->next;
-      free(u->data);
-      free(u);
-    }
+    cohort__link_free(&pe->l);
   }
   if (t->me) munmap(t->me, t->me_len);
   if (t->me_fd >= 0) close(t->me_fd);
@@ -740,7 +576,7 @@ static int shm_in_arena(cohort__transport *base, const void *ptr, size_t bytes) 
 cohort_status cohort__shm_check_node_calls(cohort__transport *t) { return check_peer_node_calls((shm_transport *)t); }
 
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
-  ((shm_transport *)t)->world_offset = world_offset;
+  ((shm_transport *)t)->links.world_offset = world_offset;
 }
 
 void cohort__shm_set_idle_check(cohort__transport *base, cohort_status (*check)(void *arg), void *arg) {

@@ -69,18 +69,11 @@ typedef struct seg_hdr {
 
 /* ---- private state ---- */
 
-enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED };
 enum { ALIVE, DEAD_SEEN, DEAD };
 
 typedef struct arena_block {
   uint64_t off, len;
 } arena_block;
-
-typedef struct unexpected {
-  struct unexpected *next;
-  cohort__frame hdr;
-  char *data;
-} unexpected;
 
 typedef struct peer {
   seg_hdr *seg; /* the peer's segment (our outbound ring lives there) */
@@ -88,40 +81,30 @@ typedef struct peer {
   int pid, pidfd;
   int life;              /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
   int64_t zc_in, zc_out; /* the peer's zero-copy offsets for the current node call (-1: staged) */
+  cohort__link l;        /* the frames both ways over the two rings (frame.c); l.peer is the peer */
   /* outbound: the ring in the peer's segment that we produce into */
   ring_ctl *out_ctl;
   char *out_data;
   uint64_t out_cap, out_head, out_tail;
-  cohort__req *send_head, *send_tail;
-  cohort__frame send_hdr;
-  size_t send_hdr_done;
-  int send_started;
   /* inbound: the ring in our segment that the peer produces into */
   ring_ctl *in_ctl;
   char *in_data;
   uint64_t in_cap, in_head, in_tail;
-  cohort__req *recv_head, *recv_tail;
-  cohort__frame recv_hdr;
-  size_t recv_hdr_done;
-  int rx_state;
-  unexpected *unexp_head, *unexp_tail;
-  char *rx_buf; /* payload target of RX_UNEXPECTED */
-  size_t rx_done;
 } peer;
 
 typedef struct shm_transport {
   cohort__transport base;
   seg_hdr *me; /* our own segment */
   size_t me_len;
-  peer *peers; /* [size]; our own entry is unused */
+  peer *peers;         /* [size]; our own entry is unused */
+  cohort__links links; /* the rings' frame machine (frame.h); its world_offset is WORLD's */
   cohort__call call;
   uint64_t node_k;          /* the last chunk number of the node collectives (the same on every rank) */
   int me_fd;                /* our segment, kept open to reserve arena pages as they are allocated */
   pthread_mutex_t arena_mu; /* cohort_alloc may run on any thread */
   arena_block *blocks;      /* allocated arena blocks, sorted by offset */
   size_t nblocks, blocks_cap;
-  const void **operands; /* [size]: the inputs of one reduction (shm_coll.c) */
-  int world_offset;      /* our rank in the job minus our rank here: messages name ranks as the job knows them */
+  const void **operands;                  /* [size]: the inputs of one reduction (shm_coll.c) */
   cohort_status (*idle_check)(void *arg); /* cohort__shm_set_idle_check */
   void *idle_arg;
   int64_t spin_ns, timeout_ns;
@@ -136,7 +119,7 @@ typedef struct shm_transport {
 } shm_transport;
 
 /* Rank p of this transport as the job numbers it (differs when the transport spans one node of several). */
-#define WORLD(t, p) ((p) + (t)->world_offset)
+#define WORLD(t, p) ((p) + (t)->links.world_offset)
 
 /* Owner s's arena. */
 static inline char *cohort__shm_arena(seg_hdr *s) { return (char *)s + s->arena_offset; }
@@ -168,9 +151,10 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendb
 #define PAGE 4096
 static inline uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-/* The transport table (shm.c), which shm_setup.c puts in the transports it makes, and the destructor a failed
- * setup calls. */
+/* The transport table and the rings' byte carrier (shm.c), which shm_setup.c puts in the transports it makes, and
+ * the destructor a failed setup calls. */
 extern const cohort__transport_ops cohort__shm_ops;
+extern const cohort__link_ops cohort__shm_link_ops;
 void cohort__shm_destroy(cohort__transport *t);
 
 #endif

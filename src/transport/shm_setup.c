@@ -223,7 +223,6 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &cohort__shm_ops, .rank = rank, .size = size};
-  t->world_offset = world_offset;
   t->me_fd = -1;
   pthread_mutex_init(&t->arena_mu, NULL);
   t->spin_ns = opt->spin_us * 1000;
@@ -234,8 +233,17 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
     st = cohort__error(COHORT_ERR_SYSTEM, "out of memory");
     goto fail;
   }
-  for (int p = 0; p < size; p++)
+  for (int p = 0; p < size; p++) {
     t->peers[p].pidfd = -1;
+    t->peers[p].l.peer = p;
+  }
+  t->links = (cohort__links){.ops = &cohort__shm_link_ops,
+                             .t = t,
+                             .call = &t->call,
+                             .pending = &t->pending,
+                             .rank = rank,
+                             .world_offset = world_offset,
+                             .count = size};
 
   /* Arrive first, with no segment yet: a rank killed while it waits for its peers (cohortrun stopping a job whose
    * other rank failed to start, say) then leaves nothing in /dev/shm, where a segment would keep its memory until

@@ -5,14 +5,9 @@
  * Each socket ("channel") carries frames in both directions. Frame i to a peer goes on channel i % k, and the
  * peer posts its receives in the same order, so both ends agree on which channel carries which frame.
  *
- * Receiving reads the 40-byte header first and checks it before any payload is accepted:
- *  - a frame of the current call is read straight into the posted receive buffer (no copy); if no receive is
- *    posted yet, the header is held and the payload stays in the socket (TCP flow control is the buffer);
- *  - a frame of a later call (a peer that is ahead) is read into a private buffer while the frames read aside on
- *    its channel stay small (EARLY_ASIDE_BYTES); a larger one is held like a frame of the current call, and an
- *    ABORT or EOF behind it is seen only once this rank reaches that call (nothing of the current call can come
- *    after it on that channel, so no wait of the current call depends on it);
- *  - an ABORT frame fails the transport with the peer's status and message.
+ * The frames on a channel are sent and received by frame.c (which says how a header is checked, and where an early
+ * frame waits); this file carries their bytes with sendmsg and recv.
+ *
  * A peer that closes its socket between frames may simply be done (it finished its last collective and exited):
  * that only fails the transport when something more is expected from it. Mid-frame, or with a receive posted, it
  * is a failure: COHORT_ERR_REMOTE naming the peer, raised after a 200 ms grace in which the other links are still
@@ -46,15 +41,6 @@
 #include "transport/frame.h"
 #include "transport/tcp_impl.h"
 #include "transport/transport.h"
-
-#define MAX_FRAME_BYTES (1ull << 40)
-/* A frame from a peer already in a later call is read aside (malloc and copy) only while the frames read aside on
- * its channel stay this small; a larger one waits in the socket, its header read, until our receive for it is
- * posted, and then lands straight in it. Reading large ones aside cost a malloc, an extra copy and fresh pages from
- * the kernel for every call that a peer started first: a 2-rank 64 MiB allreduce ran at a third of its speed. Waiting
- * in the socket is safe: every frame of our current call from that peer came before it in the stream, and the peer's
- * sends still complete as long as the socket buffer has room (after that it waits for us, as it would anyway). */
-#define EARLY_ASIDE_BYTES (64u << 10)
 
 #define LOST_GRACE_NS 200000000LL
 
@@ -101,14 +87,15 @@ static void send_abort_frames(tcp_transport *t) {
       if (ch->fd < 0) continue;
       if (c == 0) {
         cohort_status st = COHORT_OK;
-        if (ch->send_started) { /* the stream must stay frame-aligned for the peer to read the ABORT */
-          cohort__req *r = ch->send_head;
-          if (ch->send_hdr_done < sizeof ch->send_hdr)
-            st = cohort__sock_send_all(ch->fd, (char *)&ch->send_hdr + ch->send_hdr_done,
-                                       sizeof ch->send_hdr - ch->send_hdr_done, deadline);
+        cohort__link *l = &ch->l;
+        if (l->send_started) { /* the stream must stay frame-aligned for the peer to read the ABORT */
+          cohort__req *r = l->send_head;
+          if (l->send_hdr_done < sizeof l->send_hdr)
+            st = cohort__sock_send_all(ch->fd, (char *)&l->send_hdr + l->send_hdr_done,
+                                       sizeof l->send_hdr - l->send_hdr_done, deadline);
           if (st == COHORT_OK)
             st = cohort__sock_send_all(ch->fd, (char *)r->buf + r->done_bytes, r->bytes - r->done_bytes, deadline);
-          ch->send_started = 0;
+          l->send_started = 0;
         }
         if (st == COHORT_OK) cohort__sock_send_all(ch->fd, &msg, sizeof msg.hdr + msg.hdr.bytes, deadline);
       }
@@ -123,247 +110,84 @@ static void peer_lost(tcp_transport *t, channel *ch, const char *why) {
   ch->readable = ch->writable = 0;
   if (t->lost_deadline_ns == 0) {
     t->lost_deadline_ns = cohort__now_ns() + LOST_GRACE_NS;
-    t->lost_peer = ch->peer;
+    t->lost_peer = ch->l.peer;
     snprintf(t->lost_why, sizeof t->lost_why, "%s", why);
   }
 }
 
-/* ---- sending ---- */
+/* ---- the bytes of a channel (cohort__link_ops) ---- */
 
-static cohort_status do_send(tcp_transport *t, channel *ch, int *progressed) {
-  cohort__req *r;
-  while ((r = ch->send_head) != NULL && ch->writable) {
-    if (!ch->send_started) {
-      cohort__frame_from_call(&ch->send_hdr, &t->call, r->bytes);
-      ch->send_hdr_done = 0;
-      ch->send_started = 1;
+/* The channel a link is (its first member). */
+static channel *chan_of(cohort__link *l) { return (channel *)l; }
+
+static cohort_status tcp_write(void *tp, cohort__link *l, const struct iovec *iov, int n, size_t *put) {
+  tcp_transport *t = tp;
+  channel *ch = chan_of(l);
+  *put = 0;
+  while (ch->writable) {
+    struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
+    ssize_t k = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k >= 0) {
+      *put = (size_t)k;
+      return COHORT_OK;
     }
-    struct iovec iov[2];
-    int n_iov = 0;
-    if (ch->send_hdr_done < sizeof ch->send_hdr)
-      iov[n_iov++] = (struct iovec){(char *)&ch->send_hdr + ch->send_hdr_done, sizeof ch->send_hdr - ch->send_hdr_done};
-    if (r->done_bytes < r->bytes)
-      iov[n_iov++] = (struct iovec){(char *)r->buf + r->done_bytes, r->bytes - r->done_bytes};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
-    ssize_t n = sendmsg(ch->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        ch->writable = 0;
-        return COHORT_OK;
-      }
-      if (errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET) {
-        peer_lost(t, ch, "closed its connection");
-        return COHORT_OK;
-      }
-      return fail(t, COHORT_ERR_SYSTEM, "send to rank %d: %s", ch->peer, strerror(errno));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      ch->writable = 0;
+      return COHORT_OK;
     }
-    *progressed = 1;
-    size_t left = (size_t)n;
-    size_t hdr_left = sizeof ch->send_hdr - ch->send_hdr_done;
-    size_t h = left < hdr_left ? left : hdr_left;
-    ch->send_hdr_done += h;
-    left -= h;
-    r->done_bytes += left;
-    if (ch->send_hdr_done == sizeof ch->send_hdr && r->done_bytes == r->bytes) {
-      r->complete = 1;
-      ch->send_head = r->next;
-      if (!ch->send_head) ch->send_tail = NULL;
-      ch->send_started = 0;
-      t->pending--;
+    if (errno == EPIPE || errno == ECONNRESET) {
+      peer_lost(t, ch, "closed its connection");
+      return COHORT_OK;
     }
+    return fail(t, COHORT_ERR_SYSTEM, "send to rank %d: %s", l->peer, strerror(errno));
   }
   return COHORT_OK;
 }
 
-/* ---- receiving ---- */
-
-/* Checks a frame of the current call against the receive posted for it (frame.c). */
-static cohort_status check_frame(tcp_transport *t, channel *ch, const cohort__frame *hdr, const cohort__req *r) {
-  char msg[COHORT__ABORT_TEXT_MAX];
-  cohort_status st = cohort__frame_match(&t->call, t->base.rank, ch->peer, hdr, r->bytes,
-                                         "COHORT_SEGMENT_BYTES and COHORT_SOCKETS_PER_PEER", msg, sizeof msg);
-  return st == COHORT_OK ? COHORT_OK : fail(t, st, "%s", msg);
-}
-
-static void complete_recv(tcp_transport *t, channel *ch) {
-  cohort__req *r = ch->recv_head;
-  r->complete = 1;
-  ch->recv_head = r->next;
-  if (!ch->recv_head) ch->recv_tail = NULL;
-  t->pending--;
-}
-
-/* Reads up to len bytes; returns 1 when bytes came, 0 on EAGAIN, -1 after failing the transport. */
-static int read_some(tcp_transport *t, channel *ch, void *buf, size_t len, size_t *got) {
-  for (;;) {
+static cohort_status tcp_read(void *tp, cohort__link *l, void *buf, size_t len, size_t *got) {
+  tcp_transport *t = tp;
+  channel *ch = chan_of(l);
+  *got = 0;
+  while (ch->readable) {
     ssize_t n = recv(ch->fd, buf, len, MSG_DONTWAIT);
     if (n > 0) {
       *got = (size_t)n;
-      return 1;
+      return COHORT_OK;
     }
     if (n == 0) {
       /* A peer that finished its last collective and exited closes between frames: that only matters once we
        * expect something more from it. Mid-frame, or with a receive posted, it is a failure now. */
       ch->eof = 1;
       ch->readable = 0;
-      if (ch->rx_state == RX_HEADER && ch->recv_hdr_done == 0 && !ch->recv_head) return 0;
-      peer_lost(t, ch, "closed its connection");
-      return 0;
+      if (cohort__link_mid_frame(l) || l->recv_head) peer_lost(t, ch, "closed its connection");
+      return COHORT_OK;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       ch->readable = 0;
-      return 0;
+      return COHORT_OK;
     }
     if (errno == ECONNRESET) {
       peer_lost(t, ch, "reset its connection");
-      return 0;
+      return COHORT_OK;
     }
-    fail(t, COHORT_ERR_SYSTEM, "recv from rank %d: %s", ch->peer, strerror(errno));
-    return -1;
-  }
-}
-
-/* Frames that came early wait in memory; once receives are posted for them they are handed over in stream order.
- * Invariant after this: a channel never has both an early frame and a posted receive waiting. */
-static cohort_status drain_unexpected(tcp_transport *t, channel *ch, int *progressed) {
-  while (ch->recv_head && ch->unexp_head) {
-    unexpected *u = ch->unexp_head;
-    cohort__req *r = ch->recv_head;
-    COHORT_CHECK(check_frame(t, ch, &u->hdr, r));
-    if (r->bytes) memcpy(r->buf, u->data, r->bytes);
-    r->done_bytes = r->bytes;
-    ch->unexp_head = u->next;
-    if (!ch->unexp_head) ch->unexp_tail = NULL;
-    ch->aside_bytes -= u->hdr.bytes;
-    free(u->data);
-    free(u);
-    complete_recv(t, ch);
-    *progressed = 1;
+    return fail(t, COHORT_ERR_SYSTEM, "recv from rank %d: %s", l->peer, strerror(errno));
   }
   return COHORT_OK;
 }
 
-static cohort_status on_header(tcp_transport *t, channel *ch) {
-  const cohort__frame *h = &ch->recv_hdr;
-  if (h->magic != COHORT__FRAME_MAGIC)
-    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (bad magic 0x%08x)", ch->peer, h->magic);
-  if (h->kind == COHORT__FRAME_ABORT) {
-    if (h->bytes < sizeof(int32_t) || h->bytes > sizeof(int32_t) + COHORT__ABORT_TEXT_MAX)
-      return fail(t, COHORT_ERR_PROTOCOL, "malformed abort frame from rank %d", ch->peer);
-    ch->rx_buf = calloc(1, h->bytes + 1);
-    if (!ch->rx_buf) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
-    ch->rx_done = 0;
-    ch->rx_state = RX_ABORT;
-    return COHORT_OK;
-  }
-  if (h->kind != COHORT__FRAME_DATA || h->bytes > MAX_FRAME_BYTES)
-    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame from rank %d (kind %u, %llu bytes)", ch->peer, h->kind,
-                (unsigned long long)h->bytes);
-  char msg[COHORT__ABORT_TEXT_MAX];
-  cohort_status st = cohort__frame_check_size(h, ch->peer, msg, sizeof msg);
-  if (st != COHORT_OK) return fail(t, st, "%s", msg);
-  int32_t ahead = (int32_t)(h->seq - t->call.seq);
-  if (ahead < 0)
-    return fail(t, COHORT_ERR_PROTOCOL, "rank %d sent a frame of call #%u during call #%u", ch->peer, h->seq,
-                t->call.seq);
-  if (ahead > 0 && ch->aside_bytes + h->bytes <= EARLY_ASIDE_BYTES) { /* a small early frame: read it aside */
-    ch->aside_bytes += h->bytes;
-    ch->rx_buf = malloc(h->bytes ? h->bytes : 1);
-    if (!ch->rx_buf)
-      return fail(t, COHORT_ERR_SYSTEM, "out of memory for a %llu-byte early frame", (unsigned long long)h->bytes);
-    ch->rx_done = 0;
-    ch->rx_state = RX_UNEXPECTED;
-    return COHORT_OK;
-  }
-  ch->rx_state = RX_HELD; /* of the current call, or a large early frame: its payload waits in the socket */
-  return COHORT_OK;
-}
+static cohort_status tcp_fail(void *t, cohort_status status, const char *msg) { return fail(t, status, "%s", msg); }
 
-static cohort_status do_recv(tcp_transport *t, channel *ch, int *progressed) {
-  size_t got;
-  int rc;
-  for (;;) {
-    switch (ch->rx_state) {
-    case RX_HEADER:
-      COHORT_CHECK(drain_unexpected(t, ch, progressed));
-      if (!ch->readable) return COHORT_OK;
-      rc = read_some(t, ch, (char *)&ch->recv_hdr + ch->recv_hdr_done, sizeof ch->recv_hdr - ch->recv_hdr_done, &got);
-      if (rc < 0) return t->status;
-      if (rc == 0) return COHORT_OK;
-      *progressed = 1;
-      ch->recv_hdr_done += got;
-      if (ch->recv_hdr_done < sizeof ch->recv_hdr) break;
-      ch->recv_hdr_done = 0;
-      COHORT_CHECK(on_header(t, ch));
-      break;
-    case RX_HELD:
-      if (!ch->recv_head) return COHORT_OK; /* the payload waits in the socket until a receive is posted */
-      COHORT_CHECK(check_frame(t, ch, &ch->recv_hdr, ch->recv_head));
-      ch->rx_state = RX_PAYLOAD;
-      if (ch->recv_head->bytes == 0) {
-        complete_recv(t, ch);
-        ch->rx_state = RX_HEADER;
-        *progressed = 1;
-      }
-      break;
-    case RX_PAYLOAD: {
-      cohort__req *r = ch->recv_head;
-      if (!ch->readable) return COHORT_OK;
-      rc = read_some(t, ch, (char *)r->buf + r->done_bytes, r->bytes - r->done_bytes, &got);
-      if (rc < 0) return t->status;
-      if (rc == 0) return COHORT_OK;
-      *progressed = 1;
-      r->done_bytes += got;
-      if (r->done_bytes == r->bytes) {
-        complete_recv(t, ch);
-        ch->rx_state = RX_HEADER;
-      }
-      break;
-    }
-    case RX_UNEXPECTED:
-    case RX_ABORT: {
-      size_t want = ch->recv_hdr.bytes - ch->rx_done;
-      if (want > 0) {
-        if (!ch->readable) return COHORT_OK;
-        rc = read_some(t, ch, ch->rx_buf + ch->rx_done, want, &got);
-        if (rc < 0) return t->status;
-        if (rc == 0) return COHORT_OK;
-        *progressed = 1;
-        ch->rx_done += got;
-        if (ch->rx_done < ch->recv_hdr.bytes) break;
-      }
-      if (ch->rx_state == RX_ABORT) {
-        int32_t st;
-        memcpy(&st, ch->rx_buf, sizeof st);
-        if (st <= COHORT_OK || st > COHORT_ERR_PROTOCOL) st = COHORT_ERR_REMOTE;
-        char text[COHORT__ABORT_TEXT_MAX + 1];
-        snprintf(text, sizeof text, "%s", ch->rx_buf + sizeof st);
-        free(ch->rx_buf);
-        ch->rx_buf = NULL;
-        ch->rx_state = RX_HEADER;
-        /* Keep the originator's message as is: it already names the ranks involved. */
-        char msg[COHORT__ABORT_TEXT_MAX + 40];
-        cohort__relayed_failure(msg, sizeof msg, text, ch->peer);
-        return fail(t, (cohort_status)st, "%s", msg);
-      }
-      unexpected *u = malloc(sizeof *u);
-      if (!u) return fail(t, COHORT_ERR_SYSTEM, "out of memory");
-      *u = (unexpected){.hdr = ch->recv_hdr, .data = ch->rx_buf};
-      if (ch->unexp_tail)
-        ch->unexp_tail->next = u;
-      else
-        ch->unexp_head = u;
-      ch->unexp_tail = u;
-      ch->rx_buf = NULL;
-      ch->rx_state = RX_HEADER;
-      COHORT_CHECK(drain_unexpected(t, ch, progressed)); /* the call may have moved on while it was read */
-      break;
-    }
-    }
-  }
-}
+static cohort__link *tcp_link_at(void *t, int i) { return &((tcp_transport *)t)->chans[i].l; }
+
+const cohort__link_ops cohort__tcp_link_ops = {
+    .read = tcp_read,
+    .write = tcp_write,
+    .fail = tcp_fail,
+    .at = tcp_link_at,
+    .size_hint = "COHORT_SEGMENT_BYTES and COHORT_SOCKETS_PER_PEER",
+};
 
 /* ---- progress ---- */
 
@@ -371,10 +195,9 @@ static cohort_status progress_once(tcp_transport *t, int *progressed) {
   int n = t->base.size * t->k;
   for (int i = 0; i < n; i++) {
     channel *ch = &t->chans[i];
-    if (ch->fd < 0 || (ch->eof && ch->peer == t->lost_peer && t->lost_deadline_ns)) continue;
-    if (ch->send_head && ch->writable) COHORT_CHECK(do_send(t, ch, progressed));
-    if (ch->readable || (ch->recv_head && (ch->rx_state == RX_HELD || ch->unexp_head)))
-      COHORT_CHECK(do_recv(t, ch, progressed));
+    if (ch->fd < 0 || (ch->eof && ch->l.peer == t->lost_peer && t->lost_deadline_ns)) continue;
+    if (ch->l.send_head && ch->writable) COHORT_CHECK(cohort__link_send(&t->links, &ch->l, progressed));
+    if (ch->readable || cohort__link_has_work(&ch->l)) COHORT_CHECK(cohort__link_recv(&t->links, &ch->l, progressed));
   }
   return COHORT_OK;
 }
@@ -390,43 +213,6 @@ static cohort_status poll_events(tcp_transport *t, int timeout_ms) {
     channel *ch = ev[i].data.ptr;
     if (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ch->readable = 1;
     if (ev[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) ch->writable = 1;
-  }
-  return COHORT_OK;
-}
-
-static void describe_waiting(tcp_transport *t, char *buf, size_t len) {
-  size_t off = 0;
-  buf[0] = '\0';
-  for (int p = 0; p < t->base.size && off < len; p++)
-    for (int c = 0; c < t->k; c++) {
-      channel *ch = chan_at(t, p, c);
-      if (p == t->base.rank || !(ch->recv_head || ch->send_head)) continue;
-      off += (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
-      break;
-    }
-}
-
-/* A frame of the current call from a peer that we expect nothing (more) from yet is held (or kept aside, when it came
- * early) and compared with our call only once a receive is posted for it. Ranks that run different algorithms
- * (COHORT_ALGO set differently on two nodes, say) may never post that receive while each waits on another rank: so
- * when nothing moves, such frames are compared now. Every frame of one call carries the same call, so a frame of our
- * call number that differs from it is a disagreement whoever it was meant for. */
-static cohort_status check_held_frames(tcp_transport *t) {
-  for (int i = 0; i < t->base.size * t->k; i++) {
-    channel *ch = &t->chans[i];
-    const cohort__frame *h = NULL;
-    for (unexpected *u = ch->unexp_head; !h && u; u = u->next)
-      if (u->hdr.seq == t->call.seq) h = &u->hdr;
-    if (!h && ch->rx_state == RX_HELD && ch->recv_hdr.seq == t->call.seq) h = &ch->recv_hdr;
-    if (!h) continue;
-    cohort__call theirs;
-    cohort__frame_to_call(h, &theirs);
-    if (cohort__call_equal(&theirs, &t->call)) continue;
-    char a[256], b[256];
-    cohort__call_describe(&t->call, a, sizeof a);
-    cohort__call_describe(&theirs, b, sizeof b);
-    return fail(t, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", t->base.rank, a,
-                ch->peer, b);
   }
   return COHORT_OK;
 }
@@ -450,7 +236,7 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       last_progress = cohort__now_ns();
       continue;
     }
-    COHORT_CHECK(check_held_frames(t));
+    COHORT_CHECK(cohort__links_check_held(&t->links));
     if (t->idle_check) {
       cohort_status st = t->idle_check(t->idle_arg);
       if (st != COHORT_OK) return fail(t, st, "%s", cohort_last_error());
@@ -458,7 +244,7 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
     int64_t idle = cohort__now_ns() - last_progress;
     if (idle > timeout_ns) {
       char who[256];
-      describe_waiting(t, who, sizeof who);
+      cohort__links_describe_waiting(&t->links, who, sizeof who);
       char call[256];
       cohort__call_describe(&t->call, call, sizeof call);
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
@@ -489,7 +275,7 @@ cohort_status cohort__tcp_poll(cohort__transport *base) {
   int progressed = 0;
   COHORT_CHECK(poll_events(t, 0));
   COHORT_CHECK(progress_once(t, &progressed));
-  return check_held_frames(t);
+  return cohort__links_check_held(&t->links);
 }
 
 /* ---- posting ---- */
@@ -500,35 +286,20 @@ static cohort_status tcp_isend(cohort__transport *base, int peer, const void *bu
   tcp_transport *t = (tcp_transport *)base;
   if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
   channel *ch = chan_at(t, peer, (int)(t->send_frames[peer]++ % (uint64_t)t->k));
-  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1};
-  if (ch->send_tail)
-    ch->send_tail->next = req;
-  else
-    ch->send_head = req;
-  ch->send_tail = req;
+  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
   t->pending++;
-  int progressed = 0;
-  return do_send(t, ch, &progressed); /* start writing at once: most small frames leave here */
+  return cohort__link_post_send(&t->links, &ch->l, req);
 }
 
 static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
   tcp_transport *t = (tcp_transport *)base;
   if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
   channel *ch = chan_at(t, peer, (int)(t->recv_frames[peer]++ % (uint64_t)t->k));
-  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer};
-  if (!ch->recv_head && ch->unexp_head) { /* the frame came early: it is waiting in memory */
-    ch->recv_head = ch->recv_tail = req;
-    t->pending++;
-    int progressed = 0;
-    return drain_unexpected(t, ch, &progressed);
-  }
-  if (ch->eof && ch->rx_state == RX_HEADER) peer_lost(t, ch, "closed its connection");
-  if (ch->recv_tail)
-    ch->recv_tail->next = req;
-  else
-    ch->recv_head = req;
-  ch->recv_tail = req;
+  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
   t->pending++;
+  COHORT_CHECK(cohort__link_post_recv(&t->links, &ch->l, req));
+  /* A receive that no early frame served, from a peer that has closed: nothing more will come. */
+  if (ch->eof && ch->l.recv_head) peer_lost(t, ch, "closed its connection");
   return COHORT_OK;
 }
 
@@ -552,12 +323,7 @@ void cohort__tcp_destroy(cohort__transport *base) {
   for (int i = 0; t->chans && i < t->base.size * t->k; i++) {
     channel *ch = &t->chans[i];
     if (ch->fd >= 0) close(ch->fd);
-    free(ch->rx_buf);
-    for (unexpected *u = ch->unexp_head, *next; u; u = next) {
-      next = u->next;
-      free(u->data);
-      free(u);
-    }
+    cohort__link_free(&ch->l);
   }
   if (t->epfd >= 0) close(t->epfd);
   free(t->chans);

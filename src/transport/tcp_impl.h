@@ -2,7 +2,7 @@
  * tcp_impl.h: the TCP transport's private state, shared by its data path (tcp.c) and its mesh setup (tcp_mesh.c).
  *
  * A transport holds k channels (sockets) per peer; each channel carries frames both ways and has its own send
- * queue and receive state machine (tcp.c says how a frame is received). Thread-safety: as transport.h says.
+ * queue and receive state (frame.c says how a frame is received). Thread-safety: as transport.h says.
  */
 #ifndef COHORT_TRANSPORT_TCP_IMPL_H
 #define COHORT_TRANSPORT_TCP_IMPL_H
@@ -14,33 +14,11 @@
 #include "transport/frame.h"
 #include "transport/transport.h"
 
-enum { RX_HEADER, RX_HELD, RX_PAYLOAD, RX_UNEXPECTED, RX_ABORT };
-
-typedef struct unexpected {
-  struct unexpected *next;
-  cohort__frame hdr;
-  char *data;
-} unexpected;
-
 typedef struct channel {
+  cohort__link l; /* its frames both ways (frame.c); first, so that a link is its channel; l.peer is the peer */
   int fd;
-  int peer;
   int readable, writable; /* edge-triggered readiness, cleared on EAGAIN */
   int eof;                /* the peer closed its side between frames (it may simply be done) */
-  /* send side */
-  cohort__req *send_head, *send_tail;
-  cohort__frame send_hdr;
-  size_t send_hdr_done;
-  int send_started;
-  /* receive side */
-  cohort__req *recv_head, *recv_tail;
-  cohort__frame recv_hdr;
-  size_t recv_hdr_done;
-  int rx_state;
-  unexpected *unexp_head, *unexp_tail;
-  size_t aside_bytes; /* payload bytes of the frames in unexp_head..tail */
-  char *rx_buf;       /* payload target of RX_UNEXPECTED / RX_ABORT */
-  size_t rx_done;
 } channel;
 
 typedef struct tcp_transport {
@@ -49,6 +27,7 @@ typedef struct tcp_transport {
   channel *chans; /* [peer * k + c]; the self entries are unused */
   uint64_t *send_frames, *recv_frames;
   int epfd;
+  cohort__links links; /* the channels' frame machine (frame.h) */
   cohort__call call;
   cohort__tcp_options opt;
   cohort_status status;
@@ -69,9 +48,10 @@ typedef struct tcp_transport {
 
 static inline channel *chan_at(tcp_transport *t, int peer, int c) { return &t->chans[peer * t->k + c]; }
 
-/* The transport table (tcp.c), which tcp_mesh.c puts in the transports it connects, and the destructor a failed
- * connect calls. */
+/* The transport table and the channels' byte carrier (tcp.c), which tcp_mesh.c puts in the transports it connects,
+ * and the destructor a failed connect calls. */
 extern const cohort__transport_ops cohort__tcp_ops;
+extern const cohort__link_ops cohort__tcp_link_ops;
 void cohort__tcp_destroy(cohort__transport *t);
 
 #endif

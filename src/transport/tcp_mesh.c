@@ -223,8 +223,14 @@ cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const 
   }
   for (int i = 0; i < size * t->k; i++) {
     t->chans[i].fd = -1;
-    t->chans[i].peer = i / t->k;
+    t->chans[i].l.peer = i / t->k;
   }
+  t->links = (cohort__links){.ops = &cohort__tcp_link_ops,
+                             .t = t,
+                             .call = &t->call,
+                             .pending = &t->pending,
+                             .rank = rank,
+                             .count = size * t->k};
 
   /* Accept from higher ranks on a thread while this one dials the lower ranks, so nobody waits in a chain. */
   accept_job job = {.t = t, .listen_fd = listen_fd};

@@ -104,6 +104,17 @@ TEST(config_parses_every_knob_by_its_type_and_range) {
   ASSERT_OK(cohort__config_load(&cfg));
   ASSERT_STREQ(cfg.log_level, "debug");
   unsetenv("COHORT_LOG_LEVEL");
+  /* cohortrun's heartbeat descriptor: a number, or empty for none; anything else is refused by name. */
+  setenv("COHORT_HEARTBEAT_FD", "", 1);
+  ASSERT_OK(cohort__config_load(&cfg));
+  ASSERT_EQ(cfg.heartbeat_fd, -1);
+  setenv("COHORT_HEARTBEAT_FD", "7", 1);
+  ASSERT_OK(cohort__config_load(&cfg));
+  ASSERT_EQ(cfg.heartbeat_fd, 7);
+  setenv("COHORT_HEARTBEAT_FD", "fd7", 1);
+  ASSERT_STATUS(cohort__config_load(&cfg), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "COHORT_HEARTBEAT_FD='fd7' is not an integer");
+  unsetenv("COHORT_HEARTBEAT_FD");
 }
 
 static char *env_md;

@@ -525,10 +525,41 @@ TEST(file_store_creates_nested_directories) {
   ASSERT_CONTAINS(cohort_last_error(), "cannot create directory '/proc/cohort-cannot-be-here'");
 }
 
+/* The job's key space as the rendezvous builds it: an owning view under the job prefix, views nested inside it
+ * (a node's, its shm setup's), and keys that land under the concatenation of all prefixes. */
+TEST(prefix_views_nest_and_the_owning_one_closes_the_store) {
+  char base[64] = "/tmp/cohort-test-prefix-XXXXXX";
+  ASSERT_TRUE(mkdtemp(base) != NULL);
+  cohort__store *whole = NULL, *peek = NULL, *job = NULL, *node = NULL, *shm = NULL;
+  ASSERT_OK(cohort__store_open_file(base, &whole));
+  ASSERT_OK(cohort__store_open_file(base, &peek)); /* a second handle, to look at the whole key space */
+  ASSERT_OK(cohort__store_prefixed_owner(whole, "cohort/run/0/", &job));
+  ASSERT_OK(cohort__store_prefixed(job, "node/1/", &node));
+  ASSERT_OK(cohort__store_prefixed(node, "shm/", &shm));
+  ASSERT_OK(cohort__store_set(shm, "arrived/3", "h", 1));
+  int64_t v = 0;
+  ASSERT_OK(cohort__store_add(job, "connected", 2, &v));
+  int exists = 0;
+  ASSERT_OK(cohort__store_check(peek, "cohort/run/0/node/1/shm/arrived/3", &exists));
+  ASSERT_EQ(exists, 1);
+  ASSERT_OK(cohort__store_add(peek, "cohort/run/0/connected", 0, &v));
+  ASSERT_EQ(v, 2);
+  ASSERT_OK(cohort__store_check(peek, "arrived/3", &exists));
+  ASSERT_EQ(exists, 0);
+  cohort__store_close(shm);
+  cohort__store_close(node); /* a plain view leaves job open */
+  ASSERT_OK(cohort__store_check(job, "connected", &exists));
+  ASSERT_EQ(exists, 1);
+  cohort__store_close(job); /* and closes whole (ASan would report it leaked otherwise) */
+  cohort__store_close(peek);
+  remove_tree(base);
+}
+
 COHORT_TEST_MAIN(TEST_CASE(round_trips_tcp), TEST_CASE(round_trips_file), TEST_CASE(get_blocks_until_set_tcp),
                  TEST_CASE(get_blocks_until_set_file), TEST_CASE(get_times_out_tcp), TEST_CASE(get_times_out_file),
                  TEST_CASE(concurrent_add_exact_total_tcp), TEST_CASE(concurrent_add_exact_total_file),
                  TEST_CASE(secret_right_connects_wrong_is_refused_and_server_keeps_serving),
                  TEST_CASE(secret_on_client_only_is_refused), TEST_CASE(connect_waits_for_a_server_that_starts_later),
                  TEST_CASE(connect_timeout_names_the_store), TEST_CASE(stopping_the_server_releases_a_waiting_client),
-                 TEST_CASE(file_store_creates_nested_directories))
+                 TEST_CASE(file_store_creates_nested_directories),
+                 TEST_CASE(prefix_views_nest_and_the_owning_one_closes_the_store))
