@@ -69,9 +69,13 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
   return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: no such network interface (see ip addr)", ifname);
 }
 
+/* The TCP store is at COHORT_STORE_ADDR:COHORT_STORE_PORT, each defaulting to MASTER_ADDR and MASTER_PORT. A
+ * launcher that serves the store itself (cohortrun) sets both, and leaves MASTER_ADDR:MASTER_PORT to the program, as
+ * torchrun does: that is where a torch program's rank 0 serves its own (c10d) store. */
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
-  r->master_port = r->env->master_port;
+  r->master_port = r->cfg->store_port ? r->cfg->store_port : r->env->master_port;
+  if (r->cfg->store_addr[0]) r->master_addr = r->cfg->store_addr;
   const char *kind = r->cfg->store;
   if (strncmp(kind, "file:", 5) == 0) {
     snprintf(r->where, sizeof r->where, "the file store in %s", kind + 5);
