@@ -106,5 +106,8 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
     has_port = 1;
   }
   e->master_port = has_port ? (int)port : 0;
+  /* torch writes str(True) or str(False). */
+  const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  e->agent_store = agent && strcmp(agent, "True") == 0;
   return COHORT_OK;
 }

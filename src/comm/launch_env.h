@@ -7,7 +7,9 @@
  * SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST) set are used, so a worker needs no cohortrun under those launchers.
  * MASTER_ADDR defaults to the first host of SLURM_JOB_NODELIST under Slurm and to 127.0.0.1 otherwise; MASTER_PORT
  * defaults to 29500 + SLURM_JOB_ID % 10000 under Slurm (jobs sharing a node get different ports) and to 29500
- * otherwise (torchrun's default). Pure: reads the environment, changes nothing.
+ * otherwise (torchrun's default). Under torchrun's default (static) rendezvous, torchrun's agent serves its own store
+ * on MASTER_PORT and says so with TORCHELASTIC_USE_AGENT_STORE=True (agent_store): cohort's store then goes beside it
+ * (rendezvous.c). Pure: reads the environment, changes nothing.
  */
 #ifndef COHORT_COMM_LAUNCH_ENV_H
 #define COHORT_COMM_LAUNCH_ENV_H
@@ -19,6 +21,7 @@ typedef struct cohort__launch_env {
   int rank, size, local_rank, local_size;
   char master_addr[256];
   int master_port; /* 0: none given and none needed (1 rank) */
+  int agent_store; /* torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True) */
 } cohort__launch_env;
 
 cohort_status cohort__launch_env_read(cohort__launch_env *out);

@@ -71,10 +71,25 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
 
 /* The TCP store is at COHORT_STORE_ADDR:COHORT_STORE_PORT, each defaulting to MASTER_ADDR and MASTER_PORT. A
  * launcher that serves the store itself (cohortrun) sets both, and leaves MASTER_ADDR:MASTER_PORT to the program, as
- * torchrun does: that is where a torch program's rank 0 serves its own (c10d) store. */
+ * torchrun does: that is where a torch program's rank 0 serves its own (c10d) store. Under torchrun's static
+ * rendezvous its agent already serves a store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), which speaks
+ * torch's protocol, not ours; rank 0 then serves cohort's on the next port, MASTER_PORT+1, which every rank derives
+ * alike from the same variables. */
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
-  r->master_port = r->cfg->store_port ? r->cfg->store_port : r->env->master_port;
+  const char *port_from = "MASTER_PORT";
+  r->master_port = r->env->master_port;
+  if (r->cfg->store_port) {
+    r->master_port = r->cfg->store_port;
+    port_from = "COHORT_STORE_PORT";
+  } else if (r->env->agent_store && r->master_port > 0) {
+    if (r->master_port == 65535)
+      return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT=65535 is torchrun's agent store, and cohort's goes on "
+                                               "MASTER_PORT+1, which does not exist: set COHORT_STORE_PORT to a free "
+                                               "port, the same on every rank");
+    r->master_port++;
+    port_from = "MASTER_PORT+1, beside torchrun's agent store on MASTER_PORT";
+  }
   if (r->cfg->store_addr[0]) r->master_addr = r->cfg->store_addr;
   const char *kind = r->cfg->store;
   if (strncmp(kind, "file:", 5) == 0) {
@@ -86,9 +101,15 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
   if (r->master_port == 0)
     return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT is not set: run under cohortrun, or set MASTER_ADDR and "
                                              "MASTER_PORT to where rank 0 (or the launcher) serves the store");
-  snprintf(r->where, sizeof r->where, "the store at %s:%ld", r->master_addr, r->master_port);
+  snprintf(r->where, sizeof r->where, "the store at %s:%ld (%s)", r->master_addr, r->master_port, port_from);
   if (rank == 0 && !r->cfg->launcher_store) {
     cohort_status st = cohort__store_server_start(r->master_addr, (int)r->master_port, secret, server);
+    if (st != COHORT_OK && r->env->agent_store && !r->cfg->store_port)
+      return cohort__error_prefix(st,
+                                  "rank 0 cannot serve the rendezvous store on %s:%ld (MASTER_PORT+1, beside "
+                                  "torchrun's agent store on MASTER_PORT): set COHORT_STORE_PORT to a free port, "
+                                  "the same on every rank, or run torchrun with --standalone",
+                                  r->master_addr, r->master_port);
     if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
   }
   cohort_status st =

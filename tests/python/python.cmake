@@ -61,6 +61,16 @@ add_test(NAME python.plain_ddp.two_nodes COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/te
 set_tests_properties(python.plain_ddp.two_nodes PROPERTIES LABELS "python;mp" TIMEOUT 180 ENVIRONMENT "${COHORT_PY_ENV}"
                      PASS_REGULAR_EXPRESSION "PASS \\(plain ddp on 2 nodes\\)")
 
+# cohort programs (fmnist-train, and cohort.torch) under torch 1.13's own launcher, python3 -m torch.distributed.run:
+# its default static rendezvous, whose agent holds MASTER_PORT (cohort's rank 0 serves on MASTER_PORT+1), and
+# --standalone (test_torchrun.sh).
+foreach(mode static standalone)
+  add_test(NAME python.torchrun.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_torchrun.sh ${COHORT_PYTHON}
+           $<TARGET_FILE:fmnist-train> ${mode})
+  set_tests_properties(python.torchrun.${mode} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
+                       PASS_REGULAR_EXPRESSION "PASS \\(torchrun ${mode}\\)")
+endforeach()
+
 # Two processes started by hand with torchrun's variables (no cohortrun) find each other.
 add_test(NAME python.env_launch COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_env_launch.sh ${COHORT_PYTHON})
 set_tests_properties(python.env_launch PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}"

@@ -23,7 +23,8 @@ static const char *const all_vars[] = {"RANK",
                                        "SLURM_LOCALID",
                                        "SLURM_TASKS_PER_NODE",
                                        "SLURM_JOB_NODELIST",
-                                       "SLURM_JOB_ID"};
+                                       "SLURM_JOB_ID",
+                                       "TORCHELASTIC_USE_AGENT_STORE"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++)
@@ -58,6 +59,14 @@ TEST(torchrun_variables_win_over_mpi_ones) {
   ASSERT_EQ(e.local_size, 2);
   ASSERT_STREQ(e.master_addr, "10.1.2.3");
   ASSERT_EQ(e.master_port, 1234);
+  ASSERT_EQ(e.agent_store, 0);
+  /* torchrun's static rendezvous: its agent holds MASTER_PORT (torch writes str(True)). */
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_EQ(e.agent_store, 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_EQ(e.agent_store, 0);
 }
 
 TEST(open_mpi_layout_with_default_master) {
