@@ -45,7 +45,7 @@ typedef struct rdv {
   long timeout_s;
   long generation;
   char prefix[128];
-  char where[300]; /* "the store at host:port", for messages */
+  char where[600]; /* "the store at host:port (why that port)", for messages */
 } rdv;
 
 /* COHORT_SOCKET_IFNAME: the first IPv4 address (else IPv6) of that interface, for hosts where the route towards
@@ -77,7 +77,7 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
  * alike from the same variables. */
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
-  const char *port_from = "MASTER_PORT";
+  const char *port_from = r->env->port_why[0] ? r->env->port_why : "MASTER_PORT";
   r->master_port = r->env->master_port;
   if (r->cfg->store_port) {
     r->master_port = r->cfg->store_port;
@@ -110,7 +110,7 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
                                   "torchrun's agent store on MASTER_PORT): set COHORT_STORE_PORT to a free port, "
                                   "the same on every rank, or run torchrun with --standalone",
                                   r->master_addr, r->master_port);
-    if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
+    if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve %s", r->where);
   }
   cohort_status st =
       cohort__store_connect_tcp(r->master_addr, (int)r->master_port, secret, (double)r->timeout_s, store);
@@ -140,23 +140,77 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size, const 
 }
 
 /* The run id scoping every key: COHORT_RUN_ID, else a tag derived from the secret (an HMAC, so the store never
- * holds the secret itself), else "default". */
-static void run_id_of(const cohort__config *cfg, char *out, size_t len) {
+ * holds the secret itself) and one derived from the launcher's job identity (mpirun's, Slurm's: a hash, as it may be
+ * long), joined by '-', else "default". Jobs that share a secret (an exported one) but not a launch stay apart. */
+static void run_id_of(const cohort__config *cfg, const cohort__launch_env *env, char *out, size_t len) {
   const char *secret = cfg->secret, *forced = cfg->run_id;
   if (forced[0]) {
     snprintf(out, len, "%.*s", (int)len - 1, forced); /* truncated as before */
     return;
   }
-  if (!secret[0]) {
-    snprintf(out, len, "default");
-    return;
-  }
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
   size_t n = 0;
-  for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
-    n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  out[0] = '\0';
+  if (secret[0]) {
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
+    for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
+      n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  }
+  if (env->job_id[0] && EVP_Digest(env->job_id, strlen(env->job_id), mac, &mac_len, EVP_sha256(), NULL) == 1) {
+    n += (size_t)snprintf(out + n, len - n, "%sjob", n ? "-" : "");
+    for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
+      n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  }
+  if (n == 0) snprintf(out, len, "default");
+}
+
+/* What a message calls this job: the launcher's identity when there is one. */
+static void job_name(const cohort__config *cfg, const cohort__launch_env *env, const char *run_id, char *out,
+                     size_t len) {
+  if (env->job_var)
+    snprintf(out, len, "%s=%s", env->job_var, env->job_id);
+  else if (cfg->run_id[0])
+    snprintf(out, len, "COHORT_RUN_ID=%.200s", cfg->run_id);
+  else
+    snprintf(out, len, "run id %s", run_id);
+}
+
+/* Whose store is this? A store served by rank 0 (not the launcher's, not a file) says which job it belongs to
+ * ("cohort/job" = "<run id> <name>"), and every other rank checks it before it publishes anything: a rank of another
+ * job that reached it (two mpirun jobs on one port) is refused, naming both jobs, instead of joining this job's
+ * collectives with its data. */
+static cohort_status check_owner(rdv *r, cohort__store *store, int rank, const char *run_id, int64_t deadline) {
+  if (r->cfg->launcher_store || strncmp(r->cfg->store, "file:", 5) == 0) return COHORT_OK;
+  char mine[400];
+  job_name(r->cfg, r->env, run_id, mine, sizeof mine);
+  if (rank == 0) {
+    char value[500];
+    int n = snprintf(value, sizeof value, "%s %s", run_id, mine);
+    return cohort__store_set(store, "cohort/job", value, (size_t)n);
+  }
+  char *got = NULL;
+  size_t len = 0;
+  double wait_s = (double)(deadline - cohort__now_ns()) / 1e9;
+  cohort_status st = cohort__store_get(store, "cohort/job", wait_s > 0.001 ? wait_s : 0.001, (void **)&got, &len);
+  if (st == COHORT_ERR_TIMEOUT)
+    return cohort__error(st,
+                         "rendezvous timed out after %ld s: rank 0 never said which job %s belongs to (is it a "
+                         "cohort job?)",
+                         r->timeout_s, r->where);
+  if (st != COHORT_OK) return cohort__error_prefix(st, "rendezvous: reading the owner of %s", r->where);
+  size_t id_len = strlen(run_id);
+  int same = len > id_len && memcmp(got, run_id, id_len) == 0 && got[id_len] == ' ';
+  if (!same) {
+    const char *sp = memchr(got, ' ', len);
+    size_t off = sp ? (size_t)(sp - got) + 1 : 0;
+    st = cohort__error(COHORT_ERR_MISMATCH,
+                       "rank %d of the job with %s reached %s, which rank 0 of another job serves (%.*s): two jobs "
+                       "meet on one port; give each job its own MASTER_PORT (or COHORT_STORE_PORT)",
+                       rank, mine, r->where, (int)(len - off < 300 ? len - off : 300), got + off);
+  }
+  free(got);
+  return st;
 }
 
 /* The key each COHORT_TRANSPORT publishes first for rank p: auto its host identity, tcp its address, shm its
@@ -430,12 +484,13 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   r.timeout_s = cfg->timeout_s;
   r.generation = cfg->restart_count;
   char run_id[64];
-  run_id_of(cfg, run_id, sizeof run_id);
+  run_id_of(cfg, env, run_id, sizeof run_id);
   snprintf(r.prefix, sizeof r.prefix, "cohort/%s/%ld/", run_id, r.generation);
   snprintf(prefix_out, prefix_len, "%s", r.prefix);
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
 
   if ((st = open_store(&r, rank, secret, &store, &server)) != COHORT_OK) goto fail;
+  if ((st = check_owner(&r, store, rank, run_id, deadline)) != COHORT_OK) goto fail;
 
   const char *transport = cfg->transport;
   int use_shm = strcmp(transport, "shm") == 0, per_node = 0;

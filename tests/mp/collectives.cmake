@@ -20,6 +20,15 @@ set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" 
 # Under Open MPI's mpirun, no cohortrun: the layout comes from OMPI_COMM_WORLD_*.
 add_test(NAME mp.collectives.mpirun COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun.sh $<TARGET_FILE:test_collectives> 3)
 set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=tcp")
+# Two mpirun jobs on one host, with no MASTER_PORT and no COHORT_SECRET, each keep to their own ranks (the rendezvous
+# id and port come from the MPI job's identity), and a rank of another job that reaches a job's store is refused.
+cohort_add_test_binary(job_value SOURCES ${CMAKE_CURRENT_LIST_DIR}/job_value.c)
+foreach(mode two_jobs stranger)
+  add_test(NAME mp.mpirun.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_mpirun_jobs.sh $<TARGET_FILE:job_value>
+                                          ${mode})
+  set_tests_properties(mp.mpirun.${mode} PROPERTIES LABELS "mp" TIMEOUT 180 PASS_REGULAR_EXPRESSION
+                                                    "PASS \\(mpirun ${mode}\\)")
+endforeach()
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)
