@@ -80,6 +80,35 @@ static cohort_status read_scheme(const scheme *s, cohort__launch_env *e, int *fo
   return COHORT_OK;
 }
 
+/* The job's identity as its launcher gives it, the same on every rank of the job and different between two jobs that
+ * run at once: Open MPI's PMIx namespace (4.x: the job id as a number; 5.x: "prterun-HOST-PID@1"), else its job id;
+ * Slurm's job and step (two sruns in one allocation are two steps of one job). */
+static void read_job_id(cohort__launch_env *e) {
+  e->job_id[0] = '\0';
+  e->job_var = NULL;
+  const char *v;
+  if (strcmp(e->source, "openmpi") == 0) {
+    static const char *const vars[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0] && !e->job_var; i++)
+      if ((v = getenv(vars[i])) && v[0]) {
+        snprintf(e->job_id, sizeof e->job_id, "%s", v);
+        e->job_var = vars[i];
+      }
+  } else if (strcmp(e->source, "slurm") == 0 && (v = getenv("SLURM_JOB_ID")) && v[0]) {
+    const char *step = getenv("SLURM_STEP_ID");
+    snprintf(e->job_id, sizeof e->job_id, "%s.%s", v, step && step[0] ? step : "0");
+    e->job_var = "SLURM_JOB_ID.SLURM_STEP_ID";
+  }
+}
+
+/* FNV-1a: a port spread over the job identities, the same on every rank. */
+static unsigned long hash_text(const char *s) {
+  unsigned long h = 2166136261u;
+  for (; *s; s++)
+    h = ((h ^ (unsigned char)*s) * 16777619u) & 0xffffffffu;
+  return h;
+}
+
 cohort_status cohort__launch_env_read(cohort__launch_env *e) {
   *e = (cohort__launch_env){.source = "none", .rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
   for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
@@ -88,6 +117,7 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
     if (found) break;
   }
   int slurm = strcmp(e->source, "slurm") == 0;
+  read_job_id(e);
   const char *addr = getenv("MASTER_ADDR");
   if (addr && addr[0]) {
     snprintf(e->master_addr, sizeof e->master_addr, "%s", addr);
@@ -100,11 +130,26 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
   int has_port = 0, has_job = 0;
   COHORT_CHECK(cohort__env_long_var("MASTER_PORT", 1, 65535, &port, &has_port));
   if (!has_port && strcmp(e->source, "torchrun") != 0 && e->size > 1) {
-    /* Under mpirun and srun nobody hands out a port: take torchrun's default, spread by the Slurm job id. */
+    /* Under mpirun and srun nobody hands out a port: take torchrun's default, spread by the job's identity so that
+     * two jobs on one host do not meet (Slurm: by the job id, as documented before Open MPI's was used). */
     if (slurm) COHORT_CHECK(cohort__env_long_var("SLURM_JOB_ID", 0, 1L << 40, &job, &has_job));
+    if (!slurm && e->job_var) {
+      job = (long)(hash_text(e->job_id) % 10000);
+      has_job = 1;
+    }
     port = DEFAULT_MASTER_PORT + (has_job ? job % 10000 : 0);
     has_port = 1;
+    if (has_job && slurm)
+      snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 29500 + SLURM_JOB_ID %% 10000");
+    else if (has_job)
+      snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 29500 + a hash of %s=%.120s %% 10000", e->job_var,
+               e->job_id);
+    else
+      snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 29500");
   }
   e->master_port = has_port ? (int)port : 0;
+  /* torch writes str(True) or str(False). */
+  const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  e->agent_store = agent && strcmp(agent, "True") == 0;
   return COHORT_OK;
 }

@@ -7,7 +7,12 @@
  * SLURM_TASKS_PER_NODE, SLURM_JOB_NODELIST) set are used, so a worker needs no cohortrun under those launchers.
  * MASTER_ADDR defaults to the first host of SLURM_JOB_NODELIST under Slurm and to 127.0.0.1 otherwise; MASTER_PORT
  * defaults to 29500 + SLURM_JOB_ID % 10000 under Slurm (jobs sharing a node get different ports) and to 29500
- * otherwise (torchrun's default). Pure: reads the environment, changes nothing.
+ * otherwise (torchrun's default), except under Open MPI: 29500 + a hash of the job's identity % 10000. That identity
+ * (job_id: PMIX_NAMESPACE, else OMPI_MCA_ess_base_jobid; under Slurm SLURM_JOB_ID.SLURM_STEP_ID) also scopes the
+ * rendezvous keys and is checked against the store's owner (rendezvous.c), so that two jobs on one host never mix.
+ * Under torchrun's default (static) rendezvous, torchrun's agent serves its own store
+ * on MASTER_PORT and says so with TORCHELASTIC_USE_AGENT_STORE=True (agent_store): cohort's store then goes beside it
+ * (rendezvous.c). Pure: reads the environment, changes nothing.
  */
 #ifndef COHORT_COMM_LAUNCH_ENV_H
 #define COHORT_COMM_LAUNCH_ENV_H
@@ -18,7 +23,11 @@ typedef struct cohort__launch_env {
   const char *source; /* "torchrun", "openmpi", "pmi", "slurm" or "none" (a 1-rank job) */
   int rank, size, local_rank, local_size;
   char master_addr[256];
-  int master_port; /* 0: none given and none needed (1 rank) */
+  int master_port;     /* 0: none given and none needed (1 rank) */
+  int agent_store;     /* torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True) */
+  char port_why[240];  /* how master_port was chosen when MASTER_PORT is unset ("" when it is set), for messages */
+  char job_id[160];    /* the launcher's identity of this job, "" when it gives none (torchrun, MPICH) */
+  const char *job_var; /* where job_id came from, e.g. "PMIX_NAMESPACE"; NULL when job_id is "" */
 } cohort__launch_env;
 
 cohort_status cohort__launch_env_read(cohort__launch_env *out);

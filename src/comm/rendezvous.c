@@ -44,7 +44,7 @@ typedef struct rdv {
   const char *master_addr;
   long master_port;
   long timeout_s;
-  char where[300]; /* "the store at host:port", for messages */
+  char where[600]; /* "the store at host:port (why that port)", for messages */
 } rdv;
 
 /* COHORT_SOCKET_IFNAME: the first IPv4 address (else IPv6) of that interface, for hosts where the route towards
@@ -68,9 +68,28 @@ static cohort_status ifname_addr(const char *ifname, char *addr, size_t len) {
   return cohort__error(COHORT_ERR_INVALID, "COHORT_SOCKET_IFNAME=%s: no such network interface (see ip addr)", ifname);
 }
 
+/* The TCP store is at COHORT_STORE_ADDR:COHORT_STORE_PORT, each defaulting to MASTER_ADDR and MASTER_PORT. A
+ * launcher that serves the store itself (cohortrun) sets both, and leaves MASTER_ADDR:MASTER_PORT to the program, as
+ * torchrun does: that is where a torch program's rank 0 serves its own (c10d) store. Under torchrun's static
+ * rendezvous its agent already serves a store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), which speaks
+ * torch's protocol, not ours; rank 0 then serves cohort's on the next port, MASTER_PORT+1, which every rank derives
+ * alike from the same variables. */
 static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
+  const char *port_from = r->env->port_why[0] ? r->env->port_why : "MASTER_PORT";
   r->master_port = r->env->master_port;
+  if (r->cfg->store_port) {
+    r->master_port = r->cfg->store_port;
+    port_from = "COHORT_STORE_PORT";
+  } else if (r->env->agent_store && r->master_port > 0) {
+    if (r->master_port == 65535)
+      return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT=65535 is torchrun's agent store, and cohort's goes on "
+                                               "MASTER_PORT+1, which does not exist: set COHORT_STORE_PORT to a free "
+                                               "port, the same on every rank");
+    r->master_port++;
+    port_from = "MASTER_PORT+1, beside torchrun's agent store on MASTER_PORT";
+  }
+  if (r->cfg->store_addr[0]) r->master_addr = r->cfg->store_addr;
   const char *kind = r->cfg->store;
   if (strncmp(kind, "file:", 5) == 0) {
     snprintf(r->where, sizeof r->where, "the file store in %s", kind + 5);
@@ -81,10 +100,16 @@ static cohort_status open_store(rdv *r, int rank, const char *secret, cohort__st
   if (r->master_port == 0)
     return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT is not set: run under cohortrun, or set MASTER_ADDR and "
                                              "MASTER_PORT to where rank 0 (or the launcher) serves the store");
-  snprintf(r->where, sizeof r->where, "the store at %s:%ld", r->master_addr, r->master_port);
+  snprintf(r->where, sizeof r->where, "the store at %s:%ld (%s)", r->master_addr, r->master_port, port_from);
   if (rank == 0 && !r->cfg->launcher_store) {
     cohort_status st = cohort__store_server_start(r->master_addr, (int)r->master_port, secret, server);
-    if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve the rendezvous store");
+    if (st != COHORT_OK && r->env->agent_store && !r->cfg->store_port)
+      return cohort__error_prefix(st,
+                                  "rank 0 cannot serve the rendezvous store on %s:%ld (MASTER_PORT+1, beside "
+                                  "torchrun's agent store on MASTER_PORT): set COHORT_STORE_PORT to a free port, "
+                                  "the same on every rank, or run torchrun with --standalone",
+                                  r->master_addr, r->master_port);
+    if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve %s", r->where);
   }
   cohort_status st =
       cohort__store_connect_tcp(r->master_addr, (int)r->master_port, secret, (double)r->timeout_s, store);
@@ -114,30 +139,84 @@ static cohort_status name_missing(rdv *r, cohort__store *store, int size, const 
 }
 
 /* The run id scoping every key: COHORT_RUN_ID, else a tag derived from the secret (an HMAC, so the store never
- * holds the secret itself), else "default". */
-static void run_id_of(const cohort__config *cfg, char *out, size_t len) {
+ * holds the secret itself) and one derived from the launcher's job identity (mpirun's, Slurm's: a hash, as it may be
+ * long), joined by '-', else "default". Jobs that share a secret (an exported one) but not a launch stay apart. */
+static void run_id_of(const cohort__config *cfg, const cohort__launch_env *env, char *out, size_t len) {
   const char *secret = cfg->secret, *forced = cfg->run_id;
   if (forced[0]) {
     snprintf(out, len, "%.*s", (int)len - 1, forced); /* truncated as before */
     return;
   }
-  if (!secret[0]) {
-    snprintf(out, len, "default");
-    return;
-  }
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
   size_t n = 0;
-  for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
-    n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  out[0] = '\0';
+  if (secret[0]) {
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)"cohort-run-id", 13, mac, &mac_len);
+    for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
+      n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  }
+  if (env->job_id[0] && EVP_Digest(env->job_id, strlen(env->job_id), mac, &mac_len, EVP_sha256(), NULL) == 1) {
+    n += (size_t)snprintf(out + n, len - n, "%sjob", n ? "-" : "");
+    for (unsigned i = 0; i < 8 && n + 3 <= len; i++)
+      n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+  }
+  if (n == 0) snprintf(out, len, "default");
+}
+
+/* What a message calls this job: the launcher's identity when there is one. */
+static void job_name(const cohort__config *cfg, const cohort__launch_env *env, const char *run_id, char *out,
+                     size_t len) {
+  if (env->job_var)
+    snprintf(out, len, "%s=%s", env->job_var, env->job_id);
+  else if (cfg->run_id[0])
+    snprintf(out, len, "COHORT_RUN_ID=%.200s", cfg->run_id);
+  else
+    snprintf(out, len, "run id %s", run_id);
+}
+
+/* Whose store is this? A store served by rank 0 (not the launcher's, not a file) says which job it belongs to
+ * ("cohort/job" = "<run id> <name>"), and every other rank checks it before it publishes anything: a rank of another
+ * job that reached it (two mpirun jobs on one port) is refused, naming both jobs, instead of joining this job's
+ * collectives with its data. */
+static cohort_status check_owner(rdv *r, cohort__store *store, int rank, const char *run_id, int64_t deadline) {
+  if (r->cfg->launcher_store || strncmp(r->cfg->store, "file:", 5) == 0) return COHORT_OK;
+  char mine[400];
+  job_name(r->cfg, r->env, run_id, mine, sizeof mine);
+  if (rank == 0) {
+    char value[500];
+    int n = snprintf(value, sizeof value, "%s %s", run_id, mine);
+    return cohort__store_set(store, "cohort/job", value, (size_t)n);
+  }
+  char *got = NULL;
+  size_t len = 0;
+  double wait_s = (double)(deadline - cohort__now_ns()) / 1e9;
+  cohort_status st = cohort__store_get(store, "cohort/job", wait_s > 0.001 ? wait_s : 0.001, (void **)&got, &len);
+  if (st == COHORT_ERR_TIMEOUT)
+    return cohort__error(st,
+                         "rendezvous timed out after %ld s: rank 0 never said which job %s belongs to (is it a "
+                         "cohort job?)",
+                         r->timeout_s, r->where);
+  if (st != COHORT_OK) return cohort__error_prefix(st, "rendezvous: reading the owner of %s", r->where);
+  size_t id_len = strlen(run_id);
+  int same = len > id_len && memcmp(got, run_id, id_len) == 0 && got[id_len] == ' ';
+  if (!same) {
+    const char *sp = memchr(got, ' ', len);
+    size_t off = sp ? (size_t)(sp - got) + 1 : 0;
+    st = cohort__error(COHORT_ERR_MISMATCH,
+                       "rank %d of the job with %s reached %s, which rank 0 of another job serves (%.*s): two jobs "
+                       "meet on one port; give each job its own MASTER_PORT (or COHORT_STORE_PORT)",
+                       rank, mine, r->where, (int)(len - off < 300 ? len - off : 300), got + off);
+  }
+  free(got);
+  return st;
 }
 
 /* The job's key space: a view of the store under "cohort/<run id>/<generation>/" that owns it. The one place that
  * names the prefix: the rendezvous, the transports' setup and the DDP engine's stall inspector see only this view. */
-static cohort_status job_store(const cohort__config *cfg, cohort__store *store, cohort__store **out) {
-  char run_id[64], prefix[128];
-  run_id_of(cfg, run_id, sizeof run_id);
+static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store,
+                               cohort__store **out) {
+  char prefix[128];
   snprintf(prefix, sizeof prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
   return cohort__store_prefixed_owner(store, prefix, out);
 }
@@ -413,13 +492,16 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   r.master_addr = env->master_addr;
   r.timeout_s = cfg->timeout_s;
   int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
+  char run_id[64];
+  run_id_of(cfg, env, run_id, sizeof run_id);
 
   cohort__store *whole = NULL;
-  if ((st = open_store(&r, rank, secret, &whole, &server)) != COHORT_OK) {
+  if ((st = open_store(&r, rank, secret, &whole, &server)) != COHORT_OK ||
+      (st = check_owner(&r, whole, rank, run_id, deadline)) != COHORT_OK) {
     if (whole) cohort__store_close(whole);
     goto fail;
   }
-  if ((st = job_store(cfg, whole, &store)) != COHORT_OK) goto fail; /* from here on, every key is the job's */
+  if ((st = job_store(run_id, cfg, whole, &store)) != COHORT_OK) goto fail; /* from here on, every key is the job's */
 
   const char *transport = cfg->transport;
   int use_shm = strcmp(transport, "shm") == 0, per_node = 0;

@@ -32,7 +32,9 @@
   X(COHORT_SOCKETS_PER_PEER, sockets_per_peer, INT, RANGE(1, 64), "1", "TCP connections per peer; large messages are striped over them") \
   X(COHORT_SOCKET_BUFFER, socket_buffer, INT, RANGE(0, 1L << 30), "0", "SO_SNDBUF and SO_RCVBUF of peer sockets, in bytes; 0 lets the kernel autotune") \
   X(COHORT_SPIN_US, spin_us, INT_AUTO, RANGE(0, 10000000), "auto", "microseconds a waiting rank polls before sleeping in epoll; auto: 1000, 0 if oversubscribed") \
-  X(COHORT_STORE, store, STR, ANY, "tcp", "rendezvous store: tcp (MASTER_ADDR:MASTER_PORT) or file:DIR on a shared filesystem") \
+  X(COHORT_STORE, store, STR, ANY, "tcp", "rendezvous store: tcp (COHORT_STORE_ADDR:COHORT_STORE_PORT) or file:DIR on a shared filesystem") \
+  X(COHORT_STORE_ADDR, store_addr, STR, ANY, "", "host of the tcp rendezvous store; default: MASTER_ADDR") \
+  X(COHORT_STORE_PORT, store_port, INT, RANGE(0, 65535), "0", "port of the tcp rendezvous store; 0: MASTER_PORT (MASTER_PORT+1 beside torchrun's agent store)") \
   X(COHORT_LAUNCHER_STORE, launcher_store, INT, RANGE(0, 1), "0", "1 when the launcher (cohortrun) serves the store; else rank 0 serves it") \
   X(COHORT_RUN_ID, run_id, STR, ANY, "", "job id scoping the rendezvous keys; default: derived from COHORT_SECRET, else 'default'") \
   X(COHORT_RESTART_COUNT, restart_count, INT, RANGE(0, 1000000000), "0", "generation of the job; rendezvous keys are scoped by it so restarts never mix") \

@@ -81,8 +81,18 @@ static int mode_env(const char *dir, int rank) {
                                       "WORLD_SIZE",
                                       "LOCAL_RANK",
                                       "LOCAL_WORLD_SIZE",
+                                      "GROUP_RANK",
+                                      "GROUP_WORLD_SIZE",
+                                      "ROLE_RANK",
+                                      "ROLE_WORLD_SIZE",
+                                      "ROLE_NAME",
                                       "MASTER_ADDR",
                                       "MASTER_PORT",
+                                      "TORCHELASTIC_RESTART_COUNT",
+                                      "TORCHELASTIC_MAX_RESTARTS",
+                                      "TORCHELASTIC_USE_AGENT_STORE",
+                                      "COHORT_STORE_ADDR",
+                                      "COHORT_STORE_PORT",
                                       "COHORT_SECRET",
                                       "COHORT_LAUNCHER_STORE",
                                       "COHORT_RESTART_COUNT",
@@ -104,8 +114,8 @@ static int mode_env(const char *dir, int rank) {
 
 static int mode_store(int rank, int world) {
   cohort__store *store = NULL;
-  const char *addr = getenv("MASTER_ADDR");
-  int port = env_int("MASTER_PORT");
+  const char *addr = getenv("COHORT_STORE_ADDR");
+  int port = env_int("COHORT_STORE_PORT");
   if (cohort__store_connect_tcp(addr, port, getenv("COHORT_SECRET"), 10.0, &store) != COHORT_OK) {
     fprintf(stderr, "connect to %s:%d failed: %s\n", addr, port, cohort_last_error());
     return 10;

@@ -344,6 +344,18 @@ TEST(workers_get_the_job_environment) {
       ASSERT_TRUE(atoi(env_value(text, "MASTER_PORT")) > 0);
       if (k == 0) snprintf(port0, sizeof port0, "%s", env_value(text, "MASTER_PORT"));
       ASSERT_STREQ(env_value(text, "MASTER_PORT"), port0);
+      /* torchrun's meanings: MASTER_PORT is the program's (kept free), cohortrun's store is elsewhere. */
+      ASSERT_STREQ(env_value(text, "COHORT_STORE_ADDR"), "127.0.0.1");
+      ASSERT_TRUE(atoi(env_value(text, "COHORT_STORE_PORT")) > 0);
+      ASSERT_TRUE(strcmp(env_value(text, "COHORT_STORE_PORT"), port0) != 0);
+      ASSERT_STREQ(env_value(text, "TORCHELASTIC_USE_AGENT_STORE"), "False");
+      ASSERT_STREQ(env_value(text, "GROUP_RANK"), "0");
+      ASSERT_STREQ(env_value(text, "GROUP_WORLD_SIZE"), "1");
+      ASSERT_EQ(atoi(env_value(text, "ROLE_RANK")), rank);
+      ASSERT_STREQ(env_value(text, "ROLE_WORLD_SIZE"), "3");
+      ASSERT_STREQ(env_value(text, "ROLE_NAME"), "default");
+      ASSERT_STREQ(env_value(text, "TORCHELASTIC_RESTART_COUNT"), "0");
+      ASSERT_STREQ(env_value(text, "TORCHELASTIC_MAX_RESTARTS"), "0");
       ASSERT_STREQ(env_value(text, "COHORT_LAUNCHER_STORE"), "1");
       ASSERT_STREQ(env_value(text, "COHORT_RESTART_COUNT"), "0");
       ASSERT_STREQ(env_value(text, "LAUNCHER_TEST_PASSTHROUGH"), "kept");
@@ -619,6 +631,40 @@ TEST(bad_command_lines_are_refused_with_one_line) {
   expect_refused((const char *[]){"-np", "2", "no-such-program-cohortrun-test", NULL},
                  "cohortrun: program 'no-such-program-cohortrun-test' not found in PATH");
   expect_refused((const char *[]){"-np", "2", "/tmp", NULL}, "program '/tmp' is a directory");
+  /* torchrun's --standalone is one node on a free port: anything that says otherwise is a contradiction. */
+  static const char *const standalone_conflicts[][4] = {
+      {"--nnodes", "2", "--node-rank", "0"}, {"--node-rank", "0", NULL, NULL}, {"--master-port", "29511", NULL, NULL}};
+  for (size_t k = 0; k < sizeof standalone_conflicts / sizeof standalone_conflicts[0]; k++) {
+    const char *argv[10] = {"--standalone", "-np", "2"};
+    int n = 3;
+    for (int a = 0; a < 4 && standalone_conflicts[k][a]; a++)
+      argv[n++] = standalone_conflicts[k][a];
+    argv[n++] = w;
+    argv[n] = NULL;
+    expect_refused(argv, "--standalone is one node with its store on a free port: leave out --nnodes, --node-rank, "
+                         "--master-port and -H/--hostfile");
+  }
+}
+
+/* torchrun's spellings: `torchrun --standalone --nproc_per_node 2 --max_restarts 0 PROG` is a cohortrun command line
+ * too. */
+TEST(torchrun_flags_are_accepted) {
+  const char *argv[] = {launcher(),
+                        "--standalone",
+                        "--nproc_per_node",
+                        "2",
+                        "--max_restarts=0",
+                        "/bin/sh",
+                        "-c",
+                        "echo \"rank $RANK of $WORLD_SIZE group $GROUP_RANK\"",
+                        NULL};
+  result r;
+  run(argv, &r);
+  ASSERT_EQ(r.code, 0);
+  ASSERT_CONTAINS(r.out, "[0] rank 0 of 2 group 0\n");
+  ASSERT_CONTAINS(r.out, "[1] rank 1 of 2 group 0\n");
+  ASSERT_EQ(r.err_len, 0);
+  result_free(&r);
 }
 
 TEST(programs_that_cannot_run_are_named) {
@@ -650,8 +696,13 @@ TEST(help_lists_usage_and_the_worker_environment) {
                         "WORLD_SIZE",
                         "LOCAL_RANK",
                         "LOCAL_WORLD_SIZE",
+                        "GROUP_RANK",
+                        "GROUP_WORLD_SIZE",
                         "MASTER_ADDR",
                         "MASTER_PORT",
+                        "TORCHELASTIC_USE_AGENT_STORE",
+                        "COHORT_STORE_ADDR",
+                        "COHORT_STORE_PORT",
                         "COHORT_SECRET",
                         "COHORT_LAUNCHER_STORE",
                         "COHORT_RESTART_COUNT"};
@@ -689,7 +740,8 @@ TEST(master_port_in_use_is_reported_and_a_free_one_is_used) {
   result_free(&r);
   close(fd);
 
-  /* Once the port is free, the store takes it and the workers are told so. */
+  /* Once the port is free, the store takes it and the workers are told so; their MASTER_PORT is another, free one
+   * (the program's own, as under torchrun). */
   char dir[64];
   make_dir(dir, sizeof dir);
   const char *argv2[] = {launcher(), "-np", "1", "--master-port", port_text, worker(), "env", dir, NULL};
@@ -697,7 +749,9 @@ TEST(master_port_in_use_is_reported_and_a_free_one_is_used) {
   ASSERT_EQ(r.code, 0);
   char *text = read_file(dir, "env", 0);
   ASSERT_TRUE(text != NULL);
-  ASSERT_STREQ(env_value(text, "MASTER_PORT"), port_text);
+  ASSERT_STREQ(env_value(text, "COHORT_STORE_PORT"), port_text);
+  ASSERT_TRUE(atoi(env_value(text, "MASTER_PORT")) > 0);
+  ASSERT_TRUE(strcmp(env_value(text, "MASTER_PORT"), port_text) != 0);
   free(text);
   result_free(&r);
   remove_dir(dir);
@@ -883,7 +937,8 @@ TEST(nodes_meet_and_number_their_ranks) {
   char port[16];
   snprintf(port, sizeof port, "%d", free_port());
   static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
-  const char *script = "echo \"rank $RANK of $WORLD_SIZE local $LOCAL_RANK of $LOCAL_WORLD_SIZE\"";
+  const char *script = "echo \"rank $RANK of $WORLD_SIZE local $LOCAL_RANK of $LOCAL_WORLD_SIZE\"; "
+                       "echo \"group $GROUP_RANK of $GROUP_WORLD_SIZE store $COHORT_STORE_PORT master $MASTER_PORT\"";
   proc n0, n1;
   result r0, r1;
   double t0 = cohort__now_s();
@@ -903,6 +958,17 @@ TEST(nodes_meet_and_number_their_ranks) {
   ASSERT_CONTAINS(r0.out, "[1] rank 1 of 4 local 1 of 2\n");
   ASSERT_CONTAINS(r1.out, "[2] rank 2 of 4 local 0 of 2\n");
   ASSERT_CONTAINS(r1.out, "[3] rank 3 of 4 local 1 of 2\n");
+  /* Every worker of both nodes is told the same MASTER_PORT (node 0's choice, for the program's own store), which is
+   * not the port of cohortrun's store. */
+  char expect[128];
+  const char *master = strstr(r0.out, " master ");
+  ASSERT_TRUE(master != NULL);
+  int master_port = atoi(master + 8);
+  ASSERT_TRUE(master_port > 0 && master_port != atoi(port));
+  for (int rank = 0; rank < 4; rank++) {
+    snprintf(expect, sizeof expect, "[%d] group %d of 2 store %s master %d\n", rank, rank / 2, port, master_port);
+    ASSERT_CONTAINS(rank < 2 ? r0.out : r1.out, expect);
+  }
   ASSERT_EQ(r0.err_len, 0);
   ASSERT_EQ(r1.err_len, 0);
   result_free(&r0);
@@ -1480,8 +1546,8 @@ COHORT_TEST_MAIN(
     TEST_CASE(workers_ignoring_sigterm_get_sigkill_after_the_grace), TEST_CASE(what_the_workers_started_is_stopped_too),
     TEST_CASE(sigterm_to_the_launcher_stops_the_workers), TEST_CASE(sigint_to_the_launcher_stops_the_workers),
     TEST_CASE(second_sigint_kills_at_once_and_says_so), TEST_CASE(workers_die_with_a_killed_launcher),
-    TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(programs_that_cannot_run_are_named),
-    TEST_CASE(help_lists_usage_and_the_worker_environment),
+    TEST_CASE(bad_command_lines_are_refused_with_one_line), TEST_CASE(torchrun_flags_are_accepted),
+    TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
     TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),

@@ -23,6 +23,15 @@ set_tests_properties(mp.collectives.mpirun PROPERTIES LABELS "mp" TIMEOUT 300 EN
 # fmnist-train under mpirun, output to a file: whole progress lines, no \r redraws through mpirun's terminal.
 add_test(NAME mp.train.mpirun_log COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun_log.sh $<TARGET_FILE:fmnist-train>)
 set_tests_properties(mp.train.mpirun_log PROPERTIES LABELS "mp" TIMEOUT 120)
+# Two mpirun jobs on one host, with no MASTER_PORT and no COHORT_SECRET, each keep to their own ranks (the rendezvous
+# id and port come from the MPI job's identity), and a rank of another job that reaches a job's store is refused.
+cohort_add_test_binary(job_value SOURCES ${CMAKE_CURRENT_LIST_DIR}/job_value.c)
+foreach(mode two_jobs stranger)
+  add_test(NAME mp.mpirun.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_mpirun_jobs.sh $<TARGET_FILE:job_value>
+                                          ${mode})
+  set_tests_properties(mp.mpirun.${mode} PROPERTIES LABELS "mp" TIMEOUT 180 PASS_REGULAR_EXPRESSION
+                                                    "PASS \\(mpirun ${mode}\\)")
+endforeach()
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)

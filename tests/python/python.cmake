@@ -49,6 +49,28 @@ PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
 assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
 set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
 
+# A plain torch DDP program (plain_ddp.py: init_process_group('gloo', init_method='env://'), nothing of cohort in it)
+# runs under cohortrun as under torchrun: rank 0 serves torch's store on MASTER_PORT, which cohortrun keeps free. On
+# one node (torchrun's spelling, --standalone) and on two cohortruns as two nodes of 2 workers each. cohortrun exits 0
+# only if every rank passed its checks (equal parameters everywhere after training on different shards).
+add_test(NAME python.plain_ddp.one_node COMMAND $<TARGET_FILE:cohortrun> --standalone --nproc_per_node 2
+         ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/plain_ddp.py)
+set_tests_properties(python.plain_ddp.one_node PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}")
+add_test(NAME python.plain_ddp.two_nodes COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_plain_ddp_nodes.sh
+         $<TARGET_FILE:cohortrun> ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/plain_ddp.py)
+set_tests_properties(python.plain_ddp.two_nodes PROPERTIES LABELS "python;mp" TIMEOUT 180 ENVIRONMENT "${COHORT_PY_ENV}"
+                     PASS_REGULAR_EXPRESSION "PASS \\(plain ddp on 2 nodes\\)")
+
+# cohort programs (fmnist-train, and cohort.torch) under torch 1.13's own launcher, python3 -m torch.distributed.run:
+# its default static rendezvous, whose agent holds MASTER_PORT (cohort's rank 0 serves on MASTER_PORT+1), and
+# --standalone (test_torchrun.sh).
+foreach(mode static standalone)
+  add_test(NAME python.torchrun.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_torchrun.sh ${COHORT_PYTHON}
+           $<TARGET_FILE:fmnist-train> ${mode})
+  set_tests_properties(python.torchrun.${mode} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
+                       PASS_REGULAR_EXPRESSION "PASS \\(torchrun ${mode}\\)")
+endforeach()
+
 # Two processes started by hand with torchrun's variables (no cohortrun) find each other.
 add_test(NAME python.env_launch COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_env_launch.sh ${COHORT_PYTHON})
 set_tests_properties(python.env_launch PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}"

@@ -23,7 +23,11 @@ static const char *const all_vars[] = {"RANK",
                                        "SLURM_LOCALID",
                                        "SLURM_TASKS_PER_NODE",
                                        "SLURM_JOB_NODELIST",
-                                       "SLURM_JOB_ID"};
+                                       "SLURM_JOB_ID",
+                                       "TORCHELASTIC_USE_AGENT_STORE",
+                                       "PMIX_NAMESPACE",
+                                       "OMPI_MCA_ess_base_jobid",
+                                       "SLURM_STEP_ID"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++)
@@ -58,6 +62,14 @@ TEST(torchrun_variables_win_over_mpi_ones) {
   ASSERT_EQ(e.local_size, 2);
   ASSERT_STREQ(e.master_addr, "10.1.2.3");
   ASSERT_EQ(e.master_port, 1234);
+  ASSERT_EQ(e.agent_store, 0);
+  /* torchrun's static rendezvous: its agent holds MASTER_PORT (torch writes str(True)). */
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_EQ(e.agent_store, 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_EQ(e.agent_store, 0);
 }
 
 TEST(open_mpi_layout_with_default_master) {
@@ -75,6 +87,31 @@ TEST(open_mpi_layout_with_default_master) {
   ASSERT_EQ(e.local_size, 3);
   ASSERT_STREQ(e.master_addr, "127.0.0.1");
   ASSERT_EQ(e.master_port, 29500);
+}
+
+/* Two mpirun jobs on one host get different default ports (and run ids: rendezvous.c) from their identities. */
+TEST(open_mpi_job_identity_spreads_the_port) {
+  clear_env();
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("OMPI_MCA_ess_base_jobid", "1573126145", 1);
+  cohort__launch_env e, f;
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_STREQ(e.job_var, "OMPI_MCA_ess_base_jobid");
+  ASSERT_STREQ(e.job_id, "1573126145");
+  ASSERT_TRUE(e.master_port >= 29500 && e.master_port < 39500);
+  setenv("PMIX_NAMESPACE", "1573191681", 1); /* PMIx's name wins */
+  ASSERT_OK(cohort__launch_env_read(&f));
+  ASSERT_STREQ(f.job_var, "PMIX_NAMESPACE");
+  ASSERT_STREQ(f.job_id, "1573191681");
+  ASSERT_TRUE(f.master_port >= 29500 && f.master_port < 39500);
+  ASSERT_TRUE(f.master_port != e.master_port);
+  ASSERT_CONTAINS(f.port_why, "PMIX_NAMESPACE=1573191681");
+  setenv("MASTER_PORT", "4000", 1); /* a port given is a port taken */
+  ASSERT_OK(cohort__launch_env_read(&f));
+  ASSERT_EQ(f.master_port, 4000);
+  ASSERT_STREQ(f.port_why, "");
+  ASSERT_STREQ(f.job_id, "1573191681");
 }
 
 TEST(mpich_pmi_layout) {
@@ -109,6 +146,11 @@ TEST(slurm_layout_master_from_nodelist_and_port_from_job_id) {
   ASSERT_EQ(e.local_size, 4);
   ASSERT_STREQ(e.master_addr, "gpu07");
   ASSERT_EQ(e.master_port, 29500 + 123456 % 10000);
+  ASSERT_STREQ(e.job_id, "123456.0");
+  setenv("SLURM_STEP_ID", "3", 1); /* another srun of the same allocation is another job to the rendezvous */
+  ASSERT_OK(cohort__launch_env_read(&e));
+  ASSERT_STREQ(e.job_id, "123456.3");
+  ASSERT_EQ(e.master_port, 29500 + 123456 % 10000);
 }
 
 TEST(slurm_hostlists) {
@@ -137,6 +179,6 @@ TEST(half_a_layout_is_an_error_that_names_the_variables) {
 }
 
 COHORT_TEST_MAIN(TEST_CASE(no_launcher_means_one_rank), TEST_CASE(torchrun_variables_win_over_mpi_ones),
-                 TEST_CASE(open_mpi_layout_with_default_master), TEST_CASE(mpich_pmi_layout),
-                 TEST_CASE(slurm_layout_master_from_nodelist_and_port_from_job_id), TEST_CASE(slurm_hostlists),
-                 TEST_CASE(half_a_layout_is_an_error_that_names_the_variables))
+                 TEST_CASE(open_mpi_layout_with_default_master), TEST_CASE(open_mpi_job_identity_spreads_the_port),
+                 TEST_CASE(mpich_pmi_layout), TEST_CASE(slurm_layout_master_from_nodelist_and_port_from_job_id),
+                 TEST_CASE(slurm_hostlists), TEST_CASE(half_a_layout_is_an_error_that_names_the_variables))

@@ -6,8 +6,9 @@
  * times a second, also while it stops and restarts), gG/failed (a counter: the node that takes it to 1 owns generation
  * G's root cause), gG/failure ("CODE\nREPORT", that root cause), gG/ready (a counter: nodes whose generation G is
  * stopped and reaped, waiting to start G+1 together), done/I (the node's workers are all finished, with its exit
- * code). The failure keys are per generation, so that a restarted job starts with no root cause; node 0's store
- * (and with it the connection of every node) lives across generations.
+ * code), worker_port (the workers' MASTER_PORT, chosen by node 0). The failure keys are per generation, so that a
+ * restarted job starts with no root cause; node 0's store (and with it the connection of every node) lives across
+ * generations.
  *
  * A node that stops bumping its heartbeat for CLUSTER_SILENT_S without having said done is dead (its cohortrun was
  * killed, its host is gone); a lost connection to the store means node 0's cohortrun is gone. Either way, every
@@ -377,4 +378,27 @@ void cohort__cluster_leave(cohort__cluster *c) {
   cohort__store_close(c->store);
   free(c->peers);
   free(c);
+}
+
+cohort_status cohort__cluster_share_number(cohort__cluster *c, const char *name, int *value, double timeout_s) {
+  char key[96], text[32];
+  snprintf(key, sizeof key, "cohortrun/%s", name);
+  if (c->node_rank == 0) {
+    snprintf(text, sizeof text, "%d", *value);
+    return cohort__store_set(c->store, key, text, strlen(text));
+  }
+  void *got = NULL;
+  size_t len = 0;
+  cohort_status st = cohort__store_get(c->store, key, timeout_s, &got, &len);
+  if (st != COHORT_OK)
+    return cohort__error_prefix(st, "node %d: reading %s from node 0's store at %s", c->node_rank, key, c->where);
+  snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), (const char *)got);
+  free(got);
+  char *end = NULL;
+  long v = strtol(text, &end, 10);
+  if (text[0] == '\0' || *end != '\0' || v < 0 || v > 1L << 30)
+    return cohort__error(COHORT_ERR_PROTOCOL, "node %d: %s in node 0's store is '%s', not a number", c->node_rank, key,
+                         text);
+  *value = (int)v;
+  return COHORT_OK;
 }

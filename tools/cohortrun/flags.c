@@ -11,60 +11,70 @@
 #include "launcher.h"
 
 void cohort__launch_usage(FILE *out) {
-  fprintf(out,
-          "usage: cohortrun -np N [--master-port P] [--master-addr A] [--grace S] [--bind core|none]\n"
-          "                 [--log-dir DIR] [--max-restarts K] [--] PROGRAM [ARGS...]\n"
-          "\n"
-          "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
-          "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
-          "\n"
-          "options:\n"
-          "  -np N, -n N, --np N   number of workers (1 to %d); required\n"
-          "  --master-port P       port of the rendezvous store cohortrun serves (default 0: any free port)\n"
-          "  --master-addr A       address the store listens on and workers dial (default 127.0.0.1)\n"
-          "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
-          "  --bind core|none      core: each worker is bound to its own equal share of the CPUs (as mpirun's\n"
-          "                        --bind-to core), so ranks never share or swap cores; none (default): no binding\n"
-          "  --log-dir DIR         also write each rank's stdout and stderr, unprefixed, to DIR/rank-N.log\n"
-          "                        (DIR is created if missing; each run starts the files afresh)\n"
-          "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
-          "                        COHORT_RESTART_COUNT=1..K (a fresh rendezvous generation; default 0); with\n"
-          "                        several nodes, all nodes restart together (give every node the same K)\n"
-          "  --nnodes N            nodes in the job, one cohortrun each (default 1); with N > 1 also:\n"
-          "  --node-rank I         this node, 0..N-1; node 0 serves the store at --master-addr:--master-port\n"
-          "  --nnodes MIN:MAX      elastic: node 0 starts a generation with MAX nodes, or with at least MIN once\n"
-          "                        no other node came for --rdzv-last-call S seconds (default %g); a node that\n"
-          "                        leaves (silent 2 s) or joins later makes a new generation (new WORLD_SIZE,\n"
-          "                        RANK, COHORT_RESTART_COUNT) without using up --max-restarts; below MIN the\n"
-          "                        job ends (exit 1); losing node 0 (it serves the store) ends it too.\n"
-          "                        Node ranks follow --node-rank order among the generation's nodes.\n"
-          "  --nproc-per-node K    workers on this node (the same as -np; RANK = I*K + LOCAL_RANK)\n"
-          "                        (torchrun spellings --nproc_per_node, --node_rank, --master_addr, --master_port\n"
-          "                        are accepted; multi-node needs COHORT_SECRET exported, the same on every node)\n"
-          "  -H H1:K,H2:K,...      start the job on these hosts: this cohortrun is node 0 (run it on H1), the\n"
-          "                        others are started over ssh (BatchMode) with the same cohortrun path, program\n"
-          "                        and working directory; K workers per host (all equal); store on H1\n"
-          "  --hostfile F          the same, one host per line: 'HOST:K' or 'HOST slots=K' ('#' comments)\n"
-          "  -h, --help            this text\n"
-          "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
-          "\n"
-          "Each worker gets the parent environment plus:\n"
-          "  RANK=0..N-1  WORLD_SIZE=N  LOCAL_RANK=RANK  LOCAL_WORLD_SIZE=N\n"
-          "  MASTER_ADDR=A  MASTER_PORT=<the store's port>\n"
-          "  COHORT_SECRET=<64 hex digits, fresh for every run>  COHORT_LAUNCHER_STORE=1  COHORT_RESTART_COUNT=0\n"
-          "Workers read stdin from /dev/null, run in their own process groups, and are killed if cohortrun dies.\n"
-          "\n"
-          "If a worker exits non-zero or dies by a signal, the others get SIGTERM (SIGKILL after the grace), and\n"
-          "cohortrun prints the last lines of that rank's stderr and one line naming it and its host, and exits\n"
-          "with its code (128+signal for a signal). With --max-restarts, the job is restarted instead, while\n"
-          "restarts remain.\n"
-          "COHORT_HEARTBEAT_S=S (exported to cohortrun; default 0, off): a worker whose collectives make no\n"
-          "progress for S seconds after its first one is reported by rank and treated as a failed worker.\n"
-          "SIGINT and SIGTERM to cohortrun are forwarded to the workers (a second one kills them at once).\n"
-          "exit codes: 0 all workers succeeded; 1 cohortrun itself failed; 2 bad command line or program;\n"
-          "otherwise the failing worker's code, or 128+signal.\n"
-          "The COHORT_* knobs the library reads are listed in docs/env.md.\n",
-          COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S, COHORT_LAUNCH_LAST_CALL_DEFAULT_S);
+  fprintf(
+      out,
+      "usage: cohortrun -np N [--master-port P] [--master-addr A] [--standalone] [--grace S] [--bind core|none]\n"
+      "                 [--log-dir DIR] [--max-restarts K] [--] PROGRAM [ARGS...]\n"
+      "\n"
+      "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
+      "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
+      "\n"
+      "options:\n"
+      "  -np N, -n N, --np N   number of workers (1 to %d); required\n"
+      "  --master-port P       port of the store cohortrun serves (node 0) and the other nodes join (default\n"
+      "                        0: any free port); the workers' MASTER_PORT is another port (see below)\n"
+      "  --master-addr A       address that store listens on and workers dial, the workers' MASTER_ADDR\n"
+      "                        (default 127.0.0.1)\n"
+      "  --standalone          torchrun's: one node, the store on a free port (what cohortrun does anyway)\n"
+      "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
+      "  --bind core|none      core: each worker is bound to its own equal share of the CPUs (as mpirun's\n"
+      "                        --bind-to core), so ranks never share or swap cores; none (default): no binding\n"
+      "  --log-dir DIR         also write each rank's stdout and stderr, unprefixed, to DIR/rank-N.log\n"
+      "                        (DIR is created if missing; each run starts the files afresh)\n"
+      "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
+      "                        COHORT_RESTART_COUNT=1..K (a fresh rendezvous generation; default 0); with\n"
+      "                        several nodes, all nodes restart together (give every node the same K)\n"
+      "  --nnodes N            nodes in the job, one cohortrun each (default 1); with N > 1 also:\n"
+      "  --node-rank I         this node, 0..N-1; node 0 serves the store at --master-addr:--master-port\n"
+      "  --nnodes MIN:MAX      elastic: node 0 starts a generation with MAX nodes, or with at least MIN once\n"
+      "                        no other node came for --rdzv-last-call S seconds (default %g); a node that\n"
+      "                        leaves (silent 2 s) or joins later makes a new generation (new WORLD_SIZE,\n"
+      "                        RANK, COHORT_RESTART_COUNT) without using up --max-restarts; below MIN the\n"
+      "                        job ends (exit 1); losing node 0 (it serves the store) ends it too.\n"
+      "                        Node ranks follow --node-rank order among the generation's nodes.\n"
+      "  --nproc-per-node K    workers on this node (the same as -np; RANK = I*K + LOCAL_RANK)\n"
+      "                        (torchrun spellings --nproc_per_node, --node_rank, --master_addr, --master_port,\n"
+      "                        --max_restarts are accepted; multi-node needs COHORT_SECRET exported, the same\n"
+      "                        on every node)\n"
+      "  -H H1:K,H2:K,...      start the job on these hosts: this cohortrun is node 0 (run it on H1), the\n"
+      "                        others are started over ssh (BatchMode) with the same cohortrun path, program\n"
+      "                        and working directory; K workers per host (all equal); store on H1\n"
+      "  --hostfile F          the same, one host per line: 'HOST:K' or 'HOST slots=K' ('#' comments)\n"
+      "  -h, --help            this text\n"
+      "  --                    ends the options (for a PROGRAM whose name starts with '-')\n"
+      "\n"
+      "Each worker gets the parent environment plus torchrun's variables, with torchrun's meanings, so that\n"
+      "a torchrun program (torch.distributed with init_method='env://', say) runs unchanged:\n"
+      "  RANK=0..N-1  WORLD_SIZE=N  LOCAL_RANK  LOCAL_WORLD_SIZE=K  GROUP_RANK=<node>  GROUP_WORLD_SIZE=<nodes>\n"
+      "  ROLE_RANK=RANK  ROLE_WORLD_SIZE=N  ROLE_NAME=default  TORCHELASTIC_RESTART_COUNT  TORCHELASTIC_MAX_RESTARTS\n"
+      "  MASTER_ADDR=A  MASTER_PORT=<a port node 0 found free and keeps free: the program's rank 0 may serve\n"
+      "  its own store there>  TORCHELASTIC_USE_AGENT_STORE=False\n"
+      "and cohort's (a cohort program meets the others at cohortrun's store):\n"
+      "  COHORT_STORE_ADDR=A  COHORT_STORE_PORT=<cohortrun's store>  COHORT_LAUNCHER_STORE=1\n"
+      "  COHORT_SECRET=<64 hex digits, fresh for every run>  COHORT_RESTART_COUNT=0\n"
+      "Workers read stdin from /dev/null, run in their own process groups, and are killed if cohortrun dies.\n"
+      "\n"
+      "If a worker exits non-zero or dies by a signal, the others get SIGTERM (SIGKILL after the grace), and\n"
+      "cohortrun prints the last lines of that rank's stderr and one line naming it and its host, and exits\n"
+      "with its code (128+signal for a signal). With --max-restarts, the job is restarted instead, while\n"
+      "restarts remain.\n"
+      "COHORT_HEARTBEAT_S=S (exported to cohortrun; default 0, off): a worker whose collectives make no\n"
+      "progress for S seconds after its first one is reported by rank and treated as a failed worker.\n"
+      "SIGINT and SIGTERM to cohortrun are forwarded to the workers (a second one kills them at once).\n"
+      "exit codes: 0 all workers succeeded; 1 cohortrun itself failed; 2 bad command line or program;\n"
+      "otherwise the failing worker's code, or 128+signal.\n"
+      "The COHORT_* knobs the library reads are listed in docs/env.md.\n",
+      COHORT_LAUNCH_NP_MAX, COHORT_LAUNCH_GRACE_DEFAULT_S, COHORT_LAUNCH_LAST_CALL_DEFAULT_S);
 }
 
 static cohort_status parse_long(const char *flag, const char *text, long min, long max, const char *what, long *out) {
@@ -121,7 +131,7 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
   opts->master_addr = "127.0.0.1";
   opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
   const char *np_given = NULL; /* the flag that gave opts->np */
-  int node_rank_given = 0;
+  int node_rank_given = 0, standalone = 0;
   opts->nnodes = opts->nnodes_min = 1;
   opts->last_call_s = COHORT_LAUNCH_LAST_CALL_DEFAULT_S;
   int i = 1;
@@ -201,6 +211,8 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--master-addr needs a non-empty address");
       opts->master_addr = value;
       opts->master_addr_given = 1;
+    } else if (strcmp(arg, "--standalone") == 0) {
+      standalone = 1;
     } else if (match_valued(argc, argv, &i, "--bind", &value, &st)) {
       COHORT_CHECK(st);
       if (strcmp(value, "core") == 0)
@@ -213,7 +225,8 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--log-dir needs a non-empty directory");
       opts->log_dir = value;
-    } else if (match_valued(argc, argv, &i, "--max-restarts", &value, &st)) {
+    } else if (match_valued(argc, argv, &i, "--max-restarts", &value, &st) ||
+               match_valued(argc, argv, &i, "--max_restarts", &value, &st)) {
       COHORT_CHECK(st);
       COHORT_CHECK(parse_long("--max-restarts", value, 0, 1000, "a number of restarts", &v));
       opts->max_restarts = (int)v;
@@ -224,6 +237,10 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
       return cohort__error(COHORT_ERR_INVALID, "unknown flag '%s'", arg);
     }
   }
+  /* torchrun's --standalone: one node, its store on a free port, which is what cohortrun does by default. */
+  if (standalone && (opts->nhosts > 0 || opts->nnodes > 1 || node_rank_given || opts->master_port != 0))
+    return cohort__error(COHORT_ERR_INVALID, "--standalone is one node with its store on a free port: leave out "
+                                             "--nnodes, --node-rank, --master-port and -H/--hostfile");
   if (opts->nhosts > 0) {
     /* The host list says it all: this is node 0 of nhosts, and the workers per node are the slots. */
     if (np_given || opts->nnodes > 1 || node_rank_given)

@@ -60,6 +60,7 @@ typedef struct job {
   double heartbeat_s;   /* COHORT_HEARTBEAT_S; 0: off */
   double timeout_s;     /* COHORT_TIMEOUT: how long the nodes of a cluster wait for each other */
   char hang[600];       /* the root is a worker that made no progress: what it was doing ("" otherwise) */
+  int worker_port;      /* the workers' MASTER_PORT: free on node 0's host, for the program's own store */
 } job;
 
 /* How often a node's cohortrun bumps its heartbeat and looks at the others: 5 per second keeps a full stop of
@@ -78,6 +79,10 @@ int cohort__job_serve_store(job *j, const char *secret, cohort__store_server **s
 int cohort__job_start_nodes(job *j, int port, const char *secret, pid_t *ssh_pids, int *rc);
 /* --nnodes > 1: this node joins the others through node 0's store (j->cluster). */
 int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, int *rc);
+/* The workers' MASTER_PORT (j->worker_port), as torchrun hands it out: a port that node 0 finds free on its host and
+ * leaves free, for the program's rank 0 to serve its own store on (torch's c10d store); the other nodes read it from
+ * node 0's store. */
+int cohort__job_choose_worker_port(job *j, int *rc);
 /* Waits (up to the grace) for the ssh sessions of -H, which end with their cohortrun. */
 void cohort__job_wait_nodes(const job *j, const pid_t *ssh_pids);
 

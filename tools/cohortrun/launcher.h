@@ -64,10 +64,12 @@ cohort_status cohort__launch_resolve_program(const char *name, char **path_out);
 typedef struct cohort__launch_worker_env {
   int rank, world_size;
   int local_rank, local_world_size;
-  const char *master_addr;
-  int master_port;
+  const char *master_addr; /* where cohortrun's store listens (node 0's host, where rank 0 runs too) */
+  int master_port;         /* MASTER_PORT: a free port for the program's own store, kept free by cohortrun */
+  int store_port;          /* COHORT_STORE_PORT: cohortrun's store */
   const char *secret;
   int restart_count; /* COHORT_RESTART_COUNT: the generation, 0 for the first */
+  int max_restarts;  /* TORCHELASTIC_MAX_RESTARTS */
   int heartbeat_fd;  /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
 } cohort__launch_worker_env;
 
@@ -144,6 +146,9 @@ int cohort__cluster_regroup(cohort__cluster *c, double timeout_s, int *end_code,
 /* Elastic, node 0, once it starts no more generations: tells the nodes that wait for one (after a failure of
  * theirs, or to be taken in) that the job is over, with code (or the generation's failure code if code is 0). */
 void cohort__cluster_finish(cohort__cluster *c, int code);
+/* A number node 0 decides for the whole job (e.g. the workers' MASTER_PORT): node 0 publishes *value under name, the
+ * other nodes wait (up to timeout_s) and read it into *value. */
+cohort_status cohort__cluster_share_number(cohort__cluster *c, const char *name, int *value, double timeout_s);
 /* Offers this node's failure as the job's root cause. Returns 1 if it is (the first), 0 if another node's was. */
 int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int code);
 /* Bumps this node's heartbeat and looks for a reason to stop: another node's root cause, a node gone silent, the

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
       cohort__job_serve_store(&j, secret, &server, &port, &rc) == 0 &&
       cohort__job_start_nodes(&j, port, secret, ssh_pids, &rc) == 0 &&
       cohort__job_join_cluster(&j, port, secret, server != NULL, &rc) == 0 &&
-      cohort__job_prepare_workers(&j, &log_fds, &rc) == 0) {
+      cohort__job_choose_worker_port(&j, &rc) == 0 && cohort__job_prepare_workers(&j, &log_fds, &rc) == 0) {
     rc = cohort__job_run_generations(&j, program, secret, port, log_fds);
     rc = cohort__job_end_cluster(&j, rc);
   }

@@ -2,6 +2,7 @@
  * the rendezvous store (node 0), the other nodes of -H (over ssh), and the cluster of --nnodes. */
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -140,6 +141,41 @@ int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, 
   /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
    * instead of only losing its connection. */
   if (serving && st == COHORT_ERR_MISMATCH) usleep(1000000);
+  return -1;
+}
+
+/* A port no socket is bound to on any address of this host (bound to the wildcard, so that a store listening on any
+ * interface can take it), found as torchrun finds its MASTER_PORT: bind port 0, read the number, close. */
+static cohort_status free_port(int *port) {
+  int families[] = {AF_INET6, AF_INET}, err = 0;
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+    int fd = socket(families[i], SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    struct sockaddr_storage a = {.ss_family = (sa_family_t)families[i]};
+    socklen_t len = families[i] == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (bind(fd, (struct sockaddr *)&a, len) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+      *port = ntohs(families[i] == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                            : ((struct sockaddr_in *)&a)->sin_port);
+      close(fd);
+      return COHORT_OK;
+    }
+    err = errno;
+    close(fd);
+  }
+  return cohort__error_errno(COHORT_ERR_SYSTEM, err, "cannot find a free port for the workers' MASTER_PORT");
+}
+
+int cohort__job_choose_worker_port(job *j, int *rc) {
+  cohort_status st = COHORT_OK;
+  if (j->opts.node_rank == 0) st = free_port(&j->worker_port);
+  if (st == COHORT_OK && j->cluster)
+    st = cohort__cluster_share_number(j->cluster, "worker_port", &j->worker_port, j->timeout_s);
+  if (st == COHORT_OK) return 0;
+  fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+  *rc = 1;
   return -1;
 }
 

@@ -29,13 +29,26 @@ int cohort__launch_remove_segments(pid_t pid) {
   return removed;
 }
 
-/* The variables cohortrun sets; inherited copies of them are dropped so a worker never sees two values. */
+/* The variables cohortrun sets; inherited copies of them are dropped so a worker never sees two values. torchrun's
+ * first (the same names and meanings, so that any torchrun program runs unchanged: MASTER_ADDR:MASTER_PORT is where
+ * the program's rank 0 may serve its own store, a port cohortrun keeps free), then cohort's: cohortrun's own store
+ * is at COHORT_STORE_ADDR:COHORT_STORE_PORT. */
 static const char *const job_vars[] = {"RANK",
                                        "WORLD_SIZE",
                                        "LOCAL_RANK",
                                        "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE",
+                                       "ROLE_RANK",
+                                       "ROLE_WORLD_SIZE",
+                                       "ROLE_NAME",
                                        "MASTER_ADDR",
                                        "MASTER_PORT",
+                                       "TORCHELASTIC_RESTART_COUNT",
+                                       "TORCHELASTIC_MAX_RESTARTS",
+                                       "TORCHELASTIC_USE_AGENT_STORE",
+                                       "COHORT_STORE_ADDR",
+                                       "COHORT_STORE_PORT",
                                        "COHORT_SECRET",
                                        "COHORT_LAUNCHER_STORE",
                                        "COHORT_RESTART_COUNT",
@@ -73,19 +86,49 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
     inherited++;
   char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
   if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
-  char num[7][24] = {{0}};
-  if (wenv->heartbeat_fd >= 0) snprintf(num[6], sizeof num[6], "%d", wenv->heartbeat_fd);
-  snprintf(num[3], sizeof num[3], "%d", wenv->restart_count);
-  snprintf(num[4], sizeof num[4], "%d", wenv->local_rank);
-  snprintf(num[5], sizeof num[5], "%d", wenv->local_world_size);
-  snprintf(num[0], sizeof num[0], "%d", wenv->rank);
-  snprintf(num[1], sizeof num[1], "%d", wenv->world_size);
-  snprintf(num[2], sizeof num[2], "%d", wenv->master_port);
+  /* One node is one worker group of torchrun's, and every worker has the one role ("default"). */
+  const int group_size = wenv->local_world_size, groups = wenv->world_size / wenv->local_world_size;
+  const int numbers[] = {wenv->rank,
+                         wenv->world_size,
+                         wenv->local_rank,
+                         wenv->local_world_size,
+                         wenv->rank / group_size,
+                         groups,
+                         wenv->rank,
+                         wenv->world_size,
+                         wenv->master_port,
+                         wenv->restart_count,
+                         wenv->max_restarts,
+                         wenv->store_port,
+                         wenv->restart_count,
+                         wenv->heartbeat_fd};
+  char num[sizeof numbers / sizeof numbers[0]][24];
+  for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+    snprintf(num[i], sizeof num[i], "%d", numbers[i]);
   /* COHORT_TTY: the worker's stdout is a pipe to cohortrun, but when cohortrun's own stdout is a terminal the relay
    * shows carriage-return lines live (output.c), so a progress line may be drawn in place. Same order as job_vars. */
   const char *tty = isatty(STDOUT_FILENO) ? "1" : "0";
-  const char *values[JOB_VAR_COUNT] = {num[0], num[1], num[4], num[5], wenv->master_addr, num[2], wenv->secret,
-                                       "1",    num[3], num[6], tty};
+  const char *values[JOB_VAR_COUNT] = {num[0],
+                                       num[1],
+                                       num[2],
+                                       num[3],
+                                       num[4],
+                                       num[5],
+                                       num[6],
+                                       num[7],
+                                       "default",
+                                       wenv->master_addr,
+                                       num[8],
+                                       num[9],
+                                       num[10],
+                                       "False", /* the program's rank 0 serves its own store, not cohortrun */
+                                       wenv->master_addr,
+                                       num[11],
+                                       wenv->secret,
+                                       "1",
+                                       num[12],
+                                       wenv->heartbeat_fd >= 0 ? num[13] : "",
+                                       tty};
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
     envp[i] = format_var(job_vars[i], values[i]);
     if (!envp[i]) {

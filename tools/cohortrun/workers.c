@@ -94,9 +94,11 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
                                       .local_rank = r,
                                       .local_world_size = j->opts.np,
                                       .master_addr = j->opts.master_addr,
-                                      .master_port = port,
+                                      .master_port = j->worker_port,
+                                      .store_port = port,
                                       .secret = secret,
                                       .restart_count = gen,
+                                      .max_restarts = j->opts.max_restarts,
                                       .heartbeat_fd = hb_fd};
     char **envp = NULL;
     int out_fd = -1, err_fd = -1;
