@@ -36,6 +36,7 @@
 #include "core/sock.h"
 #include "transport/frame.h"
 #include "transport/layered.h"
+#include "transport/mpi.h"
 #include "transport/shm.h"
 
 typedef struct rdv {
@@ -481,6 +482,14 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
                                          cohort__transport **out, cohort__store **store_out,
                                          cohort__store_server **server_out) {
   int rank = env->rank, size = env->size;
+  /* Under MPI, MPI already knows every rank: no store, no rendezvous. */
+  if (strcmp(cfg->transport, "mpi") == 0 ||
+      (strcmp(cfg->transport, "auto") == 0 && cohort__mpi_available() &&
+       (strcmp(env->source, "openmpi") == 0 || strcmp(env->source, "pmi") == 0))) {
+    *store_out = NULL;
+    *server_out = NULL;
+    return cohort__mpi_create(rank, size, (double)cfg->op_timeout_s, out);
+  }
   rdv r = {.env = env, .cfg = cfg};
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;

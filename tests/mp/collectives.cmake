@@ -29,9 +29,22 @@ cohort_add_test_binary(job_value SOURCES ${CMAKE_CURRENT_LIST_DIR}/job_value.c)
 foreach(mode two_jobs stranger)
   add_test(NAME mp.mpirun.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_mpirun_jobs.sh $<TARGET_FILE:job_value>
                                           ${mode})
-  set_tests_properties(mp.mpirun.${mode} PROPERTIES LABELS "mp" TIMEOUT 180 PASS_REGULAR_EXPRESSION
-                                                    "PASS \\(mpirun ${mode}\\)")
+  # tcp: these check the store's rendezvous under mpirun, which the mpi transport (auto there) does not use.
+  set_tests_properties(mp.mpirun.${mode} PROPERTIES LABELS "mp" TIMEOUT 180 ENVIRONMENT "COHORT_TRANSPORT=tcp"
+                                                    PASS_REGULAR_EXPRESSION "PASS \\(mpirun ${mode}\\)")
 endforeach()
+# The MPI transport under mpirun (COHORT_TRANSPORT=mpi; auto there): the matrix, its failures, and fmnist-train
+# bitwise equal to the tcp run. Only where libcohort was built with MPI.
+if(COHORT_MPI_PC)
+  cohort_add_test_binary(mpi_check SOURCES ${CMAKE_CURRENT_LIST_DIR}/mpi_check.c)
+  foreach(mode matrix faults train)
+    add_test(NAME mp.mpi.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_mpi_transport.sh ${mode}
+                                         $<TARGET_FILE:test_collectives> $<TARGET_FILE:mpi_check> ${COHORTRUN}
+                                         $<TARGET_FILE:fmnist-train>)
+    set_tests_properties(mp.mpi.${mode} PROPERTIES LABELS "mp" TIMEOUT 300 PASS_REGULAR_EXPRESSION
+                                                   "PASS \\(mpi ${mode}\\)")
+  endforeach()
+endif()
 # cohortrun --bind core gives each worker its own CPUs.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)

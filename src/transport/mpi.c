@@ -1,0 +1,445 @@
+/*
+ * mpi.c: the MPI transport (COHORT_TRANSPORT=mpi; auto under mpirun when built with MPI). Where a cluster's fast
+ * network is reached through MPI (InfiniBand through UCX, Slurm's PMIx), cohort's collectives and engine run on MPI's
+ * point-to-point calls instead of beside them: the algorithms of src/coll/ are unchanged, so a result's summation
+ * order, and its bits, are those of the TCP transport.
+ *
+ * A frame is two MPI messages on a duplicate of MPI_COMM_WORLD (so cohort's traffic never matches the program's
+ * own): the 40-byte header of frame.h (tag HEADER), then the payload (tag DATA, in pieces of at most 1 GiB, since an
+ * MPI count is an int). MPI delivers the messages of one sender, tag and communicator in order, and a receiver posts
+ * its receives from a peer in the order that peer posted its sends, so headers and payloads pair up by position as
+ * on the other transports. The payload's receive is posted only once its header has been checked against this
+ * rank's call: a mismatch is COHORT_ERR_MISMATCH naming both ranks and both calls, and a wrong size never lands in
+ * user memory (nor becomes MPI_ERR_TRUNCATE).
+ *
+ * A failure is sent to every peer as one ABORT message (tag ABORT: status and text), which a waiting peer picks up
+ * with MPI_Iprobe, so every rank returns the same status and names the rank that saw it. A rank that dies is MPI's
+ * business: mpirun ends the job and says which process died.
+ *
+ * MPI is initialized here unless the program did it (then it must have asked for MPI_THREAD_MULTIPLE), and finalized
+ * at exit if cohort initialized it. MPI_THREAD_MULTIPLE is required: a communicator's collectives run on its progress
+ * thread or on the caller's, and each communicator has its own progress thread.
+ *
+ * Thread-safety: as transport.h says (one thread drives it at a time; interrupt from any).
+ */
+#include "transport/mpi.h"
+
+#include "core/error.h"
+
+#if COHORT_HAVE_MPI
+
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "transport/frame.h"
+
+enum { TAG_HEADER = 7301, TAG_DATA = 7302, TAG_ABORT = 7303 };
+#define PIECE_BYTES (1u << 30) /* an MPI count is an int */
+#define SPIN_NS 1000000LL      /* busy-poll this long before napping between polls */
+
+/* A posted send or receive and its MPI requests: [0] the header, [1..] the payload's pieces. */
+typedef struct op {
+  struct op *next;
+  cohort__req *req;
+  cohort__frame hdr;
+  int stage; /* receives: 0 the header is awaited, 1 the payload */
+  int nreq;
+  MPI_Request *mreq;
+} op;
+
+typedef struct mpi_transport {
+  cohort__transport base;
+  MPI_Comm comm;
+  cohort__call call;
+  double op_timeout_s;
+  op *head, *tail; /* in posting order */
+  int pending;
+  cohort_status status;
+  char message[COHORT__ABORT_TEXT_MAX];
+  /* interrupt(): any thread asks, the driving thread fails */
+  atomic_flag abort_claimed;
+  atomic_int abort_requested;
+  cohort_status requested_status;
+  char requested_message[COHORT__ABORT_TEXT_MAX];
+  /* the ABORT messages this rank sent: they must stay alive until MPI is done with them */
+  char *abort_out;
+  MPI_Request *abort_reqs;
+} mpi_transport;
+
+/* ---- MPI itself ---- */
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized_here;
+
+static void finalize_at_exit(void) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+static const char *thread_level_name(int level) {
+  switch (level) {
+  case MPI_THREAD_SINGLE:
+    return "MPI_THREAD_SINGLE";
+  case MPI_THREAD_FUNNELED:
+    return "MPI_THREAD_FUNNELED";
+  case MPI_THREAD_SERIALIZED:
+    return "MPI_THREAD_SERIALIZED";
+  default:
+    return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+static cohort_status mpi_up(void) {
+  pthread_mutex_lock(&init_lock);
+  int inited = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
+  cohort_status st = COHORT_OK;
+  MPI_Finalized(&finalized);
+  MPI_Initialized(&inited);
+  if (finalized) {
+    st = cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: MPI was already finalized in this process");
+  } else if (!inited) {
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      st = cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Init_thread failed");
+    } else {
+      initialized_here = 1;
+      atexit(finalize_at_exit);
+    }
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (st == COHORT_OK && provided < MPI_THREAD_MULTIPLE)
+    st = cohort__error(
+        COHORT_ERR_INVALID,
+        "COHORT_TRANSPORT=mpi needs MPI_THREAD_MULTIPLE (cohort calls MPI from each communicator's "
+        "progress thread), but this MPI %s %s: %s",
+        initialized_here ? "provides only" : "was initialized by the program with", thread_level_name(provided),
+        initialized_here ? "use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple)"
+                         : "call MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) instead of MPI_Init");
+  pthread_mutex_unlock(&init_lock);
+  return st;
+}
+
+/* ---- failure ---- */
+
+static void send_aborts(mpi_transport *t);
+
+static cohort_status fail(mpi_transport *t, cohort_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cohort_status fail(mpi_transport *t, cohort_status status, const char *fmt, ...) {
+  if (t->status == COHORT_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->message, sizeof t->message, fmt, ap);
+    va_end(ap);
+    t->status = status;
+    send_aborts(t);
+  }
+  return cohort__error(t->status, "%s", t->message);
+}
+
+/* An ABORT is [int32 status][text]; a peer that already failed sends none back (its own failure came first). */
+static void send_aborts(mpi_transport *t) {
+  const int n = t->base.size, len = 4 + (int)strlen(t->message) + 1;
+  t->abort_out = malloc((size_t)len);
+  t->abort_reqs = calloc((size_t)n, sizeof *t->abort_reqs);
+  if (!t->abort_out || !t->abort_reqs) return;
+  int32_t code = (int32_t)t->status;
+  memcpy(t->abort_out, &code, 4);
+  memcpy(t->abort_out + 4, t->message, (size_t)len - 4);
+  for (int p = 0; p < n; p++) {
+    t->abort_reqs[p] = MPI_REQUEST_NULL;
+    if (p != t->base.rank) MPI_Isend(t->abort_out, len, MPI_BYTE, p, TAG_ABORT, t->comm, &t->abort_reqs[p]);
+  }
+  /* Small messages go out eagerly; give them a moment to leave before the caller tears things down. */
+  int64_t until = cohort__now_ns() + 1000000000LL;
+  int done = 0;
+  while (!done && cohort__now_ns() < until)
+    MPI_Testall(n, t->abort_reqs, &done, MPI_STATUSES_IGNORE);
+}
+
+/* A peer's ABORT, if one has come: fails t with its status and text. */
+static cohort_status check_aborts(mpi_transport *t) {
+  int flag = 0;
+  MPI_Status s;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ABORT, t->comm, &flag, &s) != MPI_SUCCESS || !flag) return COHORT_OK;
+  int len = 0;
+  MPI_Get_count(&s, MPI_BYTE, &len);
+  char buf[4 + COHORT__ABORT_TEXT_MAX];
+  if (len < 4 || len > (int)sizeof buf) len = (int)sizeof buf;
+  MPI_Recv(buf, len, MPI_BYTE, s.MPI_SOURCE, TAG_ABORT, t->comm, MPI_STATUS_IGNORE);
+  int32_t code;
+  memcpy(&code, buf, 4);
+  buf[len - 1] = '\0';
+  char text[COHORT__ABORT_TEXT_MAX + 40];
+  cohort__relayed_failure(text, sizeof text, buf + 4, s.MPI_SOURCE);
+  return fail(t, code > COHORT_OK && code <= COHORT_ERR_PROTOCOL ? (cohort_status)code : COHORT_ERR_REMOTE, "%s", text);
+}
+
+/* ---- requests ---- */
+
+static op *new_op(mpi_transport *t, cohort__req *req, int nreq) {
+  op *o = calloc(1, sizeof *o);
+  MPI_Request *m = calloc((size_t)nreq, sizeof *m);
+  if (!o || !m) {
+    free(o);
+    free(m);
+    return NULL;
+  }
+  for (int i = 0; i < nreq; i++)
+    m[i] = MPI_REQUEST_NULL;
+  o->req = req;
+  o->mreq = m;
+  o->nreq = nreq;
+  if (t->tail)
+    t->tail->next = o;
+  else
+    t->head = o;
+  t->tail = o;
+  t->pending++;
+  return o;
+}
+
+static int pieces(size_t bytes) { return (int)((bytes + PIECE_BYTES - 1) / PIECE_BYTES); }
+
+/* Posts the payload's pieces (send or receive) into o->mreq[1..]. */
+static int post_payload(mpi_transport *t, op *o, int is_send) {
+  char *buf = o->req->buf;
+  size_t left = o->req->bytes;
+  for (int i = 1; left > 0; i++) {
+    int n = left < PIECE_BYTES ? (int)left : (int)PIECE_BYTES;
+    int rc = is_send ? MPI_Isend(buf, n, MPI_BYTE, o->req->peer, TAG_DATA, t->comm, &o->mreq[i])
+                     : MPI_Irecv(buf, n, MPI_BYTE, o->req->peer, TAG_DATA, t->comm, &o->mreq[i]);
+    if (rc != MPI_SUCCESS) return rc;
+    buf += n;
+    left -= (size_t)n;
+  }
+  return MPI_SUCCESS;
+}
+
+static void mpi_set_call(cohort__transport *base, const cohort__call *call) { ((mpi_transport *)base)->call = *call; }
+
+static cohort_status mpi_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
+  mpi_transport *t = (mpi_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
+  op *o = new_op(t, req, 1 + pieces(bytes));
+  if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a send to rank %d", peer);
+  cohort__frame_from_call(&o->hdr, &t->call, bytes);
+  if (MPI_Isend(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, peer, TAG_HEADER, t->comm, &o->mreq[0]) != MPI_SUCCESS ||
+      post_payload(t, o, 1) != MPI_SUCCESS)
+    return fail(t, COHORT_ERR_SYSTEM, "MPI_Isend to rank %d failed", peer);
+  return COHORT_OK;
+}
+
+static cohort_status mpi_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
+  mpi_transport *t = (mpi_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
+  op *o = new_op(t, req, 1 + pieces(bytes));
+  if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a receive from rank %d", peer);
+  if (MPI_Irecv(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, peer, TAG_HEADER, t->comm, &o->mreq[0]) != MPI_SUCCESS)
+    return fail(t, COHORT_ERR_SYSTEM, "MPI_Irecv from rank %d failed", peer);
+  return COHORT_OK;
+}
+
+/* A receive's header has come: is it this call's frame, of the size posted? Then its payload may be received. */
+static cohort_status header_arrived(mpi_transport *t, op *o) {
+  char msg[COHORT__ABORT_TEXT_MAX];
+  if (o->hdr.magic != COHORT__FRAME_MAGIC || o->hdr.kind != COHORT__FRAME_DATA)
+    return fail(t, COHORT_ERR_PROTOCOL, "malformed frame header from rank %d", o->req->peer);
+  cohort_status st = cohort__frame_check_size(&o->hdr, o->req->peer, msg, sizeof msg);
+  if (st == COHORT_OK)
+    st = cohort__frame_match(&o->req->call, t->base.rank, o->req->peer, &o->hdr, o->req->bytes, "count and dtype", msg,
+                             sizeof msg);
+  if (st != COHORT_OK) return fail(t, st, "%s", msg);
+  o->stage = 1;
+  if (post_payload(t, o, 0) != MPI_SUCCESS)
+    return fail(t, COHORT_ERR_SYSTEM, "MPI_Irecv of %zu bytes from rank %d failed", o->req->bytes, o->req->peer);
+  return COHORT_OK;
+}
+
+/* Tests every posted op once, in posting order. A receive's payload is posted only after the headers of the earlier
+ * receives from the same peer: payloads then pair with their headers by position. */
+static cohort_status progress_once(mpi_transport *t, int *progressed) {
+  unsigned char held[256] = {0}; /* peers (mod 256) with a header still awaited in this pass: a conservative hold */
+  op **link = &t->head, *prev = NULL;
+  while (*link) {
+    op *o = *link;
+    int done = 0;
+    if (o->req->is_send) {
+      MPI_Testall(o->nreq, o->mreq, &done, MPI_STATUSES_IGNORE);
+    } else if (o->stage == 0) {
+      int got = 0;
+      if (!held[o->req->peer & 255]) MPI_Test(&o->mreq[0], &got, MPI_STATUS_IGNORE);
+      if (got) {
+        *progressed = 1;
+        COHORT_CHECK(header_arrived(t, o));
+      } else {
+        held[o->req->peer & 255] = 1;
+      }
+      if (o->stage == 1) MPI_Testall(o->nreq, o->mreq, &done, MPI_STATUSES_IGNORE);
+    } else {
+      MPI_Testall(o->nreq, o->mreq, &done, MPI_STATUSES_IGNORE);
+    }
+    if (!done) {
+      prev = o;
+      link = &o->next;
+      continue;
+    }
+    *progressed = 1;
+    o->req->done_bytes = o->req->bytes;
+    o->req->complete = 1;
+    *link = o->next;
+    if (t->tail == o) t->tail = prev;
+    t->pending--;
+    free(o->mreq);
+    free(o);
+  }
+  return COHORT_OK;
+}
+
+/* The peers whose frames are awaited, for a timeout's message ("1,3"); each once. */
+static void describe_waiting(const mpi_transport *t, char *out, size_t len) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (const op *o = t->head; o && n + 16 < len; o = o->next) {
+    int seen = 0;
+    for (const op *e = t->head; e != o; e = e->next)
+      seen |= !e->req->is_send && e->req->peer == o->req->peer;
+    if (!o->req->is_send && !seen) n += (size_t)snprintf(out + n, len - n, "%s%d", n ? "," : "", o->req->peer);
+  }
+  if (!n) snprintf(out, len, "none: its sends are not taken");
+}
+
+static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
+  mpi_transport *t = (mpi_transport *)base;
+  int64_t last_progress = cohort__now_ns();
+  const int64_t timeout_ns = (int64_t)(t->op_timeout_s * 1e9);
+  for (;;) {
+    if (req ? req->complete : t->pending == 0) return COHORT_OK;
+    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
+    int progressed = 0;
+    COHORT_CHECK(progress_once(t, &progressed));
+    COHORT_CHECK(check_aborts(t));
+    int64_t now = cohort__now_ns();
+    if (progressed) {
+      last_progress = now;
+      continue;
+    }
+    if (now - last_progress > timeout_ns) {
+      char who[256], call[256];
+      describe_waiting(t, who, sizeof who);
+      cohort__call_describe(&t->call, call, sizeof call);
+      return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+                  t->op_timeout_s, who);
+    }
+    /* MPI progresses only inside its calls here: poll, and nap a little once the wait is long. */
+    if (now - last_progress < SPIN_NS) {
+      sched_yield();
+    } else {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+static void mpi_abort(cohort__transport *base, cohort_status status, const char *message) {
+  fail((mpi_transport *)base, status, "%s", message);
+}
+
+static void mpi_interrupt(cohort__transport *base, cohort_status status, const char *message) {
+  mpi_transport *t = (mpi_transport *)base;
+  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
+  t->requested_status = status;
+  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
+  atomic_store(&t->abort_requested, 1);
+}
+
+static void mpi_destroy(cohort__transport *base) {
+  mpi_transport *t = (mpi_transport *)base;
+  if (!t) return;
+  while (t->head) {
+    op *o = t->head;
+    t->head = o->next;
+    for (int i = 0; i < o->nreq; i++)
+      if (o->mreq[i] != MPI_REQUEST_NULL) {
+        if (!o->req->is_send) MPI_Cancel(&o->mreq[i]);
+        MPI_Request_free(&o->mreq[i]);
+      }
+    free(o->mreq);
+    free(o);
+  }
+  if (t->abort_reqs)
+    for (int p = 0; p < t->base.size; p++)
+      if (t->abort_reqs[p] != MPI_REQUEST_NULL) MPI_Request_free(&t->abort_reqs[p]);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
+  free(t->abort_out);
+  free(t->abort_reqs);
+  free(t);
+}
+
+static const cohort__transport_ops mpi_ops = {
+    .name = "mpi",
+    .set_call = mpi_set_call,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .wait = mpi_wait,
+    .abort = mpi_abort,
+    .interrupt = mpi_interrupt,
+    .destroy = mpi_destroy,
+};
+
+cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out) {
+  *out = NULL;
+  COHORT_CHECK(mpi_up());
+  int mrank = -1, msize = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mrank);
+  MPI_Comm_size(MPI_COMM_WORLD, &msize);
+  if (mrank != rank || msize != size)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "COHORT_TRANSPORT=mpi: MPI says this is rank %d of %d, the environment says rank %d of %d: "
+                         "run the job under mpirun (or srun with PMIx) alone",
+                         mrank, msize, rank, size);
+  mpi_transport *t = calloc(1, sizeof *t);
+  if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  t->base = (cohort__transport){.ops = &mpi_ops, .rank = rank, .size = size};
+  t->op_timeout_s = op_timeout_s;
+  t->comm = MPI_COMM_NULL;
+  atomic_flag_clear(&t->abort_claimed);
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &t->comm) != MPI_SUCCESS) {
+    free(t);
+    return cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Comm_dup failed");
+  }
+  /* Errors come back as codes, to become cohort errors, instead of ending the process in MPI's handler. */
+  MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
+  *out = &t->base;
+  return COHORT_OK;
+}
+
+int cohort__mpi_available(void) { return 1; }
+
+#else /* built without MPI */
+
+cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out) {
+  (void)rank, (void)size, (void)op_timeout_s;
+  *out = NULL;
+  return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI (install "
+                                           "libopenmpi-dev, as scripts/setup.sh does, and build again)");
+}
+
+int cohort__mpi_available(void) { return 0; }
+
+#endif

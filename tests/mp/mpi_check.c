@@ -1,0 +1,50 @@
+/* mpi_check.c: the MPI transport's failure paths, as one rank of a job under mpirun (test_mpi_transport.sh).
+ *   transport  prints the transport's name (auto must pick mpi under mpirun)
+ *   mismatch   the last rank allreduces 10 floats, the others 11: every rank gets COHORT_ERR_MISMATCH naming both
+ *   abort      rank 0 aborts the communicator with a reason: every other rank gets COHORT_ERR_REMOTE naming rank 0
+ *   silent     the last rank never calls: the others give up after COHORT_OP_TIMEOUT naming it
+ * Each prints "rank R: STATUS: message" for the test to check, and exits 0 when its rank saw what it must. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cohort/cohort.h"
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  cohort_comm *comm = NULL;
+  if (cohort_init(&comm) != COHORT_OK) {
+    fprintf(stderr, "cohort_init: %s\n", cohort_last_error());
+    return 1;
+  }
+  int rank = cohort_rank(comm), size = cohort_size(comm), last = size - 1;
+  float buf[11] = {0};
+  cohort_status st = COHORT_OK, want = COHORT_OK;
+  if (!strcmp(mode, "transport")) {
+    printf("rank %d: transport %s\n", rank, cohort_transport_name(comm));
+  } else if (!strcmp(mode, "mismatch")) {
+    st = cohort_allreduce(comm, buf, buf, rank == last ? 10 : 11, COHORT_F32, COHORT_SUM);
+    want = COHORT_ERR_MISMATCH;
+  } else if (!strcmp(mode, "abort")) {
+    if (rank == 0) {
+      cohort_comm_abort(comm, "the data loader of rank 0 broke");
+      st = cohort_barrier(comm);
+    } else {
+      st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    }
+    want = COHORT_ERR_REMOTE;
+  } else if (!strcmp(mode, "silent")) {
+    if (rank == last) {
+      sleep(4);
+      st = COHORT_ERR_TIMEOUT; /* it never took part: nothing to check on its side */
+    } else {
+      st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    }
+    want = COHORT_ERR_TIMEOUT;
+  }
+  printf("rank %d: %s: %s\n", rank, cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error());
+  fflush(stdout);
+  /* After a failure the ranks leave on their own: no collective can be trusted to end them together. */
+  cohort_comm_destroy(comm);
+  return st == want ? 0 : 1;
+}
