@@ -933,6 +933,49 @@ static int free_port(void) {
   return port;
 }
 
+/* --node-rank auto: three nodes on this host, none told its id. The one that gets to serve --master-port first is
+ * node 0, the others take 1 and 2 in the order they reach its store; every rank 0..5 runs once. A fourth node that
+ * comes while the job runs finds every id taken and says so. */
+TEST(node_rank_auto_numbers_the_nodes) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", free_port());
+  static const char *const env[] = {"COHORT_SECRET=0123456789abcdef", "COHORT_TIMEOUT=20", NULL};
+  const char *script = "echo \"rank $RANK of $WORLD_SIZE group $GROUP_RANK\"; sleep 2";
+  const char *argv[] = {launcher(),      "--nnodes", "3",       "--node-rank", "auto", "-np", "2",
+                        "--master-port", port,       "/bin/sh", "-c",          script, NULL};
+  proc n[4];
+  result r[4];
+  double t0 = cohort__now_s();
+  for (int i = 0; i < 3; i++)
+    start_node(&n[i], env, argv);
+  usleep(800000); /* the job runs (its workers sleep 2 s) */
+  start_node(&n[3], env, argv);
+  proc_finish(&n[3], 20.0, t0, &r[3]);
+  for (int i = 0; i < 3; i++)
+    proc_finish(&n[i], 20.0, t0, &r[i]);
+  ASSERT_EQ(r[3].code, 1);
+  ASSERT_CONTAINS(r[3].err, "--node-rank auto: the job's 3 node ranks are all taken (--nnodes 3); this node would be "
+                            "node 3");
+  int seen[6] = {0}, zero = 0;
+  for (int i = 0; i < 3; i++) {
+    if (r[i].code != 0) fprintf(stderr, "  node %d: exit %d, stderr:\n%s", i, r[i].code, r[i].err);
+    ASSERT_EQ(r[i].code, 0);
+    zero += strstr(r[i].err, "so it is node 0\n") != NULL;
+    for (int rank = 0; rank < 6; rank++) {
+      char line[64];
+      snprintf(line, sizeof line, "[%d] rank %d of 6 group %d\n", rank, rank, rank / 2);
+      seen[rank] += strstr(r[i].out, line) != NULL;
+    }
+  }
+  ASSERT_EQ(zero, 1);
+  for (int rank = 0; rank < 6; rank++)
+    ASSERT_EQ(seen[rank], 1);
+  for (int i = 0; i < 4; i++)
+    result_free(&r[i]);
+  expect_refused((const char *[]){"-np", "2", "--node-rank", "auto", worker(), NULL},
+                 "--node-rank auto numbers the nodes of a job of several: give --nnodes");
+}
+
 TEST(nodes_meet_and_number_their_ranks) {
   char port[16];
   snprintf(port, sizeof port, "%d", free_port());
@@ -1550,10 +1593,10 @@ COHORT_TEST_MAIN(
     TEST_CASE(programs_that_cannot_run_are_named), TEST_CASE(help_lists_usage_and_the_worker_environment),
     TEST_CASE(master_port_in_use_is_reported_and_a_free_one_is_used), TEST_CASE(log_dir_and_root_cause_report),
     TEST_CASE(max_restarts_starts_a_new_generation), TEST_CASE(heartbeat_names_the_rank_that_hangs),
-    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(a_failure_on_one_node_stops_every_node),
-    TEST_CASE(bad_multi_node_setups_are_named), TEST_CASE(elastic_ranges_are_checked),
-    TEST_CASE(elastic_nodes_leave_and_join), TEST_CASE(elastic_lost_node_is_replaced),
-    TEST_CASE(elastic_replaced_node_that_comes_back_ends),
+    TEST_CASE(nodes_meet_and_number_their_ranks), TEST_CASE(node_rank_auto_numbers_the_nodes),
+    TEST_CASE(a_failure_on_one_node_stops_every_node), TEST_CASE(bad_multi_node_setups_are_named),
+    TEST_CASE(elastic_ranges_are_checked), TEST_CASE(elastic_nodes_leave_and_join),
+    TEST_CASE(elastic_lost_node_is_replaced), TEST_CASE(elastic_replaced_node_that_comes_back_ends),
     TEST_CASE(elastic_replacement_skips_the_generation_of_the_old_node),
     TEST_CASE(elastic_node_lost_in_a_failure_is_no_restart_when_replaced),
     TEST_CASE(hosts_start_the_other_nodes_over_ssh))

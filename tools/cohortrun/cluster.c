@@ -71,7 +71,8 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
                                    const cohort__launch_opts *opts, const char *host, int *end_code,
                                    cohort__cluster **out) {
   *end_code = 1;
-  const int nnodes = opts->nnodes, node_rank = opts->node_rank, nproc = opts->np, max_restarts = opts->max_restarts;
+  const int nnodes = opts->nnodes, nproc = opts->np, max_restarts = opts->max_restarts;
+  int node_rank = opts->node_rank; /* decided below for --node-rank auto */
   *out = NULL;
   cohort_status st = COHORT_OK;
   char key[64], value[400];
@@ -115,6 +116,20 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   if (st != COHORT_OK) {
     st = cohort__error_prefix(st, "node %d: joining the rendezvous store of node 0 at %s", node_rank, c->where);
     goto fail;
+  }
+  if (node_rank == COHORT_LAUNCH_NODE_RANK_AUTO) {
+    /* Node 0 took its id by serving the store; the others number themselves in the order they reach it. */
+    int64_t k = 0;
+    if ((st = cohort__store_add(c->store, "cohortrun/auto/ids", 1, &k)) != COHORT_OK) goto fail;
+    if (k >= nnodes) {
+      st = cohort__error(COHORT_ERR_INVALID,
+                         "--node-rank auto: the job's %d node ranks are all taken (--nnodes %s); this node would be "
+                         "node %lld",
+                         nnodes, mine, (long long)k);
+      goto fail;
+    }
+    node_rank = c->node_rank = c->rank = (int)k;
+    fprintf(stderr, "cohortrun: --node-rank auto: this node is node %d\n", node_rank);
   }
   int64_t claims = 0;
   int incarnation = 0;
@@ -369,6 +384,7 @@ int cohort__cluster_all_done(cohort__cluster *c) {
 }
 
 int cohort__cluster_rank(const cohort__cluster *c) { return c->rank; }
+int cohort__cluster_node_rank(const cohort__cluster *c) { return c->node_rank; }
 int cohort__cluster_size(const cohort__cluster *c) { return c->size; }
 int cohort__cluster_gen(const cohort__cluster *c) { return c->gen; }
 int cohort__cluster_changed(const cohort__cluster *c) { return c->changed; }

@@ -36,6 +36,8 @@ void cohort__launch_usage(FILE *out) {
       "                        several nodes, all nodes restart together (give every node the same K)\n"
       "  --nnodes N            nodes in the job, one cohortrun each (default 1); with N > 1 also:\n"
       "  --node-rank I         this node, 0..N-1; node 0 serves the store at --master-addr:--master-port\n"
+      "  --node-rank auto      node 0 is the one that can serve that address (the first there to try), the\n"
+      "                        others number themselves 1, 2, ... in the order they reach its store\n"
       "  --nnodes MIN:MAX      elastic: node 0 starts a generation with MAX nodes, or with at least MIN once\n"
       "                        no other node came for --rdzv-last-call S seconds (default %g); a node that\n"
       "                        leaves (silent 2 s) or joins later makes a new generation (new WORLD_SIZE,\n"
@@ -196,8 +198,12 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     } else if (match_valued(argc, argv, &i, "--node-rank", &value, &st) ||
                match_valued(argc, argv, &i, "--node_rank", &value, &st)) {
       COHORT_CHECK(st);
-      COHORT_CHECK(parse_long("--node-rank", value, 0, 4095, "a node rank", &v));
-      opts->node_rank = (int)v;
+      if (strcmp(value, "auto") == 0) {
+        opts->node_rank = COHORT_LAUNCH_NODE_RANK_AUTO;
+      } else {
+        COHORT_CHECK(parse_long("--node-rank", value, 0, 4095, "a node rank or auto", &v));
+        opts->node_rank = (int)v;
+      }
       node_rank_given = 1;
     } else if (match_valued(argc, argv, &i, "--master-port", &value, &st) ||
                match_valued(argc, argv, &i, "--master_port", &value, &st)) {
@@ -261,8 +267,11 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     return cohort__error(COHORT_ERR_INVALID, "--node-rank %d is outside 0..%d (--nnodes %d)", opts->node_rank,
                          opts->nnodes - 1, opts->nnodes);
   }
+  if (opts->node_rank == COHORT_LAUNCH_NODE_RANK_AUTO && opts->nnodes <= 1)
+    return cohort__error(COHORT_ERR_INVALID, "--node-rank auto numbers the nodes of a job of several: give --nnodes");
   if (opts->nnodes > 1) {
-    if (!node_rank_given) return cohort__error(COHORT_ERR_INVALID, "--nnodes %d needs --node-rank I", opts->nnodes);
+    if (!node_rank_given)
+      return cohort__error(COHORT_ERR_INVALID, "--nnodes %d needs --node-rank I (or auto)", opts->nnodes);
     if (!opts->master_port_given || opts->master_port == 0)
       return cohort__error(COHORT_ERR_INVALID,
                            "--nnodes %d needs a fixed --master-port P (the same on every node; 0 cannot be shared)",

@@ -30,7 +30,8 @@
 #define COHORT_LAUNCH_LAST_CALL_DEFAULT_S 3.0
 /* The secret is this many random bytes, written as twice as many hex digits. */
 #define COHORT_LAUNCH_SECRET_BYTES 32
-#define COHORT_LAUNCH_SECRET_MAX 1024 /* characters of an exported COHORT_SECRET */
+#define COHORT_LAUNCH_NODE_RANK_AUTO (-1) /* --node-rank auto */
+#define COHORT_LAUNCH_SECRET_MAX 1024     /* characters of an exported COHORT_SECRET */
 
 typedef struct cohort__launch_opts {
   int np;
@@ -44,7 +45,8 @@ typedef struct cohort__launch_opts {
   int nnodes_min;      /* MIN of --nnodes MIN:MAX (= nnodes when fixed) */
   int elastic;         /* nnodes_min < nnodes: membership may change between generations (elastic.c) */
   double last_call_s;  /* --rdzv-last-call: with MIN..MAX-1 nodes, start once no newcomer came for this long */
-  int node_rank;       /* --node-rank: this node; its ranks are node_rank*np .. node_rank*np+np-1 */
+  int node_rank;       /* --node-rank: this node; its ranks are node_rank*np .. node_rank*np+np-1; or
+                        * COHORT_LAUNCH_NODE_RANK_AUTO until the store is served or joined (setup.c, cluster.c) */
   int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
   char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
   int master_addr_given;
@@ -132,6 +134,8 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
 /* The current generation: this node's place among its nodes, how many nodes, and its number (COHORT_RESTART_COUNT).
  * With a fixed --nnodes: --node-rank, --nnodes and the restarts so far. */
 int cohort__cluster_rank(const cohort__cluster *c);
+/* This node's id (--node-rank, or the one --node-rank auto got when it joined). */
+int cohort__cluster_node_rank(const cohort__cluster *c);
 int cohort__cluster_size(const cohort__cluster *c);
 int cohort__cluster_gen(const cohort__cluster *c);
 /* Elastic: 1 when the current generation was stopped for a change of membership (not a failure). */

@@ -99,9 +99,28 @@ static int bind_errno(const char *host, int port) {
   return err;
 }
 
+/* --node-rank auto: this node is node 0 if it can serve --master-addr:--master-port, which only one cohortrun on the
+ * host that has that address can (the first to bind it); the others find it taken, or not theirs, and join. */
+static int claims_node_zero(job *j, const char *secret, cohort__store_server **server) {
+  if (cohort__store_server_start(j->opts.master_addr, j->opts.master_port, secret, server) == COHORT_OK) {
+    j->opts.node_rank = 0;
+    fprintf(stderr, "cohortrun: --node-rank auto: this node serves %s:%d, so it is node 0\n", j->opts.master_addr,
+            j->opts.master_port);
+    return 1;
+  }
+  int err = bind_errno(j->opts.master_addr, j->opts.master_port);
+  return err == EADDRINUSE || err == EADDRNOTAVAIL ? 0 : -1;
+}
+
 int cohort__job_serve_store(job *j, const char *secret, cohort__store_server **server, int *port, int *rc) {
   *server = NULL;
-  if (j->opts.node_rank == 0 &&
+  if (j->opts.node_rank == COHORT_LAUNCH_NODE_RANK_AUTO && claims_node_zero(j, secret, server) < 0) {
+    fprintf(stderr, "cohortrun: --node-rank auto: cannot tell whether this node serves %s:%d: %s\n",
+            j->opts.master_addr, j->opts.master_port, cohort_last_error());
+    *rc = 1;
+    return -1;
+  }
+  if (j->opts.node_rank == 0 && !*server &&
       cohort__store_server_start(j->opts.master_addr, j->opts.master_port, secret, server) != COHORT_OK) {
     if (j->opts.master_port != 0 && bind_errno(j->opts.master_addr, j->opts.master_port) == EADDRINUSE)
       fprintf(stderr,
@@ -134,7 +153,11 @@ int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, 
   int end_code = 1;
   cohort_status st =
       cohort__cluster_join(j->opts.master_addr, port, secret, j->timeout_s, &j->opts, j->host, &end_code, &j->cluster);
-  if (st == COHORT_OK) return 0;
+  if (st == COHORT_OK) {
+    j->opts.node_rank = cohort__cluster_node_rank(j->cluster); /* --node-rank auto: decided now */
+    j->rank0 = j->opts.node_rank * j->opts.np;
+    return 0;
+  }
   fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
   /* Elastic: the job ended before a generation took this node in; it ends with the job's code. */
   *rc = st == COHORT_ERR_REMOTE ? end_code : 1;
