@@ -70,6 +70,12 @@ cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, c
                                          cohort__transport **out, cohort__store **store_out,
                                          cohort__store_server **server_out);
 
+/* abort_note.c: a failure's root cause in the job's store, for the peers an ABORT frame could not reach. */
+void cohort__comm_leave_abort_note(cohort_comm *c, cohort_status status, const char *message);
+/* For a lost peer ("rank P ..." with COHORT_ERR_REMOTE): its note, if it left one, replaces status and message
+ * ("... (reported by rank P)"); returns 1 then. */
+int cohort__comm_read_abort_note(cohort_comm *c, cohort_status *status, char *message, size_t len);
+
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */
 void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns);

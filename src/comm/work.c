@@ -30,6 +30,8 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
      * message for every later call. */
     char message[COHORT__MESSAGE_MAX];
     snprintf(message, sizeof message, "%s", cohort_last_error());
+    if (!cohort__comm_read_abort_note(c, &st, message, sizeof message))
+      cohort__comm_leave_abort_note(c, st, message); /* this rank's own failure: for the peers it cannot reach */
     c->transport->ops->abort(c->transport, st, message);
     pthread_mutex_lock(&c->mu);
     if (c->failed == COHORT_OK) {
@@ -173,6 +175,9 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
     c->failed = COHORT_ERR_REMOTE;
     snprintf(c->failure, sizeof c->failure, "%s", message);
   }
+  pthread_mutex_unlock(&c->mu);
+  cohort__comm_leave_abort_note(c, COHORT_ERR_REMOTE, message);
+  pthread_mutex_lock(&c->mu);
   if (c->busy) { /* the driving thread does it at its next look */
     c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, message);
     pthread_mutex_unlock(&c->mu);
