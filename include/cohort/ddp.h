@@ -105,12 +105,13 @@ typedef struct cohort_ddp_options {
   int broadcast_buffers;     /* broadcast rank 0's buffers in every cohort_ddp_prepare() (PyTorch's default: 1) */
   int find_unused_params;    /* parameters that got no gradient are zero-filled at finish instead of an error */
   cohort_ddp_compression compression;
-  int static_bucket_order; /* 1: keep the creation order (no rebuild after the first step) */
+  int static_bucket_order;    /* 1: keep the creation order (no rebuild after the first step) */
+  cohort_ddp_overlap overlap; /* resolved at creation; the ranks agree (off if any rank says off) */
+  /* New fields go at the end: the Python binding mirrors this struct (python/cohort/_lib.py). */
   /* 1: ranks may run out of data at different steps (torch's Join, Horovod's join): every synchronized step counts
    * the ranks still training (one small allreduce in prepare) and the gradients are averaged over those alone;
    * a rank whose data ended calls cohort_ddp_join(). Implies static_bucket_order; every rank must set it. */
   int uneven_inputs;
-  cohort_ddp_overlap overlap; /* resolved at creation; the ranks agree (off if any rank says off) */
 } cohort_ddp_options;
 
 /* The defaults described above (broadcast_buffers = 1, everything else 0). */

@@ -45,9 +45,11 @@ class DdpTensor(ctypes.Structure):
 
 
 class DdpOptions(ctypes.Structure):
+    """cohort_ddp_options (include/cohort/ddp.h), field for field: the C struct only grows at its end, and
+    tests/python/test_ops.py checks that cohort_ddp_options_init writes no byte beyond this one."""
     _fields_ = [("bucket_bytes", c_size_t), ("first_bucket_bytes", c_size_t), ("broadcast_buffers", c_int),
                 ("find_unused_params", c_int), ("compression", c_int), ("static_bucket_order", c_int),
-                ("overlap", c_int)]
+                ("overlap", c_int), ("uneven_inputs", c_int)]
 
 
 class DdpBucket(ctypes.Structure):

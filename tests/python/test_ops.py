@@ -7,6 +7,7 @@ are exact in every dtype (float16 and bfloat16 included, whose reductions cohort
 compared exactly. Averages divide by the world size and are compared to one unit in the last place of the dtype.
 Prints "ok: N checks" on success; any failure prints what differed and exits 1.
 """
+import ctypes
 import sys
 
 import numpy as np
@@ -259,6 +260,18 @@ if N > 1:
     raises(hvd.MismatchError, lambda: hvd.allgather(torch.zeros(2, 3 + (R == 1))), "allgather trailing dims",
            "every dimension but the first")
 check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "the communicator still works after the misuse")
+
+# The binding's mirror of cohort_ddp_options has every field of the C struct: cohort_ddp_options_init, given a
+# buffer twice the mirror's size filled with 0xA5, must leave every byte past the mirror's end untouched (a field added
+# in C and not in Python once shifted the binding's "overlap" onto another option).
+from cohort import _lib  # noqa: E402
+
+size = ctypes.sizeof(_lib.DdpOptions)
+raw = (ctypes.c_ubyte * (2 * size))(*([0xA5] * (2 * size)))
+_lib.lib.cohort_ddp_options_init(ctypes.cast(raw, ctypes.POINTER(_lib.DdpOptions)))
+check(all(b == 0xA5 for b in raw[size:]), f"cohort_ddp_options is larger than the binding's {size}-byte mirror")
+opts = ctypes.cast(raw, ctypes.POINTER(_lib.DdpOptions)).contents
+check(opts.broadcast_buffers == 1 and opts.overlap == 0 and opts.uneven_inputs == 0, "the mirror's fields line up")
 
 hvd.shutdown()
 check(not hvd.is_initialized(), "shutdown")
