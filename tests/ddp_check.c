@@ -666,6 +666,110 @@ done:
   return failures;
 }
 
+/*
+ * ZeRO-1 against the unsharded engine: 50 steps of the same batches through an engine with zero_stage 1 (state
+ * sharded, the optimizer's own rule on each rank's shard, parameters allgathered) and through a plain one, with SGD
+ * (momentum, dampening 0, weight decay) or AdamW. The only difference is the order in which the reduce-scatter
+ * and the allreduce sum the ranks' gradients (bitwise the same on 2 ranks), so parameters and the gathered state
+ * agree within 1e-6. Each rank's state is its shard alone: at most 1/N of the unsharded state plus the padding.
+ */
+static int zero_matches(cohort_comm *comm, int adamw) {
+  enum { HIDDEN = 40, STEPS = 50 };
+  int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
+  cohort_model *a = NULL, *b = NULL;
+  cohort_optim *oa = NULL, *ob = NULL;
+  cohort_ddp *za = NULL, *db = NULL;
+  float x[BATCH * IN];
+  int32_t y[BATCH];
+  CHECK_OK(cohort_model_create_mlp(21 + (uint64_t)rank, IN, HIDDEN, CLASSES, &a));
+  CHECK_OK(cohort_model_create_mlp(21 + (uint64_t)rank, IN, HIDDEN, CLASSES, &b));
+  cohort_ddp_options o;
+  cohort_ddp_options_init(&o);
+  o.bucket_bytes = 256 * sizeof(float); /* several buckets, so shards cut across buckets and parameters */
+  o.first_bucket_bytes = 64 * sizeof(float);
+  o.zero_stage = 1;
+  CHECK_OK(cohort_ddp_create_model(comm, a, &o, &za));
+  CHECK(!cohort_ddp_overlapping(za));
+  options(&o);
+  CHECK_OK(cohort_ddp_create_model(comm, b, &o, &db));
+  cohort_sgd_config sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f};
+  cohort_adamw_config aw = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+  if (adamw) {
+    CHECK_OK(cohort_optim_adamw_create(a, &aw, &oa));
+    CHECK_OK(cohort_optim_adamw_create(b, &aw, &ob));
+  } else {
+    CHECK_OK(cohort_optim_sgd_create(a, &sgd, &oa));
+    CHECK_OK(cohort_optim_sgd_create(b, &sgd, &ob));
+  }
+  CHECK(cohort_ddp_zero_state_bytes(za) == 0);
+  CHECK_OK(cohort_ddp_zero_attach(za, oa));
+  CHECK(cohort_optim_step(oa) != COHORT_OK); /* sharded: only the engine may step it */
+  const size_t total = cohort_model_param_count(b);
+  const size_t arrays = adamw ? 2 : 1, full = arrays * total * sizeof(float);
+  const size_t bytes = cohort_ddp_zero_state_bytes(za);
+  if (rank == 0) printf("zero: optimizer state %zu bytes per rank, %zu unsharded, %d ranks\n", bytes, full, size);
+  /* The shard is a 1/N of the padded arena (padding: at most 16 floats per bucket and 16 per rank). */
+  CHECK(bytes > 0 && bytes <= full / (size_t)size + arrays * 16 * sizeof(float) * (size_t)(8 + size));
+  for (int step = 0; step < STEPS; step++) {
+    make_batch(rank, step, BATCH, 0, x, y);
+    cohort_optim_set_lr(oa, (adamw ? aw.lr : sgd.lr) * (1.0f - (float)step / STEPS)); /* a schedule too */
+    cohort_optim_set_lr(ob, cohort_optim_lr(oa));
+    cohort_model_zero_grad(a);
+    CHECK_OK(cohort_ddp_prepare(za));
+    CHECK_OK(fwd_bwd(a, x, y, BATCH, 1.0f));
+    CHECK_OK(cohort_ddp_finish(za));
+    CHECK_OK(cohort_ddp_zero_step(za));
+    cohort_model_zero_grad(b);
+    CHECK_OK(cohort_ddp_prepare(db));
+    CHECK_OK(fwd_bwd(b, x, y, BATCH, 1.0f));
+    CHECK_OK(cohort_ddp_finish(db));
+    CHECK_OK(cohort_optim_step(ob));
+  }
+  CHECK(cohort_optim_steps(oa) == STEPS);
+  const float *va = cohort_model_param_data(a), *vb = cohort_model_param_data(b);
+  double worst = 0, moved = 0;
+  for (size_t k = 0; k < total; k++) {
+    worst = fmax(worst, fabs((double)va[k] - (double)vb[k]));
+    moved = fmax(moved, fabs((double)vb[k]));
+  }
+  if (worst > 1e-6 || rank == 0)
+    printf("rank %d: zero (%s): after %d steps the parameters differ from the unsharded engine's by %.3g\n", rank,
+           adamw ? "adamw" : "sgd", STEPS, worst);
+  CHECK(worst <= 1e-6);
+  /* The replicas agree bit for bit (the allgather gave every rank every shard). */
+  char hex[COHORT_HASH_HEX_LEN], all[8][64];
+  CHECK(size <= 8);
+  CHECK_OK(cohort_model_hash(a, hex));
+  CHECK_OK(cohort_allgather(comm, hex, all, 64, COHORT_U8));
+  for (int r = 0; r < size; r++)
+    CHECK(memcmp(all[r], all[0], 64) == 0);
+  /* Gathered on the last rank, the state is the unsharded optimizer's, array by array. */
+  CHECK_OK(cohort_ddp_zero_gather_state(za, size - 1));
+  CHECK(cohort_optim_num_states(oa) == cohort_optim_num_states(ob));
+  for (int i = 0; i < cohort_optim_num_states(ob); i++) {
+    const cohort_named_array *sa = cohort_optim_state(oa, i), *sb = cohort_optim_state(ob, i);
+    CHECK(!strcmp(sa->name, sb->name) && sa->count == sb->count);
+    CHECK((sa->data != NULL) == (rank == size - 1));
+    if (!sa->data) continue;
+    double d = 0;
+    for (size_t k = 0; k < sb->count; k++)
+      d = fmax(d, fabs((double)sa->data[k] - (double)sb->data[k]));
+    if (d > 1e-6) printf("rank %d: zero: gathered state %s differs by %.3g\n", rank, sa->name, d);
+    CHECK(d <= 1e-6);
+  }
+done:
+  cohort_optim_destroy(oa);
+  cohort_optim_destroy(ob);
+  cohort_ddp_destroy(za);
+  cohort_ddp_destroy(db);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  return failures;
+}
+
+static int check_zero_sgd(cohort_comm *comm) { return zero_matches(comm, 0); }
+static int check_zero_adamw(cohort_comm *comm) { return zero_matches(comm, 1); }
+
 const ddp_check ddp_checks[] = {
     {"create_and_layout", check_create_and_layout},
     {"ready_order_and_rebuild", check_ready_order_and_rebuild},
@@ -677,6 +781,8 @@ const ddp_check ddp_checks[] = {
     {"matches_fused_large", check_matches_fused_large},
     {"accumulation", check_accumulation},
     {"uneven_inputs", check_uneven_inputs},
+    {"zero_sgd", check_zero_sgd},
+    {"zero_adamw", check_zero_adamw},
 };
 const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);
 

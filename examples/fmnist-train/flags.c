@@ -46,6 +46,8 @@ void train_flags_usage(FILE *f) {
           "  --bucket-mb X           ddp bucket cap in MB (default: COHORT_BUCKET_MB, else 25)\n"
           "  --compress none|f16|bf16  gradients travel compressed in the allreduce (default none)\n"
           "  --accumulate K          K micro-batches of --batch per optimizer step (default 1)\n"
+          "  --zero 0|1              1: ZeRO stage 1, each rank keeps the optimizer state of 1/W of the parameters\n"
+          "                          (gradients reduce-scattered, parameters allgathered; default 0)\n"
           "  --replicas N            N replicas as threads of this one process (in-process transport) instead\n"
           "                          of one rank per process; run it without cohortrun. --threads is then the\n"
           "                          process's BLAS pool shared by the replicas: the default 1 gives each\n"
@@ -153,6 +155,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--bucket-mb",
                                         "--compress",
                                         "--accumulate",
+                                        "--zero",
                                         "--replicas"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -253,6 +256,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
         cfg->compress = COHORT_DDP_COMPRESS_BF16;
       else
         return usage_error("--compress must be none, f16 or bf16, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--zero")) {
+      if ((rc = parse_int(name, value, 0, 1, &n)) == TRAIN_EXIT_OK) cfg->zero = (int)n;
     } else if (!strcmp(name, "--accumulate")) {
       if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->accumulate = (int)n;
     } else if (!strcmp(name, "--replicas")) {
@@ -271,6 +276,14 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     return usage_error("--bucket-mb needs --sync ddp%s%s", "", " (the fused allreduce has no buckets)");
   if (cfg->sync == TRAIN_SYNC_FUSED && cfg->compress != COHORT_DDP_COMPRESS_NONE)
     return usage_error("--compress needs --sync ddp%s%s", "", " (the fused allreduce sends float32)");
+  /* ZeRO-1 is the engine's, and replaces its allreduce with one reduce-scatter of float32 over every rank. */
+  if (cfg->zero && cfg->sync != TRAIN_SYNC_DDP)
+    return usage_error("--zero 1 needs --sync ddp%s%s", "", " (sharding the optimizer is the engine's)");
+  if (cfg->zero && cfg->compress != COHORT_DDP_COMPRESS_NONE)
+    return usage_error("--zero 1 does not combine with --compress%s%s", "", " (its reduce-scatter sends float32)");
+  if (cfg->zero && cfg->uneven)
+    return usage_error("--zero 1 does not combine with --uneven%s%s", "",
+                       " (a joined rank would have to step its shard without data)");
   if (cfg->uneven && cfg->sync != TRAIN_SYNC_DDP)
     return usage_error("--uneven needs --sync ddp%s%s", "", " (joining is the engine's: cohort_ddp_join)");
   if (cfg->uneven && cfg->checkpoint_every)

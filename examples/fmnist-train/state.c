@@ -58,6 +58,12 @@ static cohort_status add_f64(cohort_ckpt_writer *w, const char *name, double v) 
 }
 
 int train_state_save(train_job *job) {
+  /* --zero 1: rank 0 collects every rank's shard first, so the file holds the unsharded optimizer's arrays and
+   * resumes with or without --zero, at any world size. */
+  if (job->cfg->zero) {
+    cohort_status st = cohort_ddp_zero_gather_state(job->ddp, 0);
+    if (st != COHORT_OK) return fail(job, "gathering the optimizer state (--zero 1)", st);
+  }
   if (job->rank != 0) return 0;
   const train_config *cfg = job->cfg;
   cohort_ckpt_writer *w = NULL;

@@ -84,6 +84,7 @@ static int setup(train_job *job) {
     opt.bucket_bytes = (size_t)(cfg->bucket_mb * 1048576.0);
     opt.compression = (cohort_ddp_compression)cfg->compress;
     opt.uneven_inputs = cfg->uneven;
+    opt.zero_stage = cfg->zero;
     TRY("starting the DDP engine", cohort_ddp_create_model(job->comm, job->model, &opt, &job->ddp));
   } else {
     /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
@@ -225,7 +226,7 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   double t2 = now_s();
   cohort_ddp_span_begin(job->ddp, COHORT_SPAN_OPTIMIZER);
   cohort_optim_set_lr(job->optim, lr_at(job, job->step));
-  cohort_status st = cohort_optim_step(job->optim);
+  cohort_status st = job->cfg->zero ? cohort_ddp_zero_step(job->ddp) : cohort_optim_step(job->optim);
   cohort_ddp_span_end(job->ddp, COHORT_SPAN_OPTIMIZER);
   cohort_status lst = loss_work ? cohort_work_wait(loss_work) : COHORT_OK;
   cohort_work_free(loss_work);
@@ -384,6 +385,13 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   if (cfg->resume) {
     int ok = train_state_load(job) == 0;
     if (agree(job, ok, "loading the checkpoint") != 0) return -1;
+  }
+  /* After the load: the engine keeps this rank's range of the state just read (a checkpoint is always unsharded)
+   * and frees the rest. */
+  if (cfg->zero) {
+    cohort_status st = cohort_ddp_zero_attach(job->ddp, job->optim);
+    if (st != COHORT_OK) fail(job, "sharding the optimizer state (--zero 1)", st);
+    if (agree(job, st == COHORT_OK, "sharding the optimizer state (--zero 1)") != 0) return -1;
   }
   const int64_t global_batch = (int64_t)cfg->batch * job->world * cfg->accumulate;
   train_progress *progress =
@@ -549,6 +557,13 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
                "update %.2f ms\n",
                job.t_data * k, job.t_compute * k, job.t_comm * k, (double)(job.nparams + 1) * 4 / 1e6,
                job.t_update * k);
+        /* What each rank holds of the optimizer's state: all of it, or its shard under --zero 1. */
+        size_t state_bytes = cohort_ddp_zero_state_bytes(job.ddp);
+        if (!cfg->zero)
+          for (int i = 0; i < cohort_optim_num_states(job.optim); i++)
+            state_bytes += cohort_optim_state(job.optim, i)->count * sizeof(float);
+        printf("profile: optimizer state %zu bytes per rank (%s), update+gather %.2f ms per step\n", state_bytes,
+               cfg->zero ? "ZeRO-1 shard" : "unsharded", job.t_update * k);
       }
       cohort_ddp_stats ds;
       cohort_ddp_get_stats(job.ddp, &ds);

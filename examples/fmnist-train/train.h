@@ -72,6 +72,7 @@ typedef struct train_config {
   double bucket_mb; /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
   int compress;     /* --compress none|f16|bf16: a cohort_ddp_compression */
   int accumulate;   /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
+  int zero;         /* --zero 1: ZeRO-1, the optimizer state sharded over the ranks (cohort_ddp_zero_attach) */
   int replicas;     /* --replicas N: N replicas as threads of this process (0: one rank per process) */
   /* With --replicas, main loads the datasets once and every replica reads them (they are read-only once loaded);
    * NULL: train_run loads its own. */

@@ -112,6 +112,9 @@ typedef struct cohort_ddp_options {
    * the ranks still training (one small allreduce in prepare) and the gradients are averaged over those alone;
    * a rank whose data ended calls cohort_ddp_join(). Implies static_bucket_order; every rank must set it. */
   int uneven_inputs;
+  /* 1: ZeRO stage 1 (DeepSpeed's ZeRO-1, torch's ZeroRedundancyOptimizer), see cohort_ddp_zero_attach. Implies
+   * overlap off and static_bucket_order; not with compression, uneven_inputs or a comm hook. Every rank must set it. */
+  int zero_stage;
 } cohort_ddp_options;
 
 /* The defaults described above (broadcast_buffers = 1, everything else 0). */
@@ -184,6 +187,40 @@ COHORT_API cohort_status cohort_ddp_finish(cohort_ddp *ddp);
 COHORT_API int cohort_ddp_join(cohort_ddp *ddp);
 /* Ranks that took part in the last synchronized step's average (the world size without uneven_inputs). */
 COHORT_API int cohort_ddp_active_ranks(const cohort_ddp *ddp);
+
+/*
+ * ZeRO stage 1 (options.zero_stage = 1): the optimizer's state is sharded over the ranks. The gradient arena (every
+ * gradient, back to back in bucket order, padded to a multiple of the world size) is cut into equal shards, rank r
+ * owning floats [r*S, (r+1)*S). A synchronized step then runs:
+ *
+ *   cohort_ddp_finish(ddp)      one reduce-scatter: only this rank's shard of the gradients holds the average; the
+ *                               rest keep this rank's own gradients (do not read them, e.g. to clip a norm)
+ *   cohort_ddp_zero_step(ddp)   instead of cohort_optim_step: the attached optimizer's rule (optim.c's own kernels)
+ *                               on the shard's parameters with the shard's state, then one allgather of the new
+ *                               parameters, so that every replica leaves with the same values as without ZeRO
+ *
+ * Per-rank optimizer state is about 1/N of the unsharded optimizer's (cohort_ddp_zero_state_bytes); the engine adds
+ * one staging copy of the parameters (N*S floats) for the allgather. Bucket order is static, so the shards never
+ * move.
+ *
+ * cohort_ddp_zero_attach takes over optim (made for the model whose parameter values the engine holds, in the
+ * engine's order): it keeps this rank's range of optim's state (whatever it holds: zeros, or an unsharded
+ * checkpoint's arrays loaded into it) and frees the rest, so load a checkpoint before attaching. The optimizer keeps
+ * its rate, step count and the names and counts of its arrays (cohort_optim_state with data NULL); set_lr and
+ * set_steps still apply. It may be destroyed before or after the engine; once the engine is gone it holds no
+ * state and cannot step. Local: no collective, but every rank must attach an optimizer of the same kind and
+ * settings, before the first synchronized step.
+ *
+ * cohort_ddp_zero_gather_state makes root's optimizer whole again for a checkpoint: collective; on root
+ * cohort_optim_state then reads exactly what the unsharded optimizer would hold (so the checkpoint resumes with or
+ * without ZeRO, at any world size); the full arrays stay on root until its next cohort_ddp_zero_step frees them.
+ */
+COHORT_API cohort_status cohort_ddp_zero_attach(cohort_ddp *ddp, struct cohort_optim *optim);
+/* The optimizer step under ZeRO-1 (after cohort_ddp_finish). Collective. Advances optim's step count. */
+COHORT_API cohort_status cohort_ddp_zero_step(cohort_ddp *ddp);
+COHORT_API cohort_status cohort_ddp_zero_gather_state(cohort_ddp *ddp, int root);
+/* Bytes of optimizer state this rank holds (its shard); 0 without ZeRO or before attach. */
+COHORT_API size_t cohort_ddp_zero_state_bytes(const cohort_ddp *ddp);
 
 /* ---- observability ---- */
 

@@ -49,7 +49,7 @@ class DdpOptions(ctypes.Structure):
     tests/python/test_ops.py checks that cohort_ddp_options_init writes no byte beyond this one."""
     _fields_ = [("bucket_bytes", c_size_t), ("first_bucket_bytes", c_size_t), ("broadcast_buffers", c_int),
                 ("find_unused_params", c_int), ("compression", c_int), ("static_bucket_order", c_int),
-                ("overlap", c_int), ("uneven_inputs", c_int)]
+                ("overlap", c_int), ("uneven_inputs", c_int), ("zero_stage", c_int)]
 
 
 class DdpBucket(ctypes.Structure):

@@ -44,6 +44,20 @@ static cohort_status resolve_options(const cohort_ddp *ddp, const cohort_ddp_opt
   /* A joined rank shadows steps with the buckets as they are: a rebuild (a collective of its own, after the first
    * step) would need its ready order too. */
   if (o->uneven_inputs) o->static_bucket_order = 1;
+  if (o->zero_stage != 0 && o->zero_stage != 1)
+    return cohort__error(COHORT_ERR_INVALID, "zero_stage %d: only 0 (off) and 1 (optimizer state sharded) exist",
+                         o->zero_stage);
+  if (o->zero_stage) {
+    /* ZeRO-1 reduce-scatters the whole arena once after backward: there are no per-bucket reductions for overlap,
+     * a hook or compression to act on, and a rebuilt bucket order would move every shard's state. */
+    if (o->compression != COHORT_DDP_COMPRESS_NONE || o->uneven_inputs)
+      return cohort__error(COHORT_ERR_INVALID, "zero_stage 1 does not combine with %s",
+                           o->uneven_inputs ? "uneven_inputs" : "gradient compression");
+    if (o->overlap == COHORT_DDP_OVERLAP_ON)
+      return cohort__error(COHORT_ERR_INVALID, "zero_stage 1 reduces after backward: overlap must be auto or off");
+    o->overlap = COHORT_DDP_OVERLAP_OFF;
+    o->static_bucket_order = 1;
+  }
   return COHORT_OK;
 }
 
@@ -187,12 +201,13 @@ cohort_status cohort_ddp_create(cohort_comm *comm, const cohort_ddp_tensor *para
   if (st != COHORT_OK) goto fail;
   cohort__ddp_default_hook(ddp, &ddp->hook);
   ddp->hook_is_average = cohort__ddp_hook_is_average(&ddp->hook);
-  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes, in %s, overlap %s",
+  COHORT_LOG_INFO("ddp: %d parameters (%zu bytes of gradients) in %d buckets of at most %zu bytes, in %s, overlap "
+                  "%s%s",
                   ddp->num_params, ddp->arena_count * sizeof(float), ddp->num_buckets, ddp->opt.bucket_bytes,
                   cohort_in_arena(ddp->comm, ddp->arena, ddp->arena_count * sizeof(float))
                       ? "the shared arena (zero copy)"
                       : "private memory",
-                  ddp->overlap ? "on" : "off");
+                  ddp->overlap ? "on" : "off", ddp->opt.zero_stage ? ", ZeRO-1" : "");
   *out = ddp;
   return COHORT_OK;
 
@@ -221,6 +236,9 @@ cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_ho
   if (ddp->next_launch > 0 || ddp->first_ready_ns)
     return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: a step is in progress; set hooks between "
                                              "cohort_ddp_finish and the next backward");
+  if (ddp->opt.zero_stage && hook)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: not with zero_stage 1 (its reduce-scatter "
+                                             "replaces the per-bucket reductions a hook would change)");
   if (hook && !hook->launch) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_set_comm_hook: launch is NULL");
   if (hook)
     ddp->hook = *hook;
@@ -307,6 +325,7 @@ void cohort_ddp_destroy(cohort_ddp *ddp) {
       (void)cohort_model_set_grad_buffer(ddp->model, i, NULL);
     cohort_model_zero_grad(ddp->model);
   }
+  cohort__ddp_zero_free(ddp);
   cohort__ddp_layout_free(ddp);
   for (int i = 0; i < ddp->num_params; i++)
     free(ddp->params[i].name);

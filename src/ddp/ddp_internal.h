@@ -6,6 +6,8 @@
  *   layout.c    assigning parameters to buckets and placing them in bucket memory; the rebuild after step one
  *   reducer.c   one step: readiness, launching buckets in order, finish, statistics, timeline spans
  *   hooks.c     the built-in comm hooks: average, and average with f16/bf16 compression
+ *   zero.c      ZeRO-1: the reduce-scatter of the gradients, the sharded optimizer step, the allgather of the
+ *               parameters, and gathering the state for checkpoints
  *   join.c      uneven inputs: counting the ranks still training, and shadowing their steps once a rank's data ended
  *
  * State of a step: `ready[i]` says parameter i's gradient is final; a bucket's `pending` counts its parameters not
@@ -88,6 +90,15 @@ struct cohort_ddp {
 
   struct cohort_model *model; /* set by cohort_ddp_create_model() */
 
+  /* ZeRO-1 (zero.c): this rank owns arena floats [rank * zero_shard, (rank + 1) * zero_shard) */
+  size_t zero_shard;
+  struct cohort_optim *zero_optim; /* attached */
+  int zero_arrays;                 /* state arrays per parameter */
+  float *zero_state;               /* zero_arrays * zero_shard floats */
+  float *zero_grad;                /* the reduce-scatter's result (zero_shard floats) */
+  float *zero_send;                /* this rank's new parameters, for the allgather (zero_shard floats) */
+  float *zero_gathered;            /* every rank's (size * zero_shard floats, from cohort_alloc) */
+
   cohort_status failed;
   char failure[COHORT__DDP_MESSAGE_MAX];
 
@@ -119,6 +130,10 @@ int cohort__ddp_hook_is_average(const cohort_ddp_comm_hook *hook);
 cohort_status cohort__ddp_count_active(cohort_ddp *ddp);
 /* join.c: rescales the averaged buckets from the world to the ranks that trained in this step. */
 void cohort__ddp_rescale(cohort_ddp *ddp);
+
+/* zero.c: the reduce-scatter of finish() under ZeRO-1 (the owned shard of the arena becomes the average). */
+cohort_status cohort__ddp_zero_reduce(cohort_ddp *ddp);
+void cohort__ddp_zero_free(cohort_ddp *ddp);
 
 /* Records the first failure (keeping the message) and returns it; a later call returns the same. */
 cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status);

@@ -86,9 +86,12 @@ cohort_status cohort__ddp_layout(cohort_ddp *ddp, const int *order) {
     bk->view.count += p->count;
     total += p->count;
   }
-  total = round_up(total);
-  if (arena_alloc(ddp, total ? total : ALIGN_FLOATS) != COHORT_OK) goto oom;
-  ddp->arena_count = total;
+  /* ZeRO-1 cuts the arena into one equal shard per rank, each on a cache line. */
+  const size_t unit = ALIGN_FLOATS * (size_t)(ddp->opt.zero_stage ? ddp->size : 1);
+  total = (total + unit - 1) / unit * unit;
+  if (ddp->opt.zero_stage) ddp->zero_shard = (total ? total : unit) / (size_t)ddp->size;
+  if (arena_alloc(ddp, total ? total : unit) != COHORT_OK) goto oom;
+  ddp->arena_count = total ? total : (ddp->opt.zero_stage ? unit : 0);
   size_t at = 0;
   for (int b = 0; b < nb; b++) {
     ddp_bucket *bk = &ddp->buckets[b];

@@ -176,17 +176,22 @@ static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
     cohort__stall_progress(ddp->stall, ddp->step, b);
   if (ddp->size > 1 && ddp->arena_count > 0) {
     cohort__stall_wait_begin(ddp->stall, ddp->step, 0);
-    cohort_status st = cohort_allreduce(ddp->comm, ddp->arena, ddp->arena, ddp->arena_count, COHORT_F32, COHORT_AVG);
+    cohort_status st = ddp->opt.zero_stage ? cohort__ddp_zero_reduce(ddp)
+                                           : cohort_allreduce(ddp->comm, ddp->arena, ddp->arena, ddp->arena_count,
+                                                              COHORT_F32, COHORT_AVG);
     cohort__stall_wait_end(ddp->stall);
     if (st != COHORT_OK)
-      return cohort__ddp_fail(ddp, cohort__error_prefix(st,
-                                                        "reducing the gradients of step %lld (%zu bytes, one "
-                                                        "allreduce: overlap is off)",
-                                                        (long long)ddp->step, ddp->arena_count * sizeof(float)));
+      return cohort__ddp_fail(
+          ddp, cohort__error_prefix(st,
+                                    "reducing the gradients of step %lld (%zu bytes, one "
+                                    "%s)",
+                                    (long long)ddp->step, ddp->arena_count * sizeof(float),
+                                    ddp->opt.zero_stage ? "reduce-scatter: ZeRO-1" : "allreduce: overlap is off"));
   }
   int64_t end_ns = cohort__now_ns();
   if (ddp->timeline && ddp->size > 1)
-    cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, -1, 0);
+    cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, ddp->opt.zero_stage ? "reduce_scatter" : "allreduce",
+                          start_ns, end_ns, -1, 0);
   ddp->next_launch = ddp->num_buckets;
   cohort__ddp_rescale(ddp);
   return end_step(ddp, enter_ns, end_ns - start_ns);

@@ -59,9 +59,9 @@ static void text_add(text *t, const char *fmt, ...) {
 static cohort_status describe(const cohort_ddp *ddp, text *t) {
   text_add(t,
            "options bucket_bytes=%zu first_bucket_bytes=%zu broadcast_buffers=%d find_unused=%d compression=%d "
-           "static_order=%d uneven_inputs=%d\n",
+           "static_order=%d uneven_inputs=%d zero_stage=%d\n",
            ddp->opt.bucket_bytes, ddp->opt.first_bucket_bytes, ddp->opt.broadcast_buffers, ddp->opt.find_unused_params,
-           (int)ddp->opt.compression, ddp->opt.static_bucket_order, ddp->opt.uneven_inputs != 0);
+           (int)ddp->opt.compression, ddp->opt.static_bucket_order, ddp->opt.uneven_inputs != 0, ddp->opt.zero_stage);
   text_add(t, "params %d buffers %d\n", ddp->num_params, ddp->num_buffers);
   for (int i = 0; i < ddp->num_params; i++) {
     const ddp_param *p = &ddp->params[i];

@@ -17,6 +17,7 @@
 #include "core/fpu.h"
 #include "core/kernel.h"
 #include "nn/layer.h"
+#include "nn/optim_internal.h"
 
 typedef enum { OPT_SGD, OPT_ADAMW } opt_kind;
 
@@ -146,18 +147,6 @@ COHORT_KERNEL static void sgd_momentum(float *restrict w, float *restrict buf, c
   }
 }
 
-static void sgd_step(cohort_optim *o) {
-  const cohort_sgd_config *c = &o->sgd;
-  const float lr = o->lr, mu = c->momentum, wd = c->weight_decay, damp = 1.0f - c->dampening;
-  for (int i = 0; i < cohort_model_num_params(o->model); i++) {
-    const cohort_param *p = cohort_model_param(o->model, i);
-    if (mu != 0.0f)
-      sgd_momentum(p->value, o->states[i].data, p->grad, p->numel, lr, wd, mu, damp, o->steps == 0, c->nesterov);
-    else
-      sgd_plain(p->value, p->grad, p->numel, lr, wd);
-  }
-}
-
 COHORT_KERNEL static void adamw_update(float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
                                        size_t n, float decay, float b1, float b2, float step_size, float bc2_sqrt,
                                        float eps) {
@@ -170,26 +159,69 @@ COHORT_KERNEL static void adamw_update(float *restrict w, float *restrict m, flo
   }
 }
 
-static void adamw_step(cohort_optim *o) {
+int cohort__optim_arrays_per_param(const cohort_optim *o) {
+  if (o->kind == OPT_ADAMW) return 2;
+  return o->sgd.momentum != 0.0f ? 1 : 0;
+}
+
+/* The rule over one contiguous piece: a whole parameter in cohort_optim_step, a rank's shard under ZeRO-1. Both
+ * take this path so that the two agree to the bit. */
+void cohort__optim_step_range(const cohort_optim *o, float *w, const float *g, float *const *state, size_t n) {
+  if (o->kind == OPT_SGD) {
+    const cohort_sgd_config *c = &o->sgd;
+    const float lr = o->lr, mu = c->momentum, wd = c->weight_decay, damp = 1.0f - c->dampening;
+    if (mu != 0.0f)
+      sgd_momentum(w, state[0], g, n, lr, wd, mu, damp, o->steps == 0, c->nesterov);
+    else
+      sgd_plain(w, g, n, lr, wd);
+    return;
+  }
   const cohort_adamw_config *c = &o->adamw;
   const double t = (double)o->steps + 1.0;
   const float decay = 1.0f - o->lr * c->weight_decay;
   const float step_size = (float)((double)o->lr / (1.0 - pow((double)c->beta1, t)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
-  for (int i = 0; i < cohort_model_num_params(o->model); i++) {
-    const cohort_param *p = cohort_model_param(o->model, i);
-    adamw_update(p->value, o->states[2 * i].data, o->states[2 * i + 1].data, p->grad, p->numel, decay, c->beta1,
-                 c->beta2, step_size, bc2_sqrt, c->eps);
+  adamw_update(w, state[0], state[1], g, n, decay, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
+}
+
+cohort_model *cohort__optim_model(const cohort_optim *o) { return o->model; }
+
+int cohort__optim_has_state(const cohort_optim *o) { return o->nstates == 0 || o->state_data != NULL; }
+
+void cohort__optim_release_state(cohort_optim *o) {
+  free(o->state_data);
+  o->state_data = NULL;
+  for (int i = 0; i < o->nstates; i++)
+    o->states[i].data = NULL;
+}
+
+int cohort__optim_restore_state(cohort_optim *o) {
+  if (cohort__optim_has_state(o)) return 0;
+  size_t total = 0;
+  for (int i = 0; i < o->nstates; i++)
+    total += o->states[i].count;
+  o->state_data = calloc(total ? total : 1, sizeof(float));
+  if (!o->state_data) return cohort__error(COHORT_ERR_SYSTEM, "optimizer: out of memory for %zu state floats", total);
+  size_t off = 0;
+  for (int i = 0; i < o->nstates; i++) {
+    o->states[i].data = o->state_data + off;
+    off += o->states[i].count;
   }
+  return 1;
 }
 
 cohort_status cohort_optim_step(cohort_optim *o) {
   if (!o) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_step: optimizer is NULL");
+  if (!cohort__optim_has_state(o))
+    return cohort__error(COHORT_ERR_INVALID, "cohort_optim_step: the optimizer's state is sharded over the ranks "
+                                             "(ZeRO-1): step it with cohort_ddp_zero_step");
+  const int k = cohort__optim_arrays_per_param(o);
   const unsigned fpu = cohort__fpu_flush_begin();
-  if (o->kind == OPT_SGD)
-    sgd_step(o);
-  else
-    adamw_step(o);
+  for (int i = 0; i < cohort_model_num_params(o->model); i++) {
+    const cohort_param *p = cohort_model_param(o->model, i);
+    float *state[2] = {k > 0 ? o->states[k * i].data : NULL, k > 1 ? o->states[k * i + 1].data : NULL};
+    cohort__optim_step_range(o, p->value, p->grad, state, p->numel);
+  }
   cohort__fpu_flush_end(fpu);
   o->steps++;
   return COHORT_OK;

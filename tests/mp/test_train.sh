@@ -12,12 +12,17 @@
 #                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, with a word on faster kernels
 #   uneven       --uneven on 3 ranks: ranks train 10, 7 and 4 of each epoch's 10 steps, join, and end each epoch
 #                together on rank 0's parameters, without a hang; the job learns
+#   zero         --zero 1 (ZeRO-1): on 2 ranks the same param_sha256 as without it (the reduce-scatter sums a + b as
+#                the allreduce does), with a per-rank optimizer state about half the unsharded one (--profile); a
+#                checkpoint written under it at 2 ranks is byte for byte the unsharded run's, and resumes at 3 ranks
+#                without ZeRO (the same param_sha256 as resuming the unsharded checkpoint) and with it (the same
+#                parameters up to the 3-rank summation order)
 #   equivalence  2 ranks x batch B, 1 rank x batch 2B and 2 ranks x 2 accumulated batches of B/2 reach the same
 #                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh)
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
-CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels|uneven}
+CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels|uneven|zero}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/params.sh"
@@ -87,6 +92,10 @@ usage)
   usage_case "--resume takes no value" --resume=yes --checkpoint x
   usage_case "no directory '$TMP/no-such-dir'" --data "$TMP/no-such-dir"
   usage_case "--uneven needs --sync ddp" --uneven --sync fused
+  usage_case "--zero 1 needs --sync ddp" --zero 1 --sync fused
+  usage_case "--zero 1 does not combine with --compress" --zero 1 --compress f16
+  usage_case "--zero 1 does not combine with --uneven" --zero 1 --uneven
+  usage_case "--zero is out of range" --zero 2
   usage_case "--uneven checkpoints at the ends of epochs only" --uneven --checkpoint x --checkpoint-every 5
   # --help is not an error: usage on stdout, exit 0.
   "$TRAIN" --help >"$TMP/out" 2>"$TMP/err" || fail "--help exited with $?"
@@ -148,6 +157,33 @@ resume)
   "$RUN" -np 2 "$TRAIN" --steps 40 --batch 16 --checkpoint "$ck" --resume >"$TMP/out" 2>"$TMP/err" &&
     fail "resuming with another --batch succeeded"
   grep -q "written with --batch 32, this run has 16" "$TMP/err" || fail "no clear message: $(cat "$TMP/err")"
+  ;;
+zero)
+  train 2 --steps 20 --batch 32 --quiet
+  plain=$(field param_sha256)
+  train 2 --steps 20 --batch 32 --quiet --zero 1 --profile
+  [ "$(field param_sha256)" = "$plain" ] || fail "--zero 1 gave param_sha256 $(field param_sha256), not $plain"
+  bytes=$(sed -n 's/^\[0\] profile: optimizer state \([0-9]*\) bytes per rank (ZeRO-1 shard).*/\1/p' "$TMP/out")
+  full=$((1199882 * 4)) # the CNN's momentum buffers
+  [ -n "$bytes" ] || fail "no optimizer state line in --profile: $(cat "$TMP/out")"
+  [ "$bytes" -ge $((full / 2)) ] && [ "$bytes" -le $((full / 2 + 4096)) ] ||
+    fail "ZeRO-1 on 2 ranks holds $bytes bytes of optimizer state per rank, not about half of $full"
+  # Checkpoints: written under ZeRO at 2 ranks, they are the unsharded run's (rank 0 gathered the shards).
+  train 2 --steps 20 --batch 32 --quiet --checkpoint "$TMP/plain.ck"
+  train 2 --steps 20 --batch 32 --quiet --zero 1 --checkpoint "$TMP/zero.ck"
+  cmp -s "$TMP/plain.ck" "$TMP/zero.ck" || fail "the ZeRO checkpoint differs from the unsharded one"
+  # ... and resume at 3 ranks with and without ZeRO, and an unsharded checkpoint resumes under ZeRO.
+  train 3 --steps 30 --batch 32 --quiet --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/p.bin"
+  straight=$(field param_sha256)
+  train 3 --steps 30 --batch 32 --quiet --checkpoint "$TMP/zero.ck" --resume --dump-params "$TMP/z.bin"
+  [ "$(field param_sha256)" = "$straight" ] || fail "the ZeRO checkpoint resumed without ZeRO is another run"
+  cp "$TMP/zero.ck" "$TMP/zero2.ck"
+  train 3 --steps 30 --batch 32 --quiet --zero 1 --checkpoint "$TMP/zero2.ck" --resume --dump-params "$TMP/zz.bin"
+  train 3 --steps 30 --batch 32 --quiet --zero 1 --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/pz.bin"
+  for f in zz pz; do
+    d=$(param_distance "$TMP/p.bin" "$TMP/$f.bin")
+    at_most "$d" 1e-5 || fail "resumed at 3 ranks under ZeRO ($f) the parameters are $d (relative) from the straight run"
+  done
   ;;
 equivalence)
   # The same 10 steps of global batch 64 three ways; each pair may differ by float32 rounding alone, at most K * u

@@ -271,7 +271,7 @@ raw = (ctypes.c_ubyte * (2 * size))(*([0xA5] * (2 * size)))
 _lib.lib.cohort_ddp_options_init(ctypes.cast(raw, ctypes.POINTER(_lib.DdpOptions)))
 check(all(b == 0xA5 for b in raw[size:]), f"cohort_ddp_options is larger than the binding's {size}-byte mirror")
 opts = ctypes.cast(raw, ctypes.POINTER(_lib.DdpOptions)).contents
-check(opts.broadcast_buffers == 1 and opts.overlap == 0 and opts.uneven_inputs == 0, "the mirror's fields line up")
+check(opts.broadcast_buffers == 1 and opts.overlap == 0 and opts.uneven_inputs == 0 and opts.zero_stage == 0, "the mirror's fields line up")
 
 hvd.shutdown()
 check(not hvd.is_initialized(), "shutdown")
