@@ -31,6 +31,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     char message[COHORT__MESSAGE_MAX];
     snprintf(message, sizeof message, "%s", cohort_last_error());
     c->transport->ops->abort(c->transport, st, message);
+    cohort__comm_name_parent_ranks(c, message, sizeof message); /* after abort: peers name the ranks themselves */
     pthread_mutex_lock(&c->mu);
     if (c->failed == COHORT_OK) {
       c->failed = st;
@@ -172,6 +173,7 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
   if (c->failed == COHORT_OK) {
     c->failed = COHORT_ERR_REMOTE;
     snprintf(c->failure, sizeof c->failure, "%s", message);
+    cohort__comm_name_parent_ranks(c, c->failure, sizeof c->failure);
   }
   if (c->busy) { /* the driving thread does it at its next look */
     c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, message);
