@@ -44,8 +44,9 @@ static int run_matrix(cohort_comm *sub, const size_t *counts, int ncounts) {
 int split_check_matrix(cohort_comm *world, const size_t *counts, int ncounts) {
   int rank = cohort_rank(world), size = cohort_size(world), failures = 0;
   if (size > MAX_WORLD) return fail("world too large for the check", rank, NULL);
-  int left_out = size >= 5 ? size - 1 : -1;
-  int color = rank == left_out ? COHORT_UNDEFINED : rank % 3;
+  /* At 5 ranks: {4, 2, 0} and {3}; at 8: {6, 4, 2, 0} and {7, 5, 3}: odd and even groups, and rank 1 in none. */
+  int left_out = size >= 5 ? 1 : -1;
+  int color = rank == left_out ? COHORT_UNDEFINED : rank % 2;
   cohort_comm *sub = (cohort_comm *)&failures; /* must become NULL for the rank left out */
   cohort_status st = cohort_comm_split(world, color, -rank, &sub);
   if ((failures = call_failed("cohort_comm_split", st, rank))) return failures;
@@ -56,7 +57,7 @@ int split_check_matrix(cohort_comm *world, const size_t *counts, int ncounts) {
   } else {
     int members[MAX_WORLD], n = 0;
     for (int p = size - 1; p >= 0; p--) /* key -rank: descending */
-      if (p != left_out && p % 3 == color) members[n++] = p;
+      if (p != left_out && p % 2 == color) members[n++] = p;
     failures += check_members(sub, rank, members, n);
     if (!failures) failures += run_matrix(sub, counts, ncounts);
     /* Nested: the group halved by sub rank parity, with the sum of world ranks over it. */

@@ -10,7 +10,7 @@
 
 #include "cohort/cohort.h"
 
-/* Splits world into rank % 3 (the last rank in no group at 5 ranks and more), ordered by descending rank: checks
+/* Splits world by rank parity (rank 1 in no group at 5 ranks and more), ordered by descending rank: checks
  * membership, order and the NULL of the rank left out, then runs the collective matrix (coll_check_all with counts,
  * async, barrier) on each group; then the same on a dup of world and on a split of each group. */
 int split_check_matrix(cohort_comm *world, const size_t *counts, int ncounts);
