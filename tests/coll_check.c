@@ -92,6 +92,7 @@ static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
       break;
     }
   }
+  if (d == COHORT_U8 && op == COHORT_PROD) acc = fmod(acc, 256); /* 2^8 at 8 ranks: u8 wraps, as documented */
   if (op == COHORT_AVG) {
     int integer = d == COHORT_I32 || d == COHORT_I64 || d == COHORT_U8;
     acc = integer ? trunc(acc / n) : acc / n;

@@ -136,6 +136,29 @@ COHORT_API cohort_status cohort_inproc_group_create(int size, cohort_inproc_grou
 COHORT_API void cohort_inproc_group_destroy(cohort_inproc_group *group);
 COHORT_API cohort_status cohort_init_inproc(cohort_inproc_group *group, int rank, cohort_comm **comm);
 
+/*
+ * Sub-communicators (MPI_Comm_split's meaning). Collective over comm: every rank of comm calls it, in the same order
+ * relative to comm's other collectives. The ranks that pass the same color >= 0 form a new communicator in *sub,
+ * numbered by key, then by their rank in comm; a rank with color COHORT_UNDEFINED (any negative color) takes part in
+ * the exchange but joins nothing and gets *sub = NULL. Returns once every member of this rank's color has joined.
+ *
+ * The sub-communicator is a communicator like any other, independent of comm from then on: its own transport (its
+ * own TCP mesh, shared memory segments or in-process hub, chosen by where its members are), its own progress thread,
+ * call numbering and mismatch checks. So collectives on different sub-communicators (and on comm) may run at the
+ * same time from different threads of one process, and each makes progress on its own. Its failure messages name
+ * ranks by their rank in comm too: "rank 2 (rank 5 of the parent)". A failed comm does not fail sub-communicators
+ * made before (nor the other way round): each fails when it next needs a rank that is gone.
+ *
+ * Ownership: the caller destroys *sub with cohort_comm_destroy(), before or after comm (it holds nothing of comm's,
+ * but a process's first communicator may be the one that serves the job's store, which a later cohort_comm_split on
+ * a sub-communicator needs). Thread-safety: as any collective on comm.
+ */
+#define COHORT_UNDEFINED (-1)
+COHORT_API cohort_status cohort_comm_split(cohort_comm *comm, int color, int key, cohort_comm **sub);
+/* A communicator of the same ranks in the same order: cohort_comm_split(comm, 0, rank of comm, dup). Collectives on
+ * it never interfere with those on comm (a library's own traffic, say). */
+COHORT_API cohort_status cohort_comm_dup(cohort_comm *comm, cohort_comm **dup);
+
 /* ---- collectives (blocking) ---- */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place when sendbuf == recvbuf. */

@@ -13,6 +13,7 @@ error at once, and the job should end (cohortrun stops the others).
 """
 import atexit
 import builtins
+import contextlib
 import ctypes
 import os
 import pickle
@@ -30,7 +31,7 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "poll", "synchronize",
     "allgather", "broadcast", "broadcast_", "reducescatter", "barrier", "broadcast_object", "allgather_object",
     "CohortError", "RemoteError", "MismatchError", "TimeoutError", "AuthError", "InvalidArgumentError",
-    "Handle",
+    "Handle", "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "new_group",
 ]
 
 # ---- errors ----
@@ -110,7 +111,7 @@ def _op(op):
 
 # ---- the communicator ----
 
-_state = threading.local()  # nothing per thread yet; the communicator is per process
+_state = threading.local()  # comm: the process set a call of this thread runs on (_on), else the job's
 _lock = threading.RLock()
 _comm = None  # c_void_p
 _pid = None
@@ -148,11 +149,119 @@ def shutdown():
             h._release()
         for e in list(_engines):
             e.close()
+        for ps in list(_process_sets.values()):
+            remove_process_set(ps)
         _c.cohort_comm_destroy(_comm)
         _comm, _pid = None, None
 
 
 atexit.register(shutdown)
+
+
+# ---- process sets (Horovod's) and groups (torch.distributed's new_group) ----
+
+
+class ProcessSet:
+    """Some ranks of the job, as in Horovod 0.23+: made by add_process_set (collectively), passed as process_set= to
+    the collectives, which then run among those ranks only, numbered 0..n-1 in ascending order of job rank. Each set
+    is a sub-communicator (cohort_comm_split) with a transport of its own, so collectives on different sets run
+    independently. ranks=None: every rank (global_process_set)."""
+
+    def __init__(self, ranks=None):
+        self.ranks = None if ranks is None else sorted({int(r) for r in ranks})
+        self.process_set_id = None
+        self._comm = None  # c_void_p on a member, None elsewhere
+
+    def _world_rank(self):
+        return _c.cohort_rank(_comm if _comm is not None else _get_comm())
+
+    def included(self):
+        """Whether this rank is in the set."""
+        return self.ranks is None or self._world_rank() in self.ranks
+
+    def size(self):
+        return _c.cohort_size(_comm) if self.ranks is None else len(self.ranks)
+
+    def rank(self):
+        """This rank's number within the set; -1 when it is not in it."""
+        if self.ranks is None:
+            return self._world_rank()
+        me = self._world_rank()
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks if self.ranks is not None else 'all'})"
+
+
+global_process_set = ProcessSet()
+global_process_set.process_set_id = 0
+_process_sets = {}  # id -> ProcessSet, for shutdown
+_next_set_id = [1]
+
+
+def add_process_set(process_set):
+    """Makes a process set of a ProcessSet or a list of ranks. Collective: every rank of the job calls it, with the
+    same ranks, in the same order relative to its other calls. Returns the ProcessSet (registered: it has an id)."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.ranks is None:
+        raise ValueError("add_process_set: the global process set exists already (global_process_set)")
+    if ps.process_set_id is not None:
+        raise ValueError(f"add_process_set: {ps} was added already")
+    world = _comm if _comm is not None else _get_comm()
+    n, me = _c.cohort_size(world), _c.cohort_rank(world)
+    if not ps.ranks or ps.ranks[0] < 0 or ps.ranks[-1] >= n:
+        raise ValueError(f"add_process_set: ranks {ps.ranks} must be a non-empty subset of 0..{n - 1}")
+    out = ctypes.c_void_p()
+    color, key = (0, ps.ranks.index(me)) if me in ps.ranks else (_lib.UNDEFINED, 0)
+    _check(_c.cohort_comm_split(world, color, key, ctypes.byref(out)), "add_process_set")
+    with _lock:
+        ps._comm = out if out.value else None
+        ps.process_set_id = _next_set_id[0]
+        _next_set_id[0] += 1
+        _process_sets[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Destroys a process set's communicator (on every rank, like add_process_set). Returns True, or False for a set
+    that was not added (or the global one)."""
+    ps = process_set
+    with _lock:
+        if ps is global_process_set or ps.process_set_id not in _process_sets:
+            return False
+        del _process_sets[ps.process_set_id]
+        ps.process_set_id = None
+        comm, ps._comm = ps._comm, None
+    if comm is not None:
+        _c.cohort_comm_destroy(comm)
+    return True
+
+
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
+    """torch.distributed.new_group: a ProcessSet of ranks (None: all ranks, a new communicator of its own).
+    Collective over the job, as in torch. timeout, backend and pg_options are accepted and ignored."""
+    world = _comm if _comm is not None else _get_comm()
+    return add_process_set(range(_c.cohort_size(world)) if ranks is None else ranks)
+
+
+@contextlib.contextmanager
+def _on(process_set, what):
+    """Runs the calls of this thread inside on process_set's communicator (None or global: the job's)."""
+    if process_set is None or process_set is global_process_set:
+        yield
+        return
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"{what}: process_set must be a ProcessSet (add_process_set), got {type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise ValueError(f"{what}: {process_set} has not been added (add_process_set) or was removed")
+    if process_set._comm is None:
+        raise ValueError(f"{what}: this rank ({process_set._world_rank()}) is not in {process_set}")
+    prev = getattr(_state, "comm", None)
+    _state.comm = process_set._comm
+    try:
+        yield
+    finally:
+        _state.comm = prev
 
 
 def _forget_after_fork():
@@ -172,6 +281,9 @@ def is_initialized():
 
 
 def _get_comm():
+    c = getattr(_state, "comm", None)  # inside _on(process_set): the set's communicator
+    if c is not None:
+        return c
     if _comm is None:
         raise RuntimeError("cohort has not been initialized: call cohort.init() (hvd.init()) first")
     return _comm

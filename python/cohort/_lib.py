@@ -11,6 +11,7 @@ c_int, c_size_t, c_void_p, c_char_p, c_int64 = (ctypes.c_int, ctypes.c_size_t, c
                                                  ctypes.c_int64)
 
 # cohort_status
+UNDEFINED = -1  # COHORT_UNDEFINED: the color of a rank that joins no group of a split
 OK, ERR_INVALID, ERR_SYSTEM, ERR_TIMEOUT, ERR_REMOTE, ERR_MISMATCH, ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL = range(9)
 # cohort_dtype
 F32, F64, F16, BF16, I32, I64, U8 = range(7)
@@ -87,6 +88,8 @@ _SIGNATURES = {
     "cohort_free": (None, [c_void_p, c_void_p]),
     "cohort_in_arena": (c_int, [c_void_p, c_void_p, c_size_t]),
     "cohort_comm_abort": (None, [c_void_p, c_char_p]),
+    "cohort_comm_split": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p)]),
+    "cohort_comm_dup": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
     "cohort_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_broadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int]),

@@ -52,6 +52,7 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_server *server = NULL;
+  cohort__store_place *place = NULL;
   if (size == 1) { /* nothing to meet: a one-rank hub keeps the code paths the same */
     cohort__inproc_hub *hub;
     COHORT_CHECK(cohort__inproc_hub_create(1, &hub));
@@ -59,17 +60,24 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
     cohort__inproc_hub_release(hub);
     COHORT_CHECK(st);
   } else {
-    COHORT_CHECK(cohort__rendezvous_connect(env, cfg, &t, &store, &server));
+    if (!(place = calloc(1, sizeof *place))) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    cohort_status st = cohort__rendezvous_connect(env, cfg, &t, &store, &server, place);
+    if (st != COHORT_OK) {
+      free(place);
+      return st;
+    }
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, cfg, &c);
   if (st != COHORT_OK) {
     if (store) cohort__store_close(store);
     cohort__store_server_stop(server);
+    free(place);
     return st;
   }
   c->store = store;
   c->store_server = server;
+  c->place = place;
   COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env->source, t->ops->name);
   *out = c;
   return COHORT_OK;
@@ -107,6 +115,9 @@ void cohort_comm_destroy(cohort_comm *c) {
   if (c->store) cohort__store_close(c->store);
   cohort__store_server_stop(c->store_server);
   cohort__stall_board_release(c->stall_board);
+  cohort__split_registry_release(c->hubs);
+  free(c->place);
+  free(c->parent_ranks);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->store_mu);
@@ -140,6 +151,7 @@ struct cohort_inproc_group {
   cohort__inproc_hub *hub;
   int size;
   struct cohort__stall_board *stall_board;
+  struct cohort__split_registry *hubs; /* where the members of a split of the group meet (split.c) */
 };
 
 cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
@@ -148,13 +160,15 @@ cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
   cohort_inproc_group *g = calloc(1, sizeof *g);
   if (!g) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   g->size = size;
-  if (!(g->stall_board = cohort__stall_board_create(size))) {
+  if (!(g->stall_board = cohort__stall_board_create(size)) || !(g->hubs = cohort__split_registry_create())) {
+    cohort__stall_board_release(g->stall_board);
     free(g);
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   }
   cohort_status st = cohort__inproc_hub_create(size, &g->hub);
   if (st != COHORT_OK) {
     cohort__stall_board_release(g->stall_board);
+    cohort__split_registry_release(g->hubs);
     free(g);
     return st;
   }
@@ -166,6 +180,7 @@ void cohort_inproc_group_destroy(cohort_inproc_group *g) {
   if (!g) return;
   cohort__inproc_hub_release(g->hub);
   cohort__stall_board_release(g->stall_board);
+  cohort__split_registry_release(g->hubs);
   free(g);
 }
 
@@ -193,6 +208,8 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   if (st != COHORT_OK) return fail_group(g, rank, st);
   cohort__stall_board_retain(g->stall_board);
   c->stall_board = g->stall_board;
+  cohort__split_registry_retain(g->hubs);
+  c->hubs = g->hubs;
   st = cohort_barrier(c); /* returns once all ranks have joined */
   if (st != COHORT_OK) {
     cohort_comm_destroy(c);

@@ -17,11 +17,21 @@
 
 #include "cohort/cohort.h"
 #include "coll/coll.h"
+#include "comm/launch_env.h"
 #include "core/config.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
 #define COHORT__MESSAGE_MAX 1024
+
+/* Where a communicator's key space lies in the job's store, so that a sub-communicator can open its own connection
+ * to it (a store handle serves one thread at a time, and sub-communicators run on threads of their own). */
+typedef struct cohort__store_place {
+  char addr[256];         /* the TCP store's host (the file store's directory is the config's COHORT_STORE) */
+  long port;              /* the TCP store's port */
+  char prefix[384];       /* this communicator's key space: "cohort/<run id>/<generation>/" + "split/<n>/<color>/"... */
+  cohort__launch_env env; /* the layout the job was launched with (the bind address follows its MASTER_ADDR) */
+} cohort__store_place;
 
 struct cohort_work {
   struct cohort_work *next;
@@ -54,7 +64,21 @@ struct cohort_comm {
 
   cohort_status failed;
   char failure[COHORT__MESSAGE_MAX];
+
+  /* Sub-communicators (split.c). */
+  cohort__store_place *place;          /* NULL when there is no store (1-rank and in-process communicators) */
+  struct cohort__split_registry *hubs; /* in-process communicators: where the members of a split find its hub */
+  uint32_t splits;                     /* splits made from this communicator so far: the same on every rank */
+  int *parent_ranks;                   /* a sub-communicator: member i is rank parent_ranks[i] of its parent */
 };
+
+/* Rewrites "rank N" in text (a failure message of a sub-communicator) as "rank N (rank P of the parent)", in place
+ * (len: text's buffer). Does nothing on a communicator that is no sub-communicator. */
+void cohort__comm_name_parent_ranks(const cohort_comm *c, char *text, size_t len);
+/* The in-process split registry (split.c): made with an in-process group, shared by its members' communicators. */
+struct cohort__split_registry *cohort__split_registry_create(void);
+void cohort__split_registry_retain(struct cohort__split_registry *reg);
+void cohort__split_registry_release(struct cohort__split_registry *reg);
 
 /* Makes the communicator around a connected transport (takes ownership of it) and starts the progress thread. */
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
@@ -65,10 +89,18 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
  * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; *store_out is
  * the job's key space (a view under "cohort/<run id>/<generation>/" that owns the connection): keys the caller
  * publishes there are the job's and no other job's. */
-struct cohort__launch_env;
-cohort_status cohort__rendezvous_connect(const struct cohort__launch_env *env, const cohort__config *config,
+cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const cohort__config *config,
                                          cohort__transport **out, cohort__store **store_out,
-                                         cohort__store_server **server_out);
+                                         cohort__store_server **server_out, cohort__store_place *place);
+
+/* Opens a connection of its own to the store of place, as a view under place->prefix + suffix that owns it. */
+cohort_status cohort__store_place_open(const cohort__store_place *place, const cohort__config *cfg, const char *suffix,
+                                       cohort__store **out);
+/* A sub-communicator's transport (split.c): the same choice and setup as the job's (shm, tcp or tcp+shm by where
+ * the members are), among size members numbered by rank, over store (the split's key space, which the caller
+ * keeps). local_rank/local_size: the member's place among the members on its host. */
+cohort_status cohort__rendezvous_sub(const cohort__store_place *place, const cohort__config *cfg, int rank, int size,
+                                     int local_rank, int local_size, cohort__store *store, cohort__transport **out);
 
 /* abort_note.c: a failure's root cause in the job's store, for the peers an ABORT frame could not reach. */
 void cohort__comm_leave_abort_note(cohort_comm *c, cohort_status status, const char *message);

@@ -11,6 +11,10 @@
  * transport/shm.h), several nodes of several ranks each mean tcp plus shm within each node (the layered transport;
  * node j's setup runs under "node/<j>/shm/"), anything else plain tcp.
  *
+ * The transport's setup (connect_transport) runs over whatever key space it is given: the job's, or a
+ * sub-communicator's (cohort__rendezvous_sub: the members of one color of a split, under a prefix of their own within
+ * the job's, over a store connection of their own), so that both meet the same way on every transport.
+ *
  * For tcp every rank listens on a fresh port, publishes "peer/<rank>" = "ip:port", and waits for everyone else's;
  * then the TCP transport connects the mesh, authenticating each link with the job secret. A final counter
  * ("connected") makes sure no rank leaves (and rank 0 stops no store) while another still needs it. If a rank never
@@ -215,11 +219,10 @@ static cohort_status check_owner(rdv *r, cohort__store *store, int rank, const c
 
 /* The job's key space: a view of the store under "cohort/<run id>/<generation>/" that owns it. The one place that
  * names the prefix: the rendezvous, the transports' setup and the DDP engine's stall inspector see only this view. */
-static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store,
-                               cohort__store **out) {
-  char prefix[128];
-  snprintf(prefix, sizeof prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
-  return cohort__store_prefixed_owner(store, prefix, out);
+static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store, cohort__store **out,
+                               cohort__store_place *place) {
+  snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
+  return cohort__store_prefixed_owner(store, place->prefix, out);
 }
 
 /* The key each COHORT_TRANSPORT publishes first for rank p: auto its host identity, tcp its address, shm its
@@ -478,40 +481,16 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
   return st;
 }
 
-cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const cohort__config *cfg,
-                                         cohort__transport **out, cohort__store **store_out,
-                                         cohort__store_server **server_out) {
-  int rank = env->rank, size = env->size;
-  /* Under MPI, MPI already knows every rank: no store, no rendezvous. */
-  if (strcmp(cfg->transport, "mpi") == 0 ||
-      (strcmp(cfg->transport, "auto") == 0 && cohort__mpi_available() &&
-       (strcmp(env->source, "openmpi") == 0 || strcmp(env->source, "pmi") == 0))) {
-    *store_out = NULL;
-    *server_out = NULL;
-    return cohort__mpi_create(rank, size, (double)cfg->op_timeout_s, out);
-  }
-  rdv r = {.env = env, .cfg = cfg};
-  cohort__store *store = NULL;
-  cohort__store_server *server = NULL;
+/* Everything after the store: the choice of transport and its setup, over `store` (a key space of its own: the
+ * job's, or a sub-communicator's) among r->env->size ranks. On failure nothing is left open but the store. */
+static cohort_status connect_transport(rdv *r, cohort__store *store, int64_t deadline, cohort__transport **out) {
+  const cohort__config *cfg = r->cfg;
+  int rank = r->env->rank, size = r->env->size;
   char **addrs = NULL;
   int *node_of = NULL; /* COHORT_TRANSPORT=auto: each rank's node */
   int listen_fd = -1;
   cohort_status st;
-  const char *secret = cfg->secret;
-  r.master_addr = env->master_addr;
-  r.timeout_s = cfg->timeout_s;
-  int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
-  char run_id[64];
-  run_id_of(cfg, env, run_id, sizeof run_id);
-
-  cohort__store *whole = NULL;
-  if ((st = open_store(&r, rank, secret, &whole, &server)) != COHORT_OK ||
-      (st = check_owner(&r, whole, rank, run_id, deadline)) != COHORT_OK) {
-    if (whole) cohort__store_close(whole);
-    goto fail;
-  }
-  if ((st = job_store(run_id, cfg, whole, &store)) != COHORT_OK) goto fail; /* from here on, every key is the job's */
-
+  *out = NULL;
   const char *transport = cfg->transport;
   int use_shm = strcmp(transport, "shm") == 0, per_node = 0;
   if (strcmp(transport, "auto") == 0) {
@@ -520,7 +499,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
       goto fail;
     }
     int nodes = 0;
-    if ((st = host_layout(&r, store, rank, size, deadline, node_of, &nodes)) != COHORT_OK) goto fail;
+    if ((st = host_layout(r, store, rank, size, deadline, node_of, &nodes)) != COHORT_OK) goto fail;
     use_shm = nodes == 1;
     per_node = regular_per_node(node_of, size, nodes);
     if (use_shm)
@@ -532,14 +511,12 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
                        nodes == size ? "several ranks on each" : "the same number of ranks on each, node by node");
   }
   if (use_shm) { /* one host: rings and staging buffers in shared memory (shm.h) */
-    shm_job job = {.r = &r, .store = store, .rank = rank};
-    cohort__shm_options opt = shm_options(&r);
+    shm_job job = {.r = r, .store = store, .rank = rank};
+    cohort__shm_options opt = shm_options(r);
     if (strcmp(transport, "shm") == 0) opt.peer_elsewhere = shm_peer_elsewhere, opt.arg = &job;
     if ((st = shm_rendezvous(store, rank, size, 0, deadline, &opt, out)) != COHORT_OK) goto fail;
     free(node_of);
-    *store_out = store; /* shm's own barrier already keeps everyone until all are done with the store */
-    *server_out = server;
-    return COHORT_OK;
+    return COHORT_OK; /* shm's own barrier already keeps everyone until all are done with the store */
   }
 
   /* Listen where peers can reach us: the address that routes to the store's host, unless told otherwise. */
@@ -550,7 +527,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
     snprintf(bind_addr, sizeof bind_addr, "%.*s", (int)sizeof bind_addr - 1, forced);
   else if (ifname[0]) {
     if ((st = ifname_addr(ifname, bind_addr, sizeof bind_addr)) != COHORT_OK) goto fail;
-  } else if ((st = cohort__sock_local_addr_towards(r.master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK)
+  } else if ((st = cohort__sock_local_addr_towards(r->master_addr, bind_addr, sizeof bind_addr)) != COHORT_OK)
     goto fail;
   char my_addr[192], key[COHORT_STORE_KEY_MAX];
   if ((st = cohort__tcp_listen(bind_addr, &listen_fd, my_addr, sizeof my_addr)) != COHORT_OK) goto fail;
@@ -565,15 +542,15 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   }
   for (int p = 0; p < size; p++) {
     size_t len = 0;
-    st = await_rank_key(&r, store, rank, transport, "peer", p, deadline, (void **)&addrs[p], &len);
-    if (st == COHORT_ERR_TIMEOUT) st = name_missing(&r, store, size, "peer");
+    st = await_rank_key(r, store, rank, transport, "peer", p, deadline, (void **)&addrs[p], &len);
+    if (st == COHORT_ERR_TIMEOUT) st = name_missing(r, store, size, "peer");
     if (st != COHORT_OK) goto fail;
   }
 
-  cohort__tcp_options opt = {.secret = secret,
+  cohort__tcp_options opt = {.secret = cfg->secret,
                              .sockets_per_peer = (int)cfg->sockets_per_peer,
                              .socket_buffer = (int)cfg->socket_buffer,
-                             .spin_us = (int)spin_us(&r),
+                             .spin_us = (int)spin_us(r),
                              .op_timeout_s = (double)cfg->op_timeout_s,
                              .connect_deadline_ns = deadline};
   st = cohort__tcp_create(rank, size, listen_fd, addrs, &opt, out);
@@ -587,7 +564,7 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   while (joined < size) {
     if (cohort__now_ns() > deadline) {
       st = cohort__error(COHORT_ERR_TIMEOUT, "rendezvous: only %lld of %d ranks finished connecting within %ld s",
-                         (long long)joined, size, r.timeout_s);
+                         (long long)joined, size, r->timeout_s);
       goto fail_transport;
     }
     usleep(1000);
@@ -598,18 +575,16 @@ cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const co
   free(addrs);
   addrs = NULL;
   if (per_node) {
-    if (rank == 0 && (st = publish_knobs(&r, store)) != COHORT_OK) goto fail_transport;
-    st = add_node_layer(&r, store, rank, per_node, deadline, out);
-    if (st == COHORT_OK && rank != 0) st = check_knobs(&r, store, rank, deadline);
-    if ((st = agree_on_node_layer(&r, store, rank, size, deadline, st)) != COHORT_OK) {
+    if (rank == 0 && (st = publish_knobs(r, store)) != COHORT_OK) goto fail_transport;
+    st = add_node_layer(r, store, rank, per_node, deadline, out);
+    if (st == COHORT_OK && rank != 0) st = check_knobs(r, store, rank, deadline);
+    if ((st = agree_on_node_layer(r, store, rank, size, deadline, st)) != COHORT_OK) {
       if (*out) (*out)->ops->destroy(*out);
       *out = NULL;
       goto fail;
     }
   }
   free(node_of);
-  *store_out = store;
-  *server_out = server;
   return COHORT_OK;
 
 fail_transport:
@@ -621,7 +596,72 @@ fail:
   for (int p = 0; addrs && p < size; p++)
     free(addrs[p]);
   free(addrs);
+  return st;
+}
+
+cohort_status cohort__rendezvous_connect(const cohort__launch_env *env, const cohort__config *cfg,
+                                         cohort__transport **out, cohort__store **store_out,
+                                         cohort__store_server **server_out, cohort__store_place *place) {
+  int rank = env->rank;
+  /* Under MPI, MPI already knows every rank: no store, no rendezvous. */
+  if (strcmp(cfg->transport, "mpi") == 0 ||
+      (strcmp(cfg->transport, "auto") == 0 && cohort__mpi_available() &&
+       (strcmp(env->source, "openmpi") == 0 || strcmp(env->source, "pmi") == 0))) {
+    *store_out = NULL;
+    *server_out = NULL;
+    return cohort__mpi_create(rank, env->size, (double)cfg->op_timeout_s, out);
+  }
+  rdv r = {.env = env, .cfg = cfg};
+  cohort__store *store = NULL;
+  cohort__store_server *server = NULL;
+  cohort_status st;
+  r.master_addr = env->master_addr;
+  r.timeout_s = cfg->timeout_s;
+  int64_t deadline = cohort__now_ns() + (int64_t)r.timeout_s * 1000000000;
+  char run_id[64];
+  run_id_of(cfg, env, run_id, sizeof run_id);
+
+  cohort__store *whole = NULL;
+  if ((st = open_store(&r, rank, cfg->secret, &whole, &server)) != COHORT_OK ||
+      (st = check_owner(&r, whole, rank, run_id, deadline)) != COHORT_OK) {
+    if (whole) cohort__store_close(whole);
+    goto fail;
+  }
+  if ((st = job_store(run_id, cfg, whole, &store, place)) != COHORT_OK) goto fail; /* every key is the job's now */
+  if ((st = connect_transport(&r, store, deadline, out)) != COHORT_OK) goto fail;
+  /* Where a sub-communicator reconnects to the same store (cohort__rendezvous_sub). */
+  snprintf(place->addr, sizeof place->addr, "%s", r.master_addr);
+  place->port = r.master_port;
+  place->env = *env;
+  *store_out = store;
+  *server_out = server;
+  return COHORT_OK;
+
+fail:
   if (store) cohort__store_close(store);
   cohort__store_server_stop(server);
   return st;
+}
+
+cohort_status cohort__store_place_open(const cohort__store_place *place, const cohort__config *cfg, const char *suffix,
+                                       cohort__store **out) {
+  cohort__store *conn = NULL;
+  cohort_status st =
+      strncmp(cfg->store, "file:", 5) == 0
+          ? cohort__store_open_file(cfg->store + 5, &conn)
+          : cohort__store_connect_tcp(place->addr, (int)place->port, cfg->secret, (double)cfg->timeout_s, &conn);
+  if (st != COHORT_OK) return cohort__error_prefix(st, "reconnecting to the store of the job");
+  char prefix[sizeof place->prefix + 64];
+  snprintf(prefix, sizeof prefix, "%s%s", place->prefix, suffix);
+  return cohort__store_prefixed_owner(conn, prefix, out);
+}
+
+cohort_status cohort__rendezvous_sub(const cohort__store_place *place, const cohort__config *cfg, int rank, int size,
+                                     int local_rank, int local_size, cohort__store *store, cohort__transport **out) {
+  cohort__launch_env env = place->env;
+  env.rank = rank, env.size = size, env.local_rank = local_rank, env.local_size = local_size;
+  rdv r = {
+      .env = &env, .cfg = cfg, .master_addr = place->addr, .master_port = place->port, .timeout_s = cfg->timeout_s};
+  snprintf(r.where, sizeof r.where, "the store of the job (keys %.500s)", place->prefix);
+  return connect_transport(&r, store, cohort__now_ns() + (int64_t)r.timeout_s * 1000000000, out);
 }

@@ -33,6 +33,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     if (!cohort__comm_read_abort_note(c, &st, message, sizeof message))
       cohort__comm_leave_abort_note(c, st, message); /* this rank's own failure: for the peers it cannot reach */
     c->transport->ops->abort(c->transport, st, message);
+    cohort__comm_name_parent_ranks(c, message, sizeof message); /* after abort: peers name the ranks themselves */
     pthread_mutex_lock(&c->mu);
     if (c->failed == COHORT_OK) {
       c->failed = st;
@@ -174,6 +175,7 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
   if (c->failed == COHORT_OK) {
     c->failed = COHORT_ERR_REMOTE;
     snprintf(c->failure, sizeof c->failure, "%s", message);
+    cohort__comm_name_parent_ranks(c, c->failure, sizeof c->failure);
   }
   pthread_mutex_unlock(&c->mu);
   cohort__comm_leave_abort_note(c, COHORT_ERR_REMOTE, message);

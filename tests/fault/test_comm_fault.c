@@ -16,6 +16,9 @@
  *   intruders         while the job connects, strangers hit the store port and a peer port with garbage, a wrong
  *                     secret and silence; a wrong-secret process tries to join. The job finishes with correct values.
  *   abort             rank 2 calls cohort_comm_abort(): the others get COHORT_ERR_REMOTE with its reason.
+ *   split_killed      8 ranks in two splits (parity, halves): rank 5 dies in the odd group, which fails at once
+ *                     naming "rank 2 (rank 5 of the parent)"; the even group finishes; the upper half fails when it
+ *                     next runs, the lower half does not; the job's communicator fails naming rank 5.
  */
 #include <errno.h>
 #include <signal.h>
@@ -45,6 +48,42 @@ static void result(int rank, cohort_status st, const char *msg) {
   fflush(stdout);
 }
 
+/* split_killed (8 ranks): groups by parity and by half; rank 5 kills itself during an allreduce loop of the odd
+ * group, then every survivor runs one allreduce on its half and one on the whole job. The RESULT line carries the
+ * odd/even group's status and the time it returned, and the other two outcomes in its message. */
+static int child_split_killed(cohort_comm *c, int rank, float *buf, size_t n) {
+  cohort_comm *parity = NULL, *half = NULL;
+  cohort_status st = cohort_comm_split(c, rank % 2, rank, &parity);
+  if (st == COHORT_OK) st = cohort_comm_split(c, rank / 4, rank, &half);
+  if (st == COHORT_OK) st = cohort_barrier(c);
+  if (st != COHORT_OK) {
+    result(rank, st, cohort_last_error());
+    return 0;
+  }
+  cohort_status sa = COHORT_OK, sb, sw;
+  char ma[1100] = "", mb[1100] = "", mw[1100] = "";
+  for (int it = 0; it < 60 && sa == COHORT_OK; it++) {
+    if (rank == 5 && it == 20) {
+      printf("KILLED t=%.6f\n", cohort__now_s());
+      fflush(stdout);
+      raise(SIGKILL);
+    }
+    sa = cohort_allreduce(parity, buf, buf, n, COHORT_F32, COHORT_SUM);
+  }
+  double ta = cohort__now_s();
+  snprintf(ma, sizeof ma, "%s", sa == COHORT_OK ? "" : cohort_last_error());
+  sb = cohort_allreduce(half, buf, buf, 1000, COHORT_F32, COHORT_SUM);
+  snprintf(mb, sizeof mb, "%s", sb == COHORT_OK ? "" : cohort_last_error());
+  sw = cohort_allreduce(c, buf, buf, 1000, COHORT_F32, COHORT_SUM);
+  snprintf(mw, sizeof mw, "%s", sw == COHORT_OK ? "" : cohort_last_error());
+  printf("RESULT rank=%d status=%d t=%.6f msg=half=%d world=%d group[%.300s] half[%.300s] world[%.300s]\n", rank,
+         (int)sa, ta, (int)sb, (int)sw, ma, mb, mw);
+  fflush(stdout);
+  cohort_comm_destroy(parity);
+  cohort_comm_destroy(half);
+  return 0;
+}
+
 static int child(const char *mode) {
   int rank = atoi(getenv("RANK"));
   cohort_comm *c = NULL;
@@ -57,6 +96,12 @@ static int child(const char *mode) {
   float *buf = malloc(n * sizeof *buf);
   for (size_t i = 0; i < n; i++)
     buf[i] = (float)rank;
+  if (!strcmp(mode, "split_killed")) {
+    child_split_killed(c, rank, buf, n);
+    cohort_comm_destroy(c);
+    free(buf);
+    return 0;
+  }
   if (!strcmp(mode, "killed_peer") || !strcmp(mode, "silent_peer")) {
     for (int it = 0; it < 100000 && st == COHORT_OK; it++) {
       if (rank == 1 && it == 20) {
@@ -231,6 +276,42 @@ TEST(killed_peer_is_reported_by_every_survivor_within_a_second) {
   }
 }
 
+/* A rank killed in one sub-communicator fails that group at once (within 1 s, naming it by its rank in the group
+ * and in the job); a group it is not in carries on; another group it is in fails when it next needs it; so does the
+ * job's communicator. */
+static void expect_split_kill(const char *extra_env) {
+  job *j = run_job("split_killed", 8, extra_env);
+  ASSERT_TRUE(j != NULL);
+  print_results(j);
+  ASSERT_TRUE(j->killed_at > 0);
+  for (int r = 0; r < 8; r++) {
+    if (r == 5) continue;
+    ASSERT_TRUE(j->have[r]);
+    int half_status = -1, world_status = -1;
+    ASSERT_EQ(sscanf(j->msg[r], "half=%d world=%d", &half_status, &world_status), 2);
+    if (r % 2) { /* the odd group {1, 3, 5, 7}: rank 5 is its rank 2 */
+      ASSERT_EQ(j->status[r], COHORT_ERR_REMOTE);
+      ASSERT_CONTAINS(j->msg[r], "rank 2 (rank 5 of the parent)");
+      ASSERT_TRUE(j->t[r] - j->killed_at < 1.0);
+    } else {
+      ASSERT_EQ(j->status[r], COHORT_OK);
+    }
+    if (r < 4) { /* the lower half never needs rank 5 */
+      ASSERT_EQ(half_status, COHORT_OK);
+    } else { /* the upper half {4, 5, 6, 7}: rank 5 is its rank 1 */
+      ASSERT_EQ(half_status, COHORT_ERR_REMOTE);
+      ASSERT_CONTAINS(j->msg[r], "rank 1 (rank 5 of the parent)");
+    }
+    ASSERT_EQ(world_status, COHORT_ERR_REMOTE);
+    ASSERT_CONTAINS(strstr(j->msg[r], "world["), "rank 5");
+  }
+}
+
+TEST(a_rank_killed_in_a_tcp_group_fails_its_groups_and_no_other) {
+  expect_split_kill("COHORT_TRANSPORT=tcp;COHORT_OP_TIMEOUT=30");
+}
+TEST(a_rank_killed_in_a_shm_group_fails_its_groups_and_no_other) { expect_split_kill("COHORT_OP_TIMEOUT=30"); }
+
 static void expect_mismatch_everywhere(const char *mode, const char *a, const char *b) {
   job *j = run_job(mode, 3, NULL);
   ASSERT_TRUE(j != NULL);
@@ -389,6 +470,8 @@ int main(int argc, char **argv) {
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(strangers_are_refused_and_the_job_is_unaffected),
+      TEST_CASE(a_rank_killed_in_a_tcp_group_fails_its_groups_and_no_other),
+      TEST_CASE(a_rank_killed_in_a_shm_group_fails_its_groups_and_no_other),
   };
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }

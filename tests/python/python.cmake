@@ -108,3 +108,12 @@ add_test(NAME bench.torch_vs_gloo_smoke COMMAND bash ${CMAKE_SOURCE_DIR}/bench/t
 set_tests_properties(bench.torch_vs_gloo_smoke PROPERTIES LABELS "bench;python" TIMEOUT 600 RUN_SERIAL TRUE
                      ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR};PYTHON=${COHORT_PYTHON}"
                      SKIP_REGULAR_EXPRESSION "anchor [^ ]* is missing" PASS_REGULAR_EXPRESSION "${COHORT_TORCH_BENCH_ROWS}")
+
+# Process sets (hvd.add_process_set, process_set=) and new_group with DistributedDataParallel(process_group=): sets of
+# 2 and 3 ranks, and 2 and 2, each a sub-communicator with a transport of its own.
+foreach(np 4 5)
+  add_test(NAME python.process_sets.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_process_sets.py)
+  set_tests_properties(python.process_sets.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
+                       ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()

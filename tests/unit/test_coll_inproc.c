@@ -11,6 +11,7 @@
 #include "coll_check.h"
 #include "core/clock.h"
 #include "core/reduce.h"
+#include "split_check.h"
 #include "test.h"
 
 typedef struct rank_job {
@@ -180,7 +181,35 @@ TEST(a_rank_that_cannot_join_fails_the_group_at_once) {
   }
 }
 
-COHORT_TEST_MAIN(TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
+/* Sub-communicators of threads: each split finds one new hub through the group's registry. */
+static void *run_split(void *arg) {
+  rank_job *j = arg;
+  cohort_comm *c = NULL;
+  if (cohort_init_inproc(j->group, j->rank, &c) != COHORT_OK) {
+    fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
+    j->failures = 1;
+    return NULL;
+  }
+  static const size_t counts[] = {0, 1, 7, 4097};
+  j->failures = split_check_matrix(c, counts, 4);
+  if (!j->failures) j->failures += split_check_concurrent(c);
+  if (!j->failures && cohort_size(c) >= 4) j->failures += split_check_mismatch(c);
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+TEST(split_communicators_at_world_2_5_and_8) {
+  setenv("COHORT_SEGMENT_BYTES", "4096", 1);
+  int sizes[] = {2, 5, 8};
+  for (int i = 0; i < 3; i++) {
+    rank_job jobs[8] = {0};
+    ASSERT_EQ(run_world(sizes[i], run_split, jobs), 0);
+  }
+  unsetenv("COHORT_SEGMENT_BYTES");
+}
+
+COHORT_TEST_MAIN(TEST_CASE(split_communicators_at_world_2_5_and_8),
+                 TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
                  TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
                  TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
                  TEST_CASE(forced_algorithms_agree), TEST_CASE(mismatched_counts_fail_on_every_thread))

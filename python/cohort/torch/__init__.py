@@ -12,6 +12,8 @@ forms); a CUDA tensor is staged through pinned host memory and the result put ba
 has the API table against Horovod and torch.distributed, and what differs.
 """
 import ctypes
+import functools
+import inspect
 
 import numpy as np
 import torch
@@ -21,8 +23,23 @@ from cohort import _lib
 from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
                     broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                    rank, shutdown, size, transport, mpi_threads_supported, abort)
+                    rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
+                    global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
+
+def _in_process_set(fn):
+    """fn's process_set= argument: the call runs on that set's communicator (cohort._on)."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ps = sig.bind_partial(*args, **kwargs).arguments.get("process_set")
+        if ps is None:
+            return fn(*args, **kwargs)
+        with _core._on(ps, fn.__name__):
+            return fn(*args, **kwargs)
+    return wrapper
+
 
 _TORCH_DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
                  torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
@@ -211,6 +228,7 @@ class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, prescale_factor, postscale_factor, compression):
         ctx.args = (op, prescale_factor, postscale_factor, compression)
+        ctx.comm = _core._get_comm()  # the process set it ran on: backward reduces over the same ranks
         return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                                 "allreduce", False)
 
@@ -220,8 +238,13 @@ class _AllreduceFunction(torch.autograd.Function):
         if op not in (Average, Sum):
             raise RuntimeError("allreduce: only Average and Sum are differentiable")
         g = grad.contiguous()
-        return (_allreduce_start(g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
-                None, None, None, None)
+        prev = getattr(_core._state, "comm", None)
+        _core._state.comm = ctx.comm
+        try:
+            return (_allreduce_start(g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
+                    None, None, None, None)
+        finally:
+            _core._state.comm = prev
 
 
 _OPS = frozenset(_core._OP_NAMES)
@@ -240,13 +263,14 @@ def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
     return None
 
 
+@_in_process_set
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
     if op is None and average is None:
         op = Average
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
-    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+    if dt is not None and process_set is None and _core._comm is not None:  # the hot path: one ctypes call
         out = torch.empty_like(tensor)
         st = _c.cohort_allreduce(_core._comm, tensor.data_ptr(), out.data_ptr(), tensor.numel(), dt, op)
         if st != _lib.OK:
@@ -260,13 +284,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                             "allreduce", False)
 
 
+@_in_process_set
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None, compression=Compression.none):
     """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
     if op is None and average is None:
         op = Average
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
-    if dt is not None and _core._comm is not None:  # the hot path: one ctypes call
+    if dt is not None and process_set is None and _core._comm is not None:  # the hot path: one ctypes call
         ptr = tensor.data_ptr()
         st = _c.cohort_allreduce(_core._comm, ptr, ptr, tensor.numel(), dt, op)
         if st != _lib.OK:
@@ -276,6 +301,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression, "allreduce_", False)
 
 
+@_in_process_set
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None, compression=Compression.none):
     """Starts allreduce and returns a handle; synchronize(handle) returns the new tensor."""
@@ -285,6 +311,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             "allreduce_async", True)
 
 
+@_in_process_set
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None, compression=Compression.none):
     """Starts an in-place allreduce; synchronize(handle) returns tensor. Do not touch tensor until then."""
@@ -384,6 +411,7 @@ def synchronize(handle):
     return _core.synchronize(handle)
 
 
+@_in_process_set
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """New tensors: each of tensors reduced over the ranks, in one fused allreduce per dtype."""
@@ -394,6 +422,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                           False)
 
 
+@_in_process_set
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None, compression=Compression.none):
     op = _resolve_op(op, average, "grouped_allreduce_")
@@ -402,6 +431,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                           "grouped_allreduce_", False)
 
 
+@_in_process_set
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None, compression=Compression.none):
     op = _resolve_op(op, average, "grouped_allreduce_async")
@@ -411,6 +441,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                           "grouped_allreduce_async", True)
 
 
+@_in_process_set
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None, compression=Compression.none):
     op = _resolve_op(op, average, "grouped_allreduce_async_")
@@ -442,24 +473,29 @@ def _broadcast_start(tensor, output, root_rank, what, async_):
     return finish()
 
 
+@_in_process_set
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """A new tensor holding root_rank's tensor."""
     return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast", False)
 
 
+@_in_process_set
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """In place: tensor becomes root_rank's tensor. Returns tensor."""
     return _broadcast_start(tensor, tensor, root_rank, "broadcast_", False)
 
 
+@_in_process_set
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast_async", True)
 
 
+@_in_process_set
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     return _broadcast_start(tensor, tensor, root_rank, "broadcast_async_", True)
 
 
+@_in_process_set
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along dimension 0 (ranks may pass different first dimensions)."""
     _check_tensor(tensor, "allgather")
@@ -472,11 +508,13 @@ def allgather(tensor, name=None, process_set=None):
         return out.to(tensor.device) if tensor.device.type != "cpu" else out
 
 
+@_in_process_set
 def allgather_async(tensor, name=None, process_set=None):
     """allgather, run now; the handle returns its result (the uneven case needs the sizes first)."""
     return _core._completed(allgather(tensor, name))
 
 
+@_in_process_set
 def reducescatter(tensor, op=Average, name=None, compression=Compression.none, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
     """tensor reduced over the ranks, then split along dimension 0: rank r gets its part (the first

@@ -66,6 +66,7 @@ class _Engine:
     def __init__(self, named_params, named_buffers, owner, bucket_bytes=0, find_unused=False, broadcast_buffers=True,
                  compression=_lib.COMPRESS_NONE, op=_lib.AVG, what="DistributedDataParallel"):
         comm = _core._get_comm()
+        self._comm = comm  # the job's, or a process set's (DistributedDataParallel's process_group)
         self.ddp = None
         self._owner = weakref.ref(owner)
         self.params = []
@@ -134,7 +135,7 @@ class _Engine:
                 self._accs.append(acc)  # the accumulator lives only as long as someone holds it
 
     def _set_sum_hook(self):
-        comm = _core._get_comm()
+        comm = self._comm
 
         def launch(user, comm_ptr, bucket, work):
             b = bucket.contents
@@ -269,9 +270,6 @@ class DistributedDataParallel(torch.nn.Module):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"DistributedDataParallel: expected a torch.nn.Module, got {type(module).__name__}")
-        if process_group is not None:
-            raise ValueError("DistributedDataParallel: process_group is not supported (cohort has one group: the "
-                             "job)")
         if device_ids and any(str(d) != "cpu" for d in device_ids):
             raise ValueError("DistributedDataParallel: the engine reduces CPU parameters; device_ids must be None")
         if bucket_cap_mb is None or bucket_cap_mb <= 0:
@@ -281,9 +279,12 @@ class DistributedDataParallel(torch.nn.Module):
         self.find_unused_parameters = find_unused_parameters
         self.require_backward_grad_sync = True
         code = compression.ddp_code if compression is not None else _lib.COMPRESS_NONE
-        self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
-                               bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
-                               broadcast_buffers=broadcast_buffers, compression=code)
+        # process_group (new_group, or a ProcessSet): the engine averages over those ranks, on their communicator.
+        self.process_group = process_group
+        with _core._on(process_group, "DistributedDataParallel"):
+            self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
+                                   bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
+                                   broadcast_buffers=broadcast_buffers, compression=code)
 
     def forward(self, *inputs, **kwargs):
         if torch.is_grad_enabled() and not self._engine.step_open:

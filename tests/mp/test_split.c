@@ -1,0 +1,38 @@
+/*
+ * test_split.c: sub-communicators between real processes, on whatever transport the job and its groups get (TCP,
+ * shm on one host, tcp+shm across simulated nodes). Run under cohortrun:
+ *   cohortrun -np N build/tests/test_split [--quick]
+ * The checks of tests/split_check.h: the collective matrix on split groups (one rank in none at N >= 5), nested and
+ * dup'ed communicators, two groups driven at once by two threads, a mismatch in one group. Then each rank prints the
+ * transport of its half of the job ("half: <transport>"), which the tests of simulated nodes match. A rank that finds
+ * a wrong value exits 1, so cohortrun (and ctest) fail.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cohort/cohort.h"
+#include "split_check.h"
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  cohort_comm *c = NULL;
+  cohort_status st = cohort_init(&c);
+  if (st != COHORT_OK) {
+    fprintf(stderr, "cohort_init: %s: %s\n", cohort_strerror(st), cohort_last_error());
+    return 1;
+  }
+  static const size_t counts[] = {0, 1, 7, 4097, 1000003};
+  int failures = split_check_matrix(c, counts, quick ? 4 : 5);
+  if (!failures) failures += split_check_concurrent(c);
+  if (!failures && cohort_size(c) >= 4) failures += split_check_mismatch(c);
+  cohort_comm *half = NULL;
+  if (!failures && cohort_comm_split(c, cohort_rank(c) < cohort_size(c) / 2, 0, &half) != COHORT_OK) {
+    fprintf(stderr, "split: %s\n", cohort_last_error());
+    failures++;
+  }
+  printf("rank %d of %d (%s), half: %s: %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
+         half ? cohort_transport_name(half) : "none", failures ? "FAILED" : "all split checks correct");
+  cohort_comm_destroy(half);
+  cohort_comm_destroy(c);
+  return failures ? 1 : 0;
+}
