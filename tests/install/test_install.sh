@@ -43,7 +43,9 @@ run() { # run NAME BINARY: 2 ranks under the installed launcher; every rank must
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 cc -O2 "$work/example.c" $(pkg-config --cflags --libs cohort) -Wl,-rpath,"$libdir" -o "$work/example_pc" ||
   fail "building the example with pkg-config"
-ldd "$work/example_pc" | grep -q "$libdir/libcohort.so" || fail "example_pc does not use the installed libcohort.so"
+# grep without -q reads all of ldd's output: with -q it may exit at the first match and, under pipefail, ldd's
+# SIGPIPE then failed the check (seen once the libraries' list grew with MPI's).
+ldd "$work/example_pc" | grep "$libdir/libcohort.so" >/dev/null || fail "example_pc does not use the installed libcohort.so"
 run pkg-config "$work/example_pc"
 # pkg-config --static: the archive and what it needs.
 static_flags=$(pkg-config --static --cflags --libs cohort | sed "s#-lcohort#$libdir/libcohort.a#")

@@ -11,6 +11,7 @@ Prints "PASS (plain ddp) rank R of W" on each rank.
 """
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -73,6 +74,10 @@ def main():
     print(f"PASS (plain ddp) rank {rank} of {world} loss={loss.item():.4f} checksum={checksum[0].item():.6f}",
           flush=True)
     dist.destroy_process_group()
+    # Rank 0 serves torch's store. Under load, a rank of the other node still closing its gloo group once hung for
+    # good after rank 0 had exited (torch 1.13; seen in python.plain_ddp.two_nodes): rank 0 leaves a moment later.
+    if rank == 0 and world > 1:
+        time.sleep(2)
 
 
 if __name__ == "__main__":
