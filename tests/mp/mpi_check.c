@@ -3,16 +3,31 @@
  *   mismatch   the last rank allreduces 10 floats, the others 11: every rank gets COHORT_ERR_MISMATCH naming both
  *   abort      rank 0 aborts the communicator with a reason: every other rank gets COHORT_ERR_REMOTE naming rank 0
  *   silent     the last rank never calls: the others give up after COHORT_OP_TIMEOUT naming it
+ *   single     the program initializes MPI itself with plain MPI_Init (MPI_THREAD_SINGLE): cohort_init refuses with
+ *              COHORT_ERR_INVALID saying that MPI_THREAD_MULTIPLE is needed and how to ask for it
  * Each prints "rank R: STATUS: message" for the test to check, and exits 0 when its rank saw what it must. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <mpi.h>
 
 #include "cohort/cohort.h"
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   cohort_comm *comm = NULL;
+  if (!strcmp(mode, "single")) {
+    MPI_Init(&argc, &argv);
+    int provided = -1;
+    MPI_Query_thread(&provided);
+    cohort_status st = cohort_init(&comm);
+    printf("provided %d: %s: %s\n", provided, cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error());
+    fflush(stdout);
+    if (comm) cohort_comm_destroy(comm);
+    MPI_Finalize();
+    return provided < MPI_THREAD_MULTIPLE && st == COHORT_ERR_INVALID ? 0 : 1;
+  }
   if (cohort_init(&comm) != COHORT_OK) {
     fprintf(stderr, "cohort_init: %s\n", cohort_last_error());
     return 1;

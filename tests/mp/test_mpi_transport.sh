@@ -2,7 +2,8 @@
 # The MPI transport (COHORT_TRANSPORT=mpi, src/transport/mpi.c) under Open MPI's mpirun:
 #   matrix    every collective, dtype and op on 3 ranks (test_collectives), with COHORT_TRANSPORT unset: auto is mpi
 #   faults    a count mismatch and an abort reach every rank with the same status, naming the ranks; a silent rank
-#             stops the others after COHORT_OP_TIMEOUT, each naming the call and the rank it waited on (mpi_check.c)
+#             stops the others after COHORT_OP_TIMEOUT, each naming the call and the rank it waited on; a program
+#             that initialized MPI without thread support is refused with what to do (mpi_check.c)
 #   train     fmnist-train on 2 ranks over mpi ends with the param_sha256 of the same run over tcp under cohortrun
 #             (the same algorithms, so the same summation order)
 # usage: test_mpi_transport.sh matrix|faults|train TEST_COLLECTIVES MPI_CHECK COHORTRUN FMNIST_TRAIN
@@ -31,6 +32,10 @@ faults)
     grep -q "^rank $r: remote failure: .*the data loader of rank 0 broke.*(reported by rank 0)" "$tmp/ab" ||
       fail "rank $r was not told rank 0's reason"
   done
+  # A program that initialized MPI without thread support is told what to do, not left to crash.
+  mpi -np 2 "$check" single >"$tmp/sg" 2>&1 || fail "MPI_THREAD_SINGLE was not refused"
+  [ "$(grep -c 'invalid argument: COHORT_TRANSPORT=mpi needs MPI_THREAD_MULTIPLE .*MPI_Init_thread' "$tmp/sg")" = 2 ] ||
+    fail "no clear refusal of MPI_THREAD_SINGLE"
   COHORT_OP_TIMEOUT=2 mpi -np 3 -x COHORT_OP_TIMEOUT "$check" silent >"$tmp/si" 2>&1 || fail "a rank did not time out"
   # Each waiting rank names the rank it waits on directly (in the recursive-doubling pattern, not always the silent
   # one), and the first to give up tells the others.
