@@ -119,18 +119,44 @@ static void fill_random(unsigned char *buf, size_t len, uint32_t seed) {
   }
 }
 
+/* What the server logs on stderr while a test pokes it: stderr goes to a file from capture_begin() to capture_end(),
+ * which returns the text (malloc'ed) and shows it in the test output too. */
+typedef struct capture {
+  char path[40];
+  int fd, saved;
+} capture;
+
+static int capture_begin(capture *c) {
+  snprintf(c->path, sizeof c->path, "/tmp/cohort-store-fault-log-XXXXXX");
+  c->fd = mkstemp(c->path);
+  if (c->fd < 0) return -1;
+  fflush(stderr);
+  c->saved = dup(2);
+  dup2(c->fd, 2);
+  return 0;
+}
+
+static char *capture_end(capture *c) {
+  fflush(stderr);
+  dup2(c->saved, 2);
+  close(c->saved);
+  char *text = calloc(1, 16384);
+  ssize_t n = text ? pread(c->fd, text, 16383, 0) : 0;
+  if (text) text[n > 0 ? n : 0] = '\0';
+  close(c->fd);
+  unlink(c->path);
+  if (text) fprintf(stderr, "%s", text);
+  return text;
+}
+
 TEST(http_request_is_refused_and_logged_with_the_address) {
   fixture fx;
   ASSERT_OK(fixture_start(&fx));
   check_legit_clients(&fx);
 
   /* Capture the server's warning: it must name the remote address and the reason. */
-  char log_path[] = "/tmp/cohort-store-fault-log-XXXXXX";
-  int log_fd = mkstemp(log_path);
-  ASSERT_TRUE(log_fd >= 0);
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(log_fd, 2);
+  capture cap;
+  ASSERT_EQ(capture_begin(&cap), 0);
 
   int fd = raw_connect(fx.port);
   char me[64] = "";
@@ -139,16 +165,8 @@ TEST(http_request_is_refused_and_logged_with_the_address) {
   if (fd >= 0) cohort__sock_send_all(fd, http, sizeof http - 1, 0);
   int closed = fd >= 0 && closed_by_server(fd, 2.0);
   usleep(20000); /* the warning is written before the socket is shut down; let the line land */
-
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  char logged[4096] = "";
-  ssize_t n = pread(log_fd, logged, sizeof logged - 1, 0);
-  logged[n > 0 ? n : 0] = '\0';
-  close(log_fd);
-  unlink(log_path);
-  fprintf(stderr, "%s", logged); /* keep it visible in the test output */
+  char *logged = capture_end(&cap);
+  ASSERT_TRUE(logged != NULL);
 
   ASSERT_TRUE(fd >= 0);
   ASSERT_TRUE(closed);
@@ -159,6 +177,7 @@ TEST(http_request_is_refused_and_logged_with_the_address) {
     ASSERT_CONTAINS(logged, want);
     ASSERT_CONTAINS(logged, "bad magic: not a cohort peer");
   }
+  free(logged);
   check_legit_clients(&fx);
   fixture_stop(&fx);
 }
@@ -399,12 +418,8 @@ TEST(port_scan_is_logged_in_a_few_lines_and_a_count) {
   if (!cohort__log_enabled(COHORT__LOG_WARN)) return;
   fixture fx;
   ASSERT_OK(fixture_start(&fx));
-  char log_path[] = "/tmp/cohort-store-fault-log-XXXXXX";
-  int log_fd = mkstemp(log_path);
-  ASSERT_TRUE(log_fd >= 0);
-  fflush(stderr);
-  int saved = dup(2);
-  dup2(log_fd, 2);
+  capture cap;
+  ASSERT_EQ(capture_begin(&cap), 0);
   enum { SCAN = 40 };
   int closed = 0;
   for (int i = 0; i < SCAN; i++) {
@@ -416,21 +431,15 @@ TEST(port_scan_is_logged_in_a_few_lines_and_a_count) {
   }
   check_legit_clients(&fx);
   fixture_stop(&fx);
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  char logged[16384] = "";
-  ssize_t n = pread(log_fd, logged, sizeof logged - 1, 0);
-  logged[n > 0 ? n : 0] = '\0';
-  close(log_fd);
-  unlink(log_path);
-  fprintf(stderr, "%s", logged);
+  char *logged = capture_end(&cap);
+  ASSERT_TRUE(logged != NULL);
   ASSERT_EQ(closed, SCAN);
   ASSERT_EQ(count_lines_with(logged, "store: refused connection from"), COHORT__LOG_BUDGET_LINES);
   char want[128];
   snprintf(want, sizeof want, "store: %d more refused connections were not logged (at most %d lines per %d s)\n",
            SCAN - COHORT__LOG_BUDGET_LINES, COHORT__LOG_BUDGET_LINES, COHORT__LOG_BUDGET_WINDOW_S);
   ASSERT_CONTAINS(logged, want);
+  free(logged);
 }
 
 COHORT_TEST_MAIN(TEST_CASE(http_request_is_refused_and_logged_with_the_address), TEST_CASE(random_bytes_are_refused),
