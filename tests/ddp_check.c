@@ -669,11 +669,15 @@ done:
 /*
  * ZeRO-1 against the unsharded engine: 50 steps of the same batches through an engine with zero_stage 1 (state
  * sharded, the optimizer's own rule on each rank's shard, parameters allgathered) and through a plain one, with SGD
- * (momentum, dampening 0, weight decay) or AdamW. The only difference is the order in which the reduce-scatter
- * and the allreduce sum the ranks' gradients (bitwise the same on 2 ranks), so parameters and the gathered state
- * agree within 1e-6. Each rank's state is its shard alone: at most 1/N of the unsharded state plus the padding.
+ * (momentum, dampening 0, weight decay), AdamW, or SGD with LARS or LARC (whose per-tensor norms the shards add up).
+ * The only difference is the order in which the reduce-scatter and the allreduce sum the ranks' gradients (bitwise the
+ * same on 2 ranks), so parameters and the gathered state agree within 1e-6. Each rank's state is its shard alone: at
+ * most 1/N of the unsharded state plus the padding.
  */
-static int zero_matches(cohort_comm *comm, int adamw) {
+enum { ZERO_SGD, ZERO_ADAMW, ZERO_LARS, ZERO_LARC };
+
+static int zero_matches(cohort_comm *comm, int rule) {
+  const int adamw = rule == ZERO_ADAMW;
   enum { HIDDEN = 40, STEPS = 50 };
   int failures = 0, rank = cohort_rank(comm), size = cohort_size(comm);
   cohort_model *a = NULL, *b = NULL;
@@ -693,6 +697,11 @@ static int zero_matches(cohort_comm *comm, int adamw) {
   options(&o);
   CHECK_OK(cohort_ddp_create_model(comm, b, &o, &db));
   cohort_sgd_config sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-3f};
+  if (rule == ZERO_LARS || rule == ZERO_LARC) { /* each tensor's norms summed over the shards that hold its pieces */
+    sgd.trust_coefficient = rule == ZERO_LARS ? 0.01f : 0.05f;
+    sgd.trust_clip = rule == ZERO_LARC;
+    sgd.lr = rule == ZERO_LARS ? 2.0f : 0.5f;
+  }
   cohort_adamw_config aw = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
   if (adamw) {
     CHECK_OK(cohort_optim_adamw_create(a, &aw, &oa));
@@ -734,7 +743,7 @@ static int zero_matches(cohort_comm *comm, int adamw) {
   }
   if (worst > 1e-6 || rank == 0)
     printf("rank %d: zero (%s): after %d steps the parameters differ from the unsharded engine's by %.3g\n", rank,
-           adamw ? "adamw" : "sgd", STEPS, worst);
+           (const char *[]){"sgd", "adamw", "lars", "larc"}[rule], STEPS, worst);
   CHECK(worst <= 1e-6);
   /* The replicas agree bit for bit (the allgather gave every rank every shard). */
   char hex[COHORT_HASH_HEX_LEN], all[8][64];
@@ -767,8 +776,9 @@ done:
   return failures;
 }
 
-static int check_zero_sgd(cohort_comm *comm) { return zero_matches(comm, 0); }
-static int check_zero_adamw(cohort_comm *comm) { return zero_matches(comm, 1); }
+static int check_zero_sgd(cohort_comm *comm) { return zero_matches(comm, ZERO_SGD); }
+static int check_zero_adamw(cohort_comm *comm) { return zero_matches(comm, ZERO_ADAMW); }
+static int check_zero_lars(cohort_comm *comm) { return zero_matches(comm, ZERO_LARS) + zero_matches(comm, ZERO_LARC); }
 
 const ddp_check ddp_checks[] = {
     {"create_and_layout", check_create_and_layout},
@@ -783,6 +793,7 @@ const ddp_check ddp_checks[] = {
     {"uneven_inputs", check_uneven_inputs},
     {"zero_sgd", check_zero_sgd},
     {"zero_adamw", check_zero_adamw},
+    {"zero_lars", check_zero_lars},
 };
 const int ddp_num_checks = (int)(sizeof ddp_checks / sizeof ddp_checks[0]);
 

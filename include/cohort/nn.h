@@ -222,6 +222,17 @@ typedef struct cohort_sgd_config {
   float dampening;    /* PyTorch's dampening; usually 0 */
   float weight_decay; /* L2 added to the gradient (coupled), as torch.optim.SGD */
   int nesterov;       /* requires momentum > 0 and dampening 0 */
+  /* LARS (You et al. 2017, "Large Batch Training of Convolutional Networks"): > 0 scales each weight tensor's
+   * gradient (weight decay included) by trust_coefficient * ||w|| / (||g|| + weight_decay * ||w||) before the
+   * momentum, so that every layer moves by about lr * trust_coefficient of its own norm per step, whatever the scale
+   * of its gradient. Tensors of one dimension (biases, batchnorm) keep the plain rule, as in the paper's practice;
+   * so does a tensor whose weights or gradient are all zero. 0: plain SGD. Not with ZeRO-1 (its shards split the
+   * tensors whose norms it needs). */
+  float trust_coefficient;
+  /* With trust_coefficient: LARC's clipping (NVIDIA apex's LARC, clip=True): the ratio is divided by lr and capped
+   * at 1, so a layer never moves faster than plain SGD would move it, and no layer moves by more than about
+   * trust_coefficient of its norm per step. Plain SGD wherever the rate is small for the layer. */
+  int trust_clip;
 } cohort_sgd_config;
 
 typedef struct cohort_adamw_config {

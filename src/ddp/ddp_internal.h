@@ -97,6 +97,7 @@ struct cohort_ddp {
   float *zero_state;               /* zero_arrays * zero_shard floats */
   float *zero_grad;                /* the reduce-scatter's result (zero_shard floats) */
   float *zero_send;                /* this rank's new parameters, for the allgather (zero_shard floats) */
+  double *zero_sums;               /* LARS: sum(w^2), sum(g^2) of each parameter over all shards (2 per param) */
   float *zero_gathered;            /* every rank's (size * zero_shard floats, from cohort_alloc) */
 
   cohort_status failed;

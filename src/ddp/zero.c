@@ -8,9 +8,11 @@
  * shard's state), then copies them into a flat buffer in arena order for one allgather, and every rank copies the
  * gathered vector back into every parameter.
  *
- * The rule is optim.c's own (cohort__optim_step_range), called per piece at the optimizer's rate and step count,
- * with the same flush-to-zero: an element sees the same arithmetic as in the unsharded step. What differs is only
- * the order in which the ranks' gradients are summed by the reduce-scatter against the allreduce, a rounding.
+ * The rule is optim.c's own (cohort__optim_step_range_trusted), called per piece at the optimizer's rate and step
+ * count, with the same flush-to-zero: an element sees the same arithmetic as in the unsharded step. What differs is
+ * only the order in which the ranks' gradients are summed by the reduce-scatter against the allreduce, a rounding.
+ * LARS needs each tensor's norms, and a tensor may straddle shards: every rank sums the squares of the pieces it
+ * owns, one small allreduce adds them up, and every piece of a tensor is stepped with the tensor's ratio.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,8 @@ void cohort__ddp_zero_free(cohort_ddp *ddp) {
   free(ddp->zero_state);
   free(ddp->zero_grad);
   free(ddp->zero_send);
+  free(ddp->zero_sums);
+  ddp->zero_sums = NULL;
   cohort_free(ddp->comm, ddp->zero_gathered);
   ddp->zero_state = ddp->zero_grad = ddp->zero_send = ddp->zero_gathered = NULL;
   ddp->zero_optim = NULL;
@@ -107,12 +111,37 @@ static cohort_status check_attached(cohort_ddp *ddp, const char *who) {
   return COHORT_OK;
 }
 
+/* LARS: every tensor's sum(w^2) and sum(g^2) over all ranks' pieces, into ddp->zero_sums (2 per parameter). Nothing
+ * for a plain rule. */
+static cohort_status tensor_square_sums(cohort_ddp *ddp) {
+  if (!cohort__optim_is_layerwise(ddp->zero_optim)) return COHORT_OK;
+  const size_t n = 2 * (size_t)ddp->num_params;
+  if (!ddp->zero_sums && !(ddp->zero_sums = malloc(n * sizeof(double))))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory for %zu norms (ZeRO-1 with LARS)", n);
+  memset(ddp->zero_sums, 0, n * sizeof(double));
+  for (int i = 0; i < ddp->num_params; i++) {
+    size_t lo, hi;
+    if (!owned_piece(ddp, i, &lo, &hi)) continue;
+    const float *w = ddp->params[i].value + (lo - arena_offset(ddp, i));
+    cohort__optim_square_sums(w, ddp->arena + lo, hi - lo, &ddp->zero_sums[2 * i], &ddp->zero_sums[2 * i + 1]);
+  }
+  if (ddp->size == 1) return COHORT_OK;
+  cohort_status st = cohort_allreduce(ddp->comm, ddp->zero_sums, ddp->zero_sums, n, COHORT_F64, COHORT_SUM);
+  if (st != COHORT_OK)
+    return cohort__ddp_fail(ddp, cohort__error_prefix(st,
+                                                      "summing the tensors' norms for LARS after step %lld "
+                                                      "(ZeRO-1)",
+                                                      (long long)ddp->step));
+  return COHORT_OK;
+}
+
 cohort_status cohort_ddp_zero_step(cohort_ddp *ddp) {
   COHORT_CHECK(check_attached(ddp, "cohort_ddp_zero_step"));
   cohort_optim *o = ddp->zero_optim;
   /* Root's full copy from the last gather is stale after this step; the shard is the state. */
   if (cohort__optim_has_state(o)) cohort__optim_release_state(o);
   const size_t s = ddp->zero_shard, base = (size_t)ddp->rank * s;
+  COHORT_CHECK(tensor_square_sums(ddp));
   const unsigned fpu = cohort__fpu_flush_begin();
   for (int i = 0; i < ddp->num_params; i++) {
     size_t lo, hi;
@@ -120,7 +149,10 @@ cohort_status cohort_ddp_zero_step(cohort_ddp *ddp) {
     float *w = ddp->params[i].value + (lo - arena_offset(ddp, i));
     float *state[2] = {ddp->zero_arrays > 0 ? ddp->zero_state + (lo - base) : NULL,
                        ddp->zero_arrays > 1 ? ddp->zero_state + s + (lo - base) : NULL};
-    cohort__optim_step_range(o, w, ddp->arena + lo, state, hi - lo);
+    const float trust =
+        ddp->zero_sums ? cohort__optim_trust(o, ddp->params[i].ndim, ddp->zero_sums[2 * i], ddp->zero_sums[2 * i + 1])
+                       : 1.0f;
+    cohort__optim_step_range_trusted(o, w, ddp->arena + lo, state, hi - lo, trust);
     memcpy(ddp->zero_send + (lo - base), w, (hi - lo) * sizeof(float));
   }
   cohort__fpu_flush_end(fpu);

@@ -1,6 +1,7 @@
 /*
- * optim.c: SGD (momentum, dampening, Nesterov, coupled weight decay) and AdamW (decoupled weight decay), with the
- * update rules of torch.optim 1.13 written out element by element, and their state exposed as named arrays.
+ * optim.c: SGD (momentum, dampening, Nesterov, coupled weight decay, optionally LARS's layer-wise trust ratio) and
+ * AdamW (decoupled weight decay), with the update rules of torch.optim 1.13 written out element by element, and their
+ * state exposed as named arrays.
  *
  * Gradients are read through the model's parameter table at every step, so a rebound gradient buffer (the DDP
  * engine's bucket) is what gets used.
@@ -87,11 +88,12 @@ cohort_status cohort_optim_sgd_create(cohort_model *model, const cohort_sgd_conf
   cohort_optim *o = NULL;
   cohort_status st;
   if (!cfg) return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: config is NULL");
-  if (!(cfg->lr >= 0.0f) || !(cfg->momentum >= 0.0f) || !(cfg->weight_decay >= 0.0f) || !(cfg->dampening >= 0.0f))
+  if (!(cfg->lr >= 0.0f) || !(cfg->momentum >= 0.0f) || !(cfg->weight_decay >= 0.0f) || !(cfg->dampening >= 0.0f) ||
+      !(cfg->trust_coefficient >= 0.0f))
     return cohort__error(COHORT_ERR_INVALID,
                          "cohort_optim_sgd_create: lr %g, momentum %g, dampening %g, weight_decay "
-                         "%g must be >= 0",
-                         cfg->lr, cfg->momentum, cfg->dampening, cfg->weight_decay);
+                         "%g, trust_coefficient %g must be >= 0",
+                         cfg->lr, cfg->momentum, cfg->dampening, cfg->weight_decay, cfg->trust_coefficient);
   if (cfg->nesterov && (cfg->momentum <= 0.0f || cfg->dampening != 0.0f))
     return cohort__error(COHORT_ERR_INVALID, "cohort_optim_sgd_create: Nesterov needs momentum > 0 and dampening 0");
   COHORT_CHECK(new_optim(model, OPT_SGD, "cohort_optim_sgd_create", &o));
@@ -127,20 +129,21 @@ fail:
   return st;
 }
 
-/* w -= lr * (g + wd * w), with the weight decay term only where wd is set (as torch does: g + 0 * w is not g when
- * w is infinite). */
-COHORT_KERNEL static void sgd_plain(float *restrict w, const float *restrict g, size_t n, float lr, float wd) {
+/* w -= lr * (g + wd * w) * trust, with the weight decay term only where wd is set (as torch does: g + 0 * w is not
+ * g when w is infinite). trust is LARS's ratio, 1 otherwise (a product with 1 is exact: plain SGD is unchanged). */
+COHORT_KERNEL static void sgd_plain(float *restrict w, const float *restrict g, size_t n, float lr, float wd,
+                                    float trust) {
   for (size_t j = 0; j < n; j++) {
-    const float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
+    const float d = (wd != 0.0f ? g[j] + wd * w[j] : g[j]) * trust;
     w[j] -= lr * d;
   }
 }
 
 /* The same with a momentum buffer, which PyTorch starts at the first gradient itself, undamped. */
 COHORT_KERNEL static void sgd_momentum(float *restrict w, float *restrict buf, const float *restrict g, size_t n,
-                                       float lr, float wd, float mu, float damp, int first, int nesterov) {
+                                       float lr, float wd, float trust, float mu, float damp, int first, int nesterov) {
   for (size_t j = 0; j < n; j++) {
-    const float d = wd != 0.0f ? g[j] + wd * w[j] : g[j];
+    const float d = (wd != 0.0f ? g[j] + wd * w[j] : g[j]) * trust;
     const float b = first ? d : buf[j] * mu + damp * d;
     buf[j] = b;
     w[j] -= lr * (nesterov ? d + mu * b : b);
@@ -164,16 +167,35 @@ int cohort__optim_arrays_per_param(const cohort_optim *o) {
   return o->sgd.momentum != 0.0f ? 1 : 0;
 }
 
-/* The rule over one contiguous piece: a whole parameter in cohort_optim_step, a rank's shard under ZeRO-1. Both
- * take this path so that the two agree to the bit. */
-void cohort__optim_step_range(const cohort_optim *o, float *w, const float *g, float *const *state, size_t n) {
+void cohort__optim_square_sums(const float *w, const float *g, size_t n, double *ww, double *gg) {
+  double a = 0.0, b = 0.0;
+  for (size_t j = 0; j < n; j++) {
+    a += (double)w[j] * w[j];
+    b += (double)g[j] * g[j];
+  }
+  *ww += a;
+  *gg += b;
+}
+
+float cohort__optim_trust(const cohort_optim *o, int ndim, double ww, double gg) {
+  const cohort_sgd_config *c = &o->sgd;
+  if (!cohort__optim_is_layerwise(o) || ndim < 2) return 1.0f;
+  const double wn = sqrt(ww), gn = sqrt(gg);
+  if (!(wn > 0.0) || !(gn > 0.0)) return 1.0f;
+  const double trust = c->trust_coefficient * wn / (gn + c->weight_decay * wn);
+  if (c->trust_clip) return o->lr > 0.0f && trust < o->lr ? (float)(trust / o->lr) : 1.0f;
+  return (float)trust;
+}
+
+void cohort__optim_step_range_trusted(const cohort_optim *o, float *w, const float *g, float *const *state, size_t n,
+                                      float trust) {
   if (o->kind == OPT_SGD) {
     const cohort_sgd_config *c = &o->sgd;
     const float lr = o->lr, mu = c->momentum, wd = c->weight_decay, damp = 1.0f - c->dampening;
     if (mu != 0.0f)
-      sgd_momentum(w, state[0], g, n, lr, wd, mu, damp, o->steps == 0, c->nesterov);
+      sgd_momentum(w, state[0], g, n, lr, wd, trust, mu, damp, o->steps == 0, c->nesterov);
     else
-      sgd_plain(w, g, n, lr, wd);
+      sgd_plain(w, g, n, lr, wd, trust);
     return;
   }
   const cohort_adamw_config *c = &o->adamw;
@@ -183,6 +205,8 @@ void cohort__optim_step_range(const cohort_optim *o, float *w, const float *g, f
   const float bc2_sqrt = (float)sqrt(1.0 - pow((double)c->beta2, t));
   adamw_update(w, state[0], state[1], g, n, decay, c->beta1, c->beta2, step_size, bc2_sqrt, c->eps);
 }
+
+int cohort__optim_is_layerwise(const cohort_optim *o) { return o->kind == OPT_SGD && o->sgd.trust_coefficient > 0.0f; }
 
 cohort_model *cohort__optim_model(const cohort_optim *o) { return o->model; }
 
@@ -220,7 +244,9 @@ cohort_status cohort_optim_step(cohort_optim *o) {
   for (int i = 0; i < cohort_model_num_params(o->model); i++) {
     const cohort_param *p = cohort_model_param(o->model, i);
     float *state[2] = {k > 0 ? o->states[k * i].data : NULL, k > 1 ? o->states[k * i + 1].data : NULL};
-    cohort__optim_step_range(o, p->value, p->grad, state, p->numel);
+    double ww = 0.0, gg = 0.0;
+    if (cohort__optim_is_layerwise(o) && p->ndim >= 2) cohort__optim_square_sums(p->value, p->grad, p->numel, &ww, &gg);
+    cohort__optim_step_range_trusted(o, p->value, p->grad, state, p->numel, cohort__optim_trust(o, p->ndim, ww, gg));
   }
   cohort__fpu_flush_end(fpu);
   o->steps++;

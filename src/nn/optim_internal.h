@@ -20,8 +20,22 @@
 int cohort__optim_arrays_per_param(const cohort_optim *o);
 
 /* One step of o's rule over n floats (any contiguous piece of parameters): weights w, gradient g, and state[j] for
- * each of its arrays, at o's current rate and step count. Does not advance the step count. */
-void cohort__optim_step_range(const cohort_optim *o, float *w, const float *g, float *const *state, size_t n);
+ * each of its arrays, at o's current rate and step count, with the gradient scaled by trust (LARS's ratio for the
+ * tensor the piece belongs to: cohort__optim_trust; 1 for the plain rule, to the bit). Does not advance the step
+ * count. */
+void cohort__optim_step_range_trusted(const cohort_optim *o, float *w, const float *g, float *const *state, size_t n,
+                                      float trust);
+
+/* Whether o's rule needs each tensor's norms (LARS). A shard of a flattened vector holds pieces of tensors: the
+ * owner of each piece adds its sums of squares, and the ranks sum those before stepping. */
+int cohort__optim_is_layerwise(const cohort_optim *o);
+/* Adds sum(w^2) and sum(g^2) over n floats to *ww and *gg, in double (a sum of millions of floats in float would
+ * lose digits to its order). */
+void cohort__optim_square_sums(const float *w, const float *g, size_t n, double *ww, double *gg);
+/* LARS's ratio for a tensor of ndim dimensions whose weights and gradient have the sums of squares ww and gg:
+ * trust_coefficient * |w| / (|g| + weight_decay * |w|), LARC-clipped when asked; 1 when o is not layer-wise, for
+ * tensors of one dimension (biases, batchnorm), and when either norm is 0. */
+float cohort__optim_trust(const cohort_optim *o, int ndim, double ww, double gg);
 
 /* The model whose parameters o steps. */
 cohort_model *cohort__optim_model(const cohort_optim *o);

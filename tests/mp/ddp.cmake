@@ -17,5 +17,5 @@ foreach(mode train held_back missing killed)
   set_tests_properties(mp.ddp.${mode} PROPERTIES LABELS "mp;fault;sanitize" TIMEOUT 120)
 endforeach()
 # ZeRO-1 against the unsharded engine also at 4 ranks (2 and 3 run above with every check).
-add_test(NAME mp.ddp.zero_np4 COMMAND sh -c "'$<TARGET_FILE:cohortrun>' -np 4 '$<TARGET_FILE:test_ddp>' --check zero_sgd && '$<TARGET_FILE:cohortrun>' -np 4 '$<TARGET_FILE:test_ddp>' --check zero_adamw")
+add_test(NAME mp.ddp.zero_np4 COMMAND sh -c "'$<TARGET_FILE:cohortrun>' -np 4 '$<TARGET_FILE:test_ddp>' --check zero_sgd && '$<TARGET_FILE:cohortrun>' -np 4 '$<TARGET_FILE:test_ddp>' --check zero_adamw && '$<TARGET_FILE:cohortrun>' -np 4 '$<TARGET_FILE:test_ddp>' --check zero_lars")
 set_tests_properties(mp.ddp.zero_np4 PROPERTIES LABELS "mp;numeric" TIMEOUT 300)

@@ -582,6 +582,75 @@ TEST(sgd_momentum_nesterov_weight_decay) {
   cohort_model_destroy(m);
 }
 
+/* LARS: the weight tensor's step is scaled by eta * |w| / (|g| + wd * |w|) before the momentum, computed here in
+ * double from the rule; the bias (one dimension) keeps the plain rule; a zero gradient leaves the ratio at 1; and
+ * the ratio really changes the step (a plain-SGD twin ends elsewhere). */
+TEST(sgd_lars_trust_ratio) {
+  cohort_model *m = tiny(), *plain = tiny();
+  ASSERT_TRUE(m != NULL && plain != NULL);
+  const float eta = 0.02f, wd = 0.01f, lr = 0.5f, mu = 0.9f;
+  cohort_sgd_config cfg = {.lr = lr, .momentum = mu, .weight_decay = wd, .trust_coefficient = eta};
+  cohort_optim *o, *op;
+  ASSERT_OK(cohort_optim_sgd_create(m, &cfg, &o));
+  cfg.trust_coefficient = 0.0f;
+  ASSERT_OK(cohort_optim_sgd_create(plain, &cfg, &op));
+  double w[2] = {1.0, -2.0}, bias = 0.5, buf[2] = {0, 0}, bbuf = 0;
+  const float g[3][3] = {{0.5f, -0.25f, 1.0f}, {0.0f, 0.0f, 0.25f}, {-3.0f, 4.0f, -1.0f}};
+  for (int s = 0; s < 3; s++) {
+    set_grads(m, g[s][0], g[s][1], g[s][2]);
+    set_grads(plain, g[s][0], g[s][1], g[s][2]);
+    ASSERT_OK(cohort_optim_step(o));
+    ASSERT_OK(cohort_optim_step(op));
+    const double wn = sqrt(w[0] * w[0] + w[1] * w[1]), gn = sqrt((double)g[s][0] * g[s][0] + (double)g[s][1] * g[s][1]);
+    const double trust = gn > 0 ? eta * wn / (gn + wd * wn) : 1.0;
+    for (int j = 0; j < 2; j++) {
+      const double d = (g[s][j] + wd * w[j]) * trust;
+      buf[j] = s == 0 ? d : mu * buf[j] + d;
+      w[j] -= lr * buf[j];
+      ASSERT_NEAR(cohort_model_param_data(m)[j], w[j], 1e-6);
+    }
+    const double db = g[s][2] + wd * bias;
+    bbuf = s == 0 ? db : mu * bbuf + db;
+    bias -= lr * bbuf;
+    ASSERT_NEAR(cohort_model_param_data(m)[2], bias, 1e-6);
+    ASSERT_NEAR(cohort_model_param_data(plain)[2], bias, 1e-6);
+  }
+  ASSERT_TRUE(fabs(cohort_model_param_data(plain)[0] - w[0]) > 0.1);
+  cohort_optim_destroy(o);
+  cohort_optim_destroy(op);
+  cfg.trust_coefficient = -1.0f;
+  ASSERT_STATUS(cohort_optim_sgd_create(m, &cfg, &o), COHORT_ERR_INVALID);
+  cohort_model_destroy(m);
+  cohort_model_destroy(plain);
+}
+
+/* LARC's clipping: where eta * |w| / |g| is below lr the weight moves by that instead of lr (the ratio over lr);
+ * where lr is the smaller, the step is plain SGD's to the bit. */
+TEST(sgd_larc_clip) {
+  const float eta = 0.02f;
+  for (int big = 0; big < 2; big++) {
+    cohort_model *m = tiny();
+    ASSERT_TRUE(m != NULL);
+    const float lr = big ? 10.0f : 1e-4f;
+    cohort_sgd_config cfg = {.lr = lr, .trust_coefficient = eta, .trust_clip = 1};
+    cohort_optim *o;
+    ASSERT_OK(cohort_optim_sgd_create(m, &cfg, &o));
+    set_grads(m, 3.0f, 4.0f, 1.0f);
+    ASSERT_OK(cohort_optim_step(o));
+    const double trust = eta * sqrt(5.0) / 5.0; /* |w| = |(1, -2)|, |g| = |(3, 4)| */
+    const float *v = cohort_model_param_data(m);
+    if (big) {
+      ASSERT_NEAR(v[0], 1.0 - trust * 3.0, 1e-6);
+      ASSERT_NEAR(v[1], -2.0 - trust * 4.0, 1e-6);
+    } else {
+      ASSERT_TRUE(v[0] == 1.0f - lr * 3.0f && v[1] == -2.0f - lr * 4.0f);
+    }
+    ASSERT_TRUE(v[2] == 0.5f - lr * 1.0f); /* the bias: plain SGD either way */
+    cohort_optim_destroy(o);
+    cohort_model_destroy(m);
+  }
+}
+
 TEST(adamw_update) {
   cohort_model *m = tiny();
   ASSERT_TRUE(m != NULL);
@@ -796,6 +865,7 @@ COHORT_TEST_MAIN(TEST_CASE(blas_core_families_and_advice), TEST_CASE(grad_linear
                  TEST_CASE(grads_accumulate_and_batch_size_changes), TEST_CASE(argument_errors_name_the_layer),
                  TEST_CASE(dropout_masks_and_eval), TEST_CASE(batchnorm_running_stats),
                  TEST_CASE(init_distributions_and_determinism), TEST_CASE(rng_is_xoshiro256starstar),
-                 TEST_CASE(sgd_momentum_nesterov_weight_decay), TEST_CASE(adamw_update),
-                 TEST_CASE(sgd_and_adamw_kernels_match_scalar_rule), TEST_CASE(sgd_momentum_flushes_subnormals),
-                 TEST_CASE(adamw_flushes_subnormals), TEST_CASE(lr_schedules), TEST_CASE(clip_grad_norm))
+                 TEST_CASE(sgd_momentum_nesterov_weight_decay), TEST_CASE(sgd_lars_trust_ratio),
+                 TEST_CASE(sgd_larc_clip), TEST_CASE(adamw_update), TEST_CASE(sgd_and_adamw_kernels_match_scalar_rule),
+                 TEST_CASE(sgd_momentum_flushes_subnormals), TEST_CASE(adamw_flushes_subnormals),
+                 TEST_CASE(lr_schedules), TEST_CASE(clip_grad_norm))
