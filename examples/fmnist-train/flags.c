@@ -28,6 +28,9 @@ void train_flags_usage(FILE *f) {
           "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
           "  --weight-decay X        L2 weight decay (default 0)\n"
           "  --warmup N              linear warmup steps; default: a fifth of an epoch, at most 200\n"
+          "  --lars ETA              LARS: each weight tensor's step scaled by ETA * |w| / |g| (0: plain SGD)\n"
+          "  --lars-clip             LARC: that ratio over the rate, capped at 1 (a layer never moves faster than\n"
+          "                          plain SGD would move it, nor by more than about ETA of its norm per step)\n"
           "  --seed N                weights and shuffling (default 0)\n"
           "  --checkpoint PATH       rank 0 writes the state here every epoch and at the end\n"
           "  --checkpoint-every N    ... and also every N steps\n"
@@ -133,30 +136,12 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     if (eq) value = eq + 1;
 
     int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile") || !strcmp(name, "--uneven");
-    static const char *const known[] = {"--model",
-                                        "--epochs",
-                                        "--steps",
-                                        "--batch",
-                                        "--lr",
-                                        "--momentum",
-                                        "--weight-decay",
-                                        "--warmup",
-                                        "--seed",
-                                        "--checkpoint",
-                                        "--checkpoint-every",
-                                        "--data",
-                                        "--threads",
-                                        "--csv",
-                                        "--dump-params",
-                                        "--log-every",
-                                        "--eval-batch",
-                                        "--sync",
-                                        "--bucket-mb",
-                                        "--compress",
-                                        "--accumulate",
-                                        "--zero",
-                                        "--replicas"};
+                  !strcmp(name, "--profile") || !strcmp(name, "--uneven") || !strcmp(name, "--lars-clip");
+    static const char *const known[] = {
+        "--model",        "--epochs",    "--steps",    "--batch",       "--lr",         "--momentum",
+        "--weight-decay", "--warmup",    "--lars",     "--seed",        "--checkpoint", "--checkpoint-every",
+        "--data",         "--threads",   "--csv",      "--dump-params", "--log-every",  "--eval-batch",
+        "--sync",         "--bucket-mb", "--compress", "--accumulate",  "--zero",       "--replicas"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -173,6 +158,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;
       if (!strcmp(name, "--uneven")) cfg->uneven = 1;
+      if (!strcmp(name, "--lars-clip")) cfg->lars_clip = 1;
       /* "--resume auto": decided below, once --checkpoint is known. */
       if (!strcmp(name, "--resume") && i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
         cfg->resume = 2;
@@ -214,6 +200,9 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
         return usage_error("--weight-decay must be >= 0, got '%s'%s", value, "");
     } else if (!strcmp(name, "--warmup")) {
       if ((rc = parse_int(name, value, 0, INT_MAX, &n)) == TRAIN_EXIT_OK) cfg->warmup_steps = (int)n;
+    } else if (!strcmp(name, "--lars")) {
+      if ((rc = parse_double(name, value, &cfg->lars)) == TRAIN_EXIT_OK && !(cfg->lars >= 0))
+        return usage_error("--lars must be >= 0 (0: plain SGD), got '%s'%s", value, "");
     } else if (!strcmp(name, "--seed")) {
       if ((rc = parse_int(name, value, 0, LLONG_MAX, &n)) == TRAIN_EXIT_OK) cfg->seed = (uint64_t)n;
     } else if (!strcmp(name, "--checkpoint")) {
@@ -276,6 +265,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     return usage_error("--bucket-mb needs --sync ddp%s%s", "", " (the fused allreduce has no buckets)");
   if (cfg->sync == TRAIN_SYNC_FUSED && cfg->compress != COHORT_DDP_COMPRESS_NONE)
     return usage_error("--compress needs --sync ddp%s%s", "", " (the fused allreduce sends float32)");
+  if (cfg->lars_clip && cfg->lars == 0)
+    return usage_error("--lars-clip needs --lars ETA > 0%s%s", "", " (it clips LARS's trust ratio)");
   /* ZeRO-1 is the engine's, and replaces its allreduce with one reduce-scatter of float32 over every rank. */
   if (cfg->zero && cfg->sync != TRAIN_SYNC_DDP)
     return usage_error("--zero 1 needs --sync ddp%s%s", "", " (sharding the optimizer is the engine's)");

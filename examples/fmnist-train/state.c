@@ -37,19 +37,24 @@ typedef struct config_entry {
   const char *name;
   const char *flag;
   double value;
+  int since_lars; /* absent from checkpoints written before --lars existed, which trained with plain SGD: 0 there */
 } config_entry;
 
-static int config_entries(const train_job *job, config_entry out[8]) {
+enum { MAX_CONFIG_ENTRIES = 10 };
+
+static int config_entries(const train_job *job, config_entry out[MAX_CONFIG_ENTRIES]) {
   const train_config *cfg = job->cfg;
   int n = 0;
-  out[n++] = (config_entry){"config.batch", "--batch", cfg->batch};
-  out[n++] = (config_entry){"config.world", "number of ranks", job->world};
-  out[n++] = (config_entry){"config.epochs", "--epochs", cfg->epochs};
-  out[n++] = (config_entry){"config.lr", "--lr", cfg->lr};
-  out[n++] = (config_entry){"config.momentum", "--momentum", cfg->momentum};
-  out[n++] = (config_entry){"config.weight_decay", "--weight-decay", cfg->weight_decay};
-  out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps};
-  out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed};
+  out[n++] = (config_entry){"config.batch", "--batch", cfg->batch, 0};
+  out[n++] = (config_entry){"config.world", "number of ranks", job->world, 0};
+  out[n++] = (config_entry){"config.epochs", "--epochs", cfg->epochs, 0};
+  out[n++] = (config_entry){"config.lr", "--lr", cfg->lr, 0};
+  out[n++] = (config_entry){"config.momentum", "--momentum", cfg->momentum, 0};
+  out[n++] = (config_entry){"config.weight_decay", "--weight-decay", cfg->weight_decay, 0};
+  out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps, 0};
+  out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed, 0};
+  out[n++] = (config_entry){"config.lars", "--lars", cfg->lars, 1};
+  out[n++] = (config_entry){"config.lars_clip", "--lars-clip", cfg->lars_clip, 1};
   return n;
 }
 
@@ -97,7 +102,7 @@ int train_state_save(train_job *job) {
   TRY("adding the loss", cohort_ckpt_add_i64(w, "job.loss_steps", job->loss_steps));
   TRY("adding the loss", add_f64(w, "job.last_loss", job->last_loss));
   TRY("adding the accuracy", add_f64(w, "job.test_acc", job->test_acc));
-  config_entry ce[8];
+  config_entry ce[MAX_CONFIG_ENTRIES];
   int nce = config_entries(job, ce);
   for (int i = 0; i < nce; i++)
     TRY("adding the settings", add_f64(w, ce[i].name, ce[i].value));
@@ -168,12 +173,15 @@ int train_state_load(train_job *job) {
   }
 
   /* Settings first: a checkpoint of another configuration is refused before anything is overwritten. */
-  config_entry ce[8];
+  config_entry ce[MAX_CONFIG_ENTRIES];
   int nce = config_entries(job, ce);
   double saved_world = job->world;
   for (int i = 0; i < nce; i++) {
     double v;
-    if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
+    cohort_ckpt_entry absent;
+    if (ce[i].since_lars && cohort_ckpt_find(ck, ce[i].name, &absent) != COHORT_OK)
+      v = 0.0;
+    else if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
       fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: it has no valid f64 entry '%s'\n", job->rank, path,
               ce[i].name);
       rc = -1;

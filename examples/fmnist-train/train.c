@@ -113,6 +113,8 @@ static int setup(train_job *job) {
   sgd.lr = lr_at(job, 0);
   sgd.momentum = (float)cfg->momentum;
   sgd.weight_decay = (float)cfg->weight_decay;
+  sgd.trust_coefficient = (float)cfg->lars;
+  sgd.trust_clip = cfg->lars_clip;
   TRY("creating the optimizer", cohort_optim_sgd_create(job->model, &sgd, &job->optim));
 
   TRY("creating the sampler", cohort_sampler_create(cohort_dataset_size(job->train_set), job->world, job->rank, 1,
