@@ -28,9 +28,11 @@ void train_flags_usage(FILE *f) {
           "  --momentum X            SGD momentum in [0, 1) (default 0.9)\n"
           "  --weight-decay X        L2 weight decay (default 0)\n"
           "  --warmup N              linear warmup steps; default: a fifth of an epoch, at most 200\n"
-          "  --lars ETA              LARS: each weight tensor's step scaled by ETA * |w| / |g| (0: plain SGD)\n"
-          "  --lars-clip             LARC: that ratio over the rate, capped at 1 (a layer never moves faster than\n"
-          "                          plain SGD would move it, nor by more than about ETA of its norm per step)\n"
+          "  --lars ETA              layer-wise rate: each weight tensor's step is capped at about ETA of its own\n"
+          "                          norm (LARC; what lets the linearly scaled rate of a large global batch\n"
+          "                          train); default 0.02; 0: plain SGD\n"
+          "  --lars-mode larc|lars   larc (default): the cap alone, plain SGD wherever the rate is already small\n"
+          "                          for the layer; lars: every weight tensor's step scaled to ETA x lr of its norm\n"
           "  --seed N                weights and shuffling (default 0)\n"
           "  --checkpoint PATH       rank 0 writes the state here every epoch and at the end\n"
           "  --checkpoint-every N    ... and also every N steps\n"
@@ -113,6 +115,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   cfg->lr = 0.05;
   cfg->momentum = 0.9;
   cfg->warmup_steps = -1;
+  cfg->lars = 0.02; /* NVIDIA apex's LARC default; docs/training.md has the accuracy it gives from 1 to 16 ranks */
+  cfg->lars_clip = 1;
   cfg->max_steps = -1;
   cfg->data_dir = COHORT_FMNIST_DEFAULT_DIR;
   cfg->threads = 1;
@@ -136,12 +140,32 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     if (eq) value = eq + 1;
 
     int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile") || !strcmp(name, "--uneven") || !strcmp(name, "--lars-clip");
-    static const char *const known[] = {
-        "--model",        "--epochs",    "--steps",    "--batch",       "--lr",         "--momentum",
-        "--weight-decay", "--warmup",    "--lars",     "--seed",        "--checkpoint", "--checkpoint-every",
-        "--data",         "--threads",   "--csv",      "--dump-params", "--log-every",  "--eval-batch",
-        "--sync",         "--bucket-mb", "--compress", "--accumulate",  "--zero",       "--replicas"};
+                  !strcmp(name, "--profile") || !strcmp(name, "--uneven");
+    static const char *const known[] = {"--model",
+                                        "--epochs",
+                                        "--steps",
+                                        "--batch",
+                                        "--lr",
+                                        "--momentum",
+                                        "--weight-decay",
+                                        "--warmup",
+                                        "--lars",
+                                        "--lars-mode",
+                                        "--seed",
+                                        "--checkpoint",
+                                        "--checkpoint-every",
+                                        "--data",
+                                        "--threads",
+                                        "--csv",
+                                        "--dump-params",
+                                        "--log-every",
+                                        "--eval-batch",
+                                        "--sync",
+                                        "--bucket-mb",
+                                        "--compress",
+                                        "--accumulate",
+                                        "--zero",
+                                        "--replicas"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -158,7 +182,6 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;
       if (!strcmp(name, "--uneven")) cfg->uneven = 1;
-      if (!strcmp(name, "--lars-clip")) cfg->lars_clip = 1;
       /* "--resume auto": decided below, once --checkpoint is known. */
       if (!strcmp(name, "--resume") && i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
         cfg->resume = 2;
@@ -203,6 +226,11 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     } else if (!strcmp(name, "--lars")) {
       if ((rc = parse_double(name, value, &cfg->lars)) == TRAIN_EXIT_OK && !(cfg->lars >= 0))
         return usage_error("--lars must be >= 0 (0: plain SGD), got '%s'%s", value, "");
+    } else if (!strcmp(name, "--lars-mode")) {
+      if (!strcmp(value, "larc") || !strcmp(value, "lars"))
+        cfg->lars_clip = !strcmp(value, "larc");
+      else
+        return usage_error("--lars-mode must be larc or lars, got '%s'%s", value, "");
     } else if (!strcmp(name, "--seed")) {
       if ((rc = parse_int(name, value, 0, LLONG_MAX, &n)) == TRAIN_EXIT_OK) cfg->seed = (uint64_t)n;
     } else if (!strcmp(name, "--checkpoint")) {
@@ -265,8 +293,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     return usage_error("--bucket-mb needs --sync ddp%s%s", "", " (the fused allreduce has no buckets)");
   if (cfg->sync == TRAIN_SYNC_FUSED && cfg->compress != COHORT_DDP_COMPRESS_NONE)
     return usage_error("--compress needs --sync ddp%s%s", "", " (the fused allreduce sends float32)");
-  if (cfg->lars_clip && cfg->lars == 0)
-    return usage_error("--lars-clip needs --lars ETA > 0%s%s", "", " (it clips LARS's trust ratio)");
+  if (cfg->lars == 0) cfg->lars_clip = 0; /* plain SGD: one setting, whatever --lars-mode said */
   /* ZeRO-1 is the engine's, and replaces its allreduce with one reduce-scatter of float32 over every rank. */
   if (cfg->zero && cfg->sync != TRAIN_SYNC_DDP)
     return usage_error("--zero 1 needs --sync ddp%s%s", "", " (sharding the optimizer is the engine's)");

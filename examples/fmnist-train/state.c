@@ -54,7 +54,7 @@ static int config_entries(const train_job *job, config_entry out[MAX_CONFIG_ENTR
   out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps, 0};
   out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed, 0};
   out[n++] = (config_entry){"config.lars", "--lars", cfg->lars, 1};
-  out[n++] = (config_entry){"config.lars_clip", "--lars-clip", cfg->lars_clip, 1};
+  out[n++] = (config_entry){"config.lars_clip", "--lars-mode (larc 1, lars 0)", cfg->lars_clip, 1};
   return n;
 }
 

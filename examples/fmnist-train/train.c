@@ -406,10 +406,12 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   if (cfg->resume)
     train_progress_note(progress, "resumed from %s at step %lld (epoch %d)", cfg->checkpoint, (long long)job->step,
                         job->epoch + 1);
-  train_progress_note(progress, "fmnist-train: %s, %d rank%s x batch %d, %lld steps (%lld per epoch), peak lr %.4g",
+  char rule[48] = "SGD";
+  if (cfg->lars > 0) snprintf(rule, sizeof rule, "SGD with %s %.3g", cfg->lars_clip ? "LARC" : "LARS", cfg->lars);
+  train_progress_note(progress, "fmnist-train: %s, %d rank%s x batch %d, %lld steps (%lld per epoch), peak lr %.4g, %s",
                       train_model_name(cfg->model), job->world, job->world == 1 ? "" : "s", cfg->batch,
                       (long long)job->stop_step, (long long)job->steps_per_epoch,
-                      cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH);
+                      cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH, rule);
   char kernels[256];
   train_kernels_describe(kernels, sizeof kernels);
   train_progress_note(progress, "%s", kernels);

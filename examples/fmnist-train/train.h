@@ -54,7 +54,7 @@ typedef struct train_config {
   double weight_decay;
   int warmup_steps; /* -1: automatic */
   double lars;      /* --lars ETA: LARS's trust coefficient (cohort_sgd_config.trust_coefficient); 0: plain SGD */
-  int lars_clip;    /* --lars-clip: LARC's clipping (cohort_sgd_config.trust_clip) */
+  int lars_clip;    /* --lars-mode larc (1, the default) or lars (0): cohort_sgd_config.trust_clip */
   uint64_t seed;
   const char *checkpoint; /* NULL: none */
   int64_t checkpoint_every;

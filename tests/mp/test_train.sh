@@ -97,7 +97,7 @@ usage)
   usage_case "--zero 1 does not combine with --uneven" --zero 1 --uneven
   usage_case "--zero is out of range" --zero 2
   usage_case "--lars must be >= 0 (0: plain SGD), got '-0.01'" --lars -0.01
-  usage_case "--lars-clip needs --lars ETA > 0" --lars 0 --lars-clip
+  usage_case "--lars-mode must be larc or lars, got 'lamb'" --lars-mode lamb
   usage_case "--uneven checkpoints at the ends of epochs only" --uneven --checkpoint x --checkpoint-every 5
   # --help is not an error: usage on stdout, exit 0.
   "$TRAIN" --help >"$TMP/out" 2>"$TMP/err" || fail "--help exited with $?"
