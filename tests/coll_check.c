@@ -290,6 +290,21 @@ int coll_check_all(cohort_comm *c, const size_t *counts, int ncounts) {
   return bad;
 }
 
+int coll_check_allreduce_broadcast(cohort_comm *c, const size_t *counts, int ncounts) {
+  int bad = 0, n = cohort_size(c);
+  for (int k = 0; k < ncounts; k++) {
+    size_t count = counts[k];
+    for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+      for (int op = 0; op < COHORT_OP_COUNT; op++)
+        bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);
+      bad += check_broadcast(c, count, (cohort_dtype)d, (int)((count + (size_t)d) % (size_t)n));
+      bad += take_arena_misses();
+      if (bad) return bad;
+    }
+  }
+  return bad;
+}
+
 int coll_check_async(cohort_comm *c) {
   enum { INFLIGHT = 6, COUNT = 50000 };
   int r = cohort_rank(c), n = cohort_size(c), bad = 0;
