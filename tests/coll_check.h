@@ -14,6 +14,10 @@
 /* Runs the full matrix on comm with the given counts; returns the number of failed checks (0 = all good). Prints
  * one line per failure, naming the collective, dtype, op, count, element, got and expected. */
 int coll_check_all(cohort_comm *comm, const size_t *counts, int ncounts);
+/* The same for allreduce and broadcast alone, whose vectors do not grow with the world: at a large world, counts
+ * that take their large-message paths (ring, chain, the node allreduce's chunks) without the count x world elements
+ * per rank that reduce_scatter and allgather of such a count would need. */
+int coll_check_allreduce_broadcast(cohort_comm *comm, const size_t *counts, int ncounts);
 /* 1 when the communicator's transport has a shared arena (shm, and tcp+shm across nodes): cohort_alloc gives
  * blocks of it there, and malloc elsewhere. */
 static inline int coll_check_has_arena(const cohort_comm *comm) {

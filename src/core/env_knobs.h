@@ -23,7 +23,7 @@
   X(COHORT_OP_TIMEOUT, op_timeout_s, INT, RANGE(1, 100000000), "600", "seconds a collective waits on a silent peer before failing with a timeout") \
   X(COHORT_TRANSPORT, transport, CHOICE, ONE_OF("auto,tcp,shm,mpi"), "auto", "transport between processes: auto (under mpirun, mpi where libcohort was built with MPI; else shm when every rank is on one host, else tcp), tcp, shm or mpi (MPI point-to-point under mpirun)") \
   X(COHORT_NODE_ID, node_id, STR, ANY, "", "overrides which ranks share a host: ranks with different node ids count as different hosts") \
-  X(COHORT_SHM_RING_BYTES, shm_ring_bytes, INT, RANGE(256, 1L << 30), "4194304", "with shm, bytes of the ring from each peer to each rank") \
+  X(COHORT_SHM_RING_BYTES, shm_ring_bytes, INT_AUTO, RANGE(256, 1L << 30), "auto", "with shm, bytes of the ring from each peer to each rank; auto: 4 MiB, from 10 ranks on a host 32 MiB per rank shared among its peers (at least 256 KiB a ring)") \
   X(COHORT_SHM_ARENA_BYTES, shm_arena_bytes, INT, RANGE(0, 1L << 44), "1073741824", "with shm (also within nodes), bytes of each rank's zero-copy arena (cohort_alloc); 0: none") \
   X(COHORT_SHM_CHUNK_BYTES, shm_chunk_bytes, INT, RANGE(4096, 1L << 30), "524288", "with shm, bytes of each of the two staging buffers of the node allreduce") \
   X(COHORT_ALGO, algo, CHOICE, ONE_OF("auto,ring,rd,hier"), "auto", "allreduce algorithm: auto, ring, rd (recursive doubling) or hier (several nodes)") \

@@ -25,8 +25,15 @@
  * namespace, and node_id (COHORT_NODE_ID) when not empty (so that tests can simulate several hosts on one). */
 void cohort__shm_host_identity(const char *node_id, char *out, size_t len);
 
+/* COHORT_SHM_RING_BYTES=auto for a transport of size ranks: 4 MiB a ring up to 9 ranks, then 32 MiB of rings per
+ * rank shared among its size - 1 peers, never below 256 KiB a ring (one default pipeline segment); whole pages.
+ * Every rank reserves its inbound rings in /dev/shm at init, so a host holds size x (size - 1) rings: with 4 MiB
+ * each, 64 ranks on one host took 15.75 GiB of memory (and 10 s of cohort_init on 2 cores to reserve it); auto
+ * keeps that to 32 MiB per rank (2 GiB at 64 ranks) while up to 9 ranks keep the 4 MiB rings. */
+long cohort__shm_auto_ring_bytes(int size);
+
 typedef struct cohort__shm_options {
-  long ring_bytes;     /* COHORT_SHM_RING_BYTES */
+  long ring_bytes;     /* COHORT_SHM_RING_BYTES; -1: auto (cohort__shm_auto_ring_bytes) */
   long chunk_bytes;    /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
   long arena_bytes;    /* COHORT_SHM_ARENA_BYTES */
   double op_timeout_s; /* COHORT_OP_TIMEOUT */

@@ -31,6 +31,13 @@ static void seg_layout(int size, uint64_t ring_bytes, uint64_t stage_bytes, uint
   *total = *arena_offset + arena_bytes;
 }
 
+long cohort__shm_auto_ring_bytes(int size) {
+  const long most = 4L << 20, least = 256L << 10, per_rank = 32L << 20;
+  long ring = size > 1 ? per_rank / (size - 1) : most;
+  ring = ring > most ? most : ring < least ? least : ring;
+  return ring / PAGE * PAGE;
+}
+
 /* The ring that producer writes into, in the segment of its owner. */
 static char *ring_data(seg_hdr *s, int owner, int producer) {
   int slot = producer < owner ? producer : producer - 1;
@@ -209,7 +216,8 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
 
 cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, int64_t deadline_ns,
                                      const cohort__shm_options *opt, cohort__transport **out) {
-  long ring_bytes = opt->ring_bytes, chunk_bytes = opt->chunk_bytes, arena_bytes = opt->arena_bytes;
+  long ring_bytes = opt->ring_bytes < 0 ? cohort__shm_auto_ring_bytes(size) : opt->ring_bytes;
+  long chunk_bytes = opt->chunk_bytes, arena_bytes = opt->arena_bytes;
   if (chunk_bytes % CACHE_LINE)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
                          CACHE_LINE);

@@ -61,6 +61,7 @@
 #include "core/reduce.h"
 #include "store/store.h"
 #include "test.h"
+#include "transport/shm.h"
 
 #define SECRET "0123456789abcdef0123456789abcdef"
 #define MAX_RANKS 8
@@ -661,6 +662,24 @@ TEST(tiny_rings_wrap_frames_and_headers_correctly) {
   ASSERT_EQ(j->left_in_dev_shm, 0);
 }
 
+/* COHORT_SHM_RING_BYTES=auto: 4 MiB rings up to 9 ranks; from 10 on a rank's rings total at most 32 MiB (whole
+ * pages), never less than 256 KiB a ring. 64 ranks used to reserve 63 x 4 MiB each, 15.75 GiB for the host. */
+TEST(auto_rings_keep_each_rank_to_32_mib_from_10_ranks_on) {
+  ASSERT_EQ(cohort__shm_auto_ring_bytes(1), 4L << 20);
+  ASSERT_EQ(cohort__shm_auto_ring_bytes(2), 4L << 20);
+  ASSERT_EQ(cohort__shm_auto_ring_bytes(9), 4L << 20);
+  for (int n = 10; n <= 129; n++) {
+    long ring = cohort__shm_auto_ring_bytes(n);
+    ASSERT_TRUE(ring < 4L << 20);
+    ASSERT_TRUE(ring >= 256L << 10);
+    ASSERT_EQ(ring % 4096, 0);
+    ASSERT_TRUE(ring * (n - 1) <= 32L << 20);
+    ASSERT_TRUE((ring + 4096) * (n - 1) > 32L << 20 || ring == 256L << 10);
+  }
+  ASSERT_EQ(cohort__shm_auto_ring_bytes(64), 520L << 10);
+  ASSERT_EQ(cohort__shm_auto_ring_bytes(1000), 256L << 10);
+}
+
 #define HIER_ENV "COHORT_TRANSPORT=auto;TEST_RANKS_PER_NODE=2"
 
 /* 2 nodes x 2 ranks; rank 1 (node 0) and rank 2 (node 1) killed in turn, in the chunked and the small path. The
@@ -895,6 +914,7 @@ int main(int argc, char **argv) {
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(tiny_rings_wrap_frames_and_headers_correctly),
+      TEST_CASE(auto_rings_keep_each_rank_to_32_mib_from_10_ranks_on),
       TEST_CASE(a_rank_on_another_host_is_refused),
       TEST_CASE(ranks_killed_while_waiting_for_a_peer_leave_nothing_in_dev_shm),
       TEST_CASE(hier_killed_rank_on_either_node_is_reported_within_two_seconds),

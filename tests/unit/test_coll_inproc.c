@@ -2,6 +2,10 @@
  * test_coll_inproc.c: every collective over the in-process transport, ranks as threads (the Gloo way), for world
  * sizes 1 to 5, with tiny pipeline segments so that every segmenting path is taken; plus the conversion and
  * reduction kernels, and mismatch detection between threads.
+ *
+ * test_coll_inproc --world N runs only the matrix at N threads (unit.coll_inproc.np16, np32, np64), with the counts
+ * of the large-world process tests (tests/mp/large.cmake): 0, 1, 7 and 4097 for every collective, and 300007 for
+ * allreduce and broadcast, every dtype and op.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -38,10 +42,30 @@ static void *run_matrix(void *arg) {
   return NULL;
 }
 
+/* The matrix at a large world: reduce_scatter and allgather move count x world elements per rank, so their largest
+ * count stays at 4097; allreduce and broadcast take 300007 too, for their large-message paths. */
+static void *run_matrix_large(void *arg) {
+  rank_job *j = arg;
+  cohort_comm *c = NULL;
+  cohort_status st = cohort_init_inproc(j->group, j->rank, &c);
+  if (st != COHORT_OK) {
+    fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
+    j->failures = 1;
+    return NULL;
+  }
+  static const size_t counts[] = {0, 1, 7, 4097}, large[] = {300007};
+  j->failures = coll_check_all(c, counts, 4);
+  if (!j->failures) j->failures += coll_check_allreduce_broadcast(c, large, 1);
+  if (!j->failures) j->failures += coll_check_async(c) + coll_check_barrier(c);
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
 static int run_world(int n, void *(*fn)(void *), rank_job *jobs) {
   cohort_inproc_group *g;
   if (cohort_inproc_group_create(n, &g) != COHORT_OK) return -1;
-  pthread_t th[8];
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  if (!th) abort();
   for (int r = 0; r < n; r++) {
     jobs[r].group = g;
     jobs[r].rank = r;
@@ -52,6 +76,7 @@ static int run_world(int n, void *(*fn)(void *), rank_job *jobs) {
     pthread_join(th[r], NULL);
     failures += jobs[r].failures;
   }
+  free(th);
   cohort_inproc_group_destroy(g);
   return failures;
 }
@@ -208,8 +233,28 @@ TEST(split_communicators_at_world_2_5_and_8) {
   unsetenv("COHORT_SEGMENT_BYTES");
 }
 
-COHORT_TEST_MAIN(TEST_CASE(split_communicators_at_world_2_5_and_8),
-                 TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
-                 TEST_CASE(half_conversions_round_to_nearest_even), TEST_CASE(integer_kernels_wrap_and_avg_truncates),
-                 TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
-                 TEST_CASE(forced_algorithms_agree), TEST_CASE(mismatched_counts_fail_on_every_thread))
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--world") == 0) {
+    int n = atoi(argv[2]);
+    if (n < 1 || n > 1024) {
+      fprintf(stderr, "test_coll_inproc: --world takes a number of threads from 1 to 1024\n");
+      return 2;
+    }
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    if (!jobs) abort();
+    int failures = run_world(n, run_matrix_large, jobs);
+    free(jobs);
+    printf("%d threads (inproc): %s\n", n, failures ? "FAILED" : "all collectives correct");
+    return failures ? 1 : 0;
+  }
+  static const cohort_test_case cases[] = {
+      TEST_CASE(split_communicators_at_world_2_5_and_8),
+      TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
+      TEST_CASE(half_conversions_round_to_nearest_even),
+      TEST_CASE(integer_kernels_wrap_and_avg_truncates),
+      TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
+      TEST_CASE(forced_algorithms_agree),
+      TEST_CASE(mismatched_counts_fail_on_every_thread),
+  };
+  return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
+}
