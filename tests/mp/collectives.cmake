@@ -45,7 +45,7 @@ if(COHORT_MPI_PC)
                                                    "PASS \\(mpi ${mode}\\)")
   endforeach()
 endif()
-# cohortrun --bind core gives each worker its own CPUs.
+# cohortrun --bind core gives each worker its own CPUs, --bind socket a whole socket each.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)
 # cohortrun on a terminal draws a worker's carriage-return line in place (tools/cohortrun/output.c).
