@@ -45,9 +45,13 @@ if(COHORT_MPI_PC)
                                                    "PASS \\(mpi ${mode}\\)")
   endforeach()
 endif()
-# cohortrun --bind core gives each worker its own CPUs.
+# cohortrun --bind core gives each worker its own CPUs, --bind socket a whole socket each.
 add_test(NAME mp.launcher.bind COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind.sh ${COHORTRUN})
 set_tests_properties(mp.launcher.bind PROPERTIES LABELS "mp;sanitize" TIMEOUT 60)
+# ... and every thread of fmnist-train --threads 2 (progress, loader, stall inspector, OpenBLAS) stays in its share.
+add_test(NAME mp.launcher.bind_threads COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_bind_threads.sh ${COHORTRUN}
+                                              $<TARGET_FILE:fmnist-train>)
+set_tests_properties(mp.launcher.bind_threads PROPERTIES LABELS "mp" TIMEOUT 180 SKIP_RETURN_CODE 77)
 # cohortrun on a terminal draws a worker's carriage-return line in place (tools/cohortrun/output.c).
 add_test(NAME mp.launcher.live_line COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_live_line.sh ${COHORTRUN}
                                             $<TARGET_FILE:fmnist-train>)

@@ -13,8 +13,8 @@
 void cohort__launch_usage(FILE *out) {
   fprintf(
       out,
-      "usage: cohortrun -np N [--master-port P] [--master-addr A] [--standalone] [--grace S] [--bind core|none]\n"
-      "                 [--log-dir DIR] [--max-restarts K] [--] PROGRAM [ARGS...]\n"
+      "usage: cohortrun -np N [--master-port P] [--master-addr A] [--standalone] [--grace S]\n"
+      "                 [--bind core|socket|none] [--log-dir DIR] [--max-restarts K] [--] PROGRAM [ARGS...]\n"
       "\n"
       "Starts N copies of PROGRAM on this host as the ranks of one cohort job, serves their rendezvous store,\n"
       "and prefixes every line they print with \"[rank] \" (stdout to stdout, stderr to stderr).\n"
@@ -27,8 +27,14 @@ void cohort__launch_usage(FILE *out) {
       "                        (default 127.0.0.1)\n"
       "  --standalone          torchrun's: one node, the store on a free port (what cohortrun does anyway)\n"
       "  --grace S             seconds between SIGTERM and SIGKILL when stopping workers (default %g)\n"
-      "  --bind core|none      core: each worker is bound to its own equal share of the CPUs (as mpirun's\n"
-      "                        --bind-to core), so ranks never share or swap cores; none (default): no binding\n"
+      "  --bind core|socket|none\n"
+      "                        core: each worker is bound to its own equal share of the CPUs cohortrun may use\n"
+      "                        (as mpirun's --bind-to core: a socket's cores before the next socket's, a core's\n"
+      "                        hyperthreads together), so ranks never share or swap cores; socket: each worker\n"
+      "                        to every CPU of one socket, in blocks: of N workers on S sockets, local rank r\n"
+      "                        on socket floor(r*S/N), ranks 0..N/S-1 on the first (as mpirun's --bind-to\n"
+      "                        socket); none (default): no binding. Every thread of the program (BLAS,\n"
+      "                        cohort's own) inherits the binding\n"
       "  --log-dir DIR         also write each rank's stdout and stderr, unprefixed, to DIR/rank-N.log\n"
       "                        (DIR is created if missing; each run starts the files afresh)\n"
       "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
@@ -222,11 +228,13 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
     } else if (match_valued(argc, argv, &i, "--bind", &value, &st)) {
       COHORT_CHECK(st);
       if (strcmp(value, "core") == 0)
-        opts->bind_cores = 1;
+        opts->bind = COHORT_LAUNCH_BIND_CORE;
+      else if (strcmp(value, "socket") == 0)
+        opts->bind = COHORT_LAUNCH_BIND_SOCKET;
       else if (strcmp(value, "none") == 0)
-        opts->bind_cores = 0;
+        opts->bind = COHORT_LAUNCH_BIND_NONE;
       else
-        return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core' or 'none', not '%s'", value);
+        return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core', 'socket' or 'none', not '%s'", value);
     } else if (match_valued(argc, argv, &i, "--log-dir", &value, &st)) {
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--log-dir needs a non-empty directory");

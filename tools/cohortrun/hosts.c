@@ -199,7 +199,8 @@ cohort_status cohort__launch_ssh_node(const cohort__launch_opts *o, int node, in
     bad |= append_quoted(cmd, cap, &len, "--max-restarts");
     bad |= append_quoted(cmd, cap, &len, restarts);
   }
-  if (o->bind_cores) bad |= append_quoted(cmd, cap, &len, "--bind=core");
+  if (o->bind != COHORT_LAUNCH_BIND_NONE)
+    bad |= append_quoted(cmd, cap, &len, o->bind == COHORT_LAUNCH_BIND_CORE ? "--bind=core" : "--bind=socket");
   bad |= append_quoted(cmd, cap, &len, "--");
   for (char **a = o->argv; *a; a++)
     bad |= append_quoted(cmd, cap, &len, *a);

@@ -11,6 +11,7 @@
 #ifndef COHORT_TOOLS_COHORTRUN_JOB_H
 #define COHORT_TOOLS_COHORTRUN_JOB_H
 
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ typedef struct worker {
 typedef struct job {
   cohort__launch_opts opts;
   worker *workers;
+  cpu_set_t *cpus; /* --bind: local rank r's CPUs, the same in every generation; NULL when not bound */
   int started, running;
   int sfd;
   sigset_t child_mask;

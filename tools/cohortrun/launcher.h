@@ -5,6 +5,7 @@
  * "[rank] " prefix, and turns the first worker failure into a clean stop of the whole job. It is split into:
  *  - flags.c:  command line parsing and the program lookup (everything that can be refused before anything runs);
  *  - spawn.c:  the worker environment and fork/exec of one worker (own process group, parent-death signal);
+ *  - bind.c:   --bind: the CPUs cohortrun may use, their sockets and cores (sysfs), and each worker's share;
  *  - output.c: the relay from one worker pipe to cohortrun's stdout or stderr, whole lines only;
  *  - main.c:   the job: store, spawn, the poll loop over pipes and signals, shutdown and the summary line.
  *
@@ -50,7 +51,7 @@ typedef struct cohort__launch_opts {
   int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
   char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
   int master_addr_given;
-  int bind_cores; /* --bind core: each worker gets its own share of this process's CPUs */
+  int bind; /* --bind: COHORT_LAUNCH_BIND_NONE, _CORE or _SOCKET (bind.c) */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
 } cohort__launch_opts;
@@ -90,9 +91,34 @@ int cohort__launch_remove_segments(pid_t pid);
  * been exec'd; a failed exec is COHORT_ERR_INVALID naming the program (the child is reaped). */
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
                                    const cpu_set_t *affinity, int keep_fd, pid_t *pid_out, int *out_fd, int *err_fd);
-/* --bind core: worker `rank` of `np` gets the rank-th of np equal, disjoint shares of the CPUs cohortrun may use.
- * Returns 0 and leaves *set alone when there are fewer CPUs than workers (nothing sensible to bind). */
-int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set);
+
+/* bind.c: --bind, the CPUs each worker may run on. */
+enum { COHORT_LAUNCH_BIND_NONE, COHORT_LAUNCH_BIND_CORE, COHORT_LAUNCH_BIND_SOCKET };
+typedef struct cohort__launch_cpu {
+  int cpu;    /* its number (sched_setaffinity's) */
+  int socket; /* physical_package_id; 0 where sysfs does not say */
+  int core;   /* core_id within the socket; the CPU's number where sysfs does not say */
+} cohort__launch_cpu;
+/* The CPUs cohortrun may use, ordered by socket, then core (the hyperthreads of a core side by side), then number. */
+typedef struct cohort__launch_topology {
+  int n;       /* CPUs */
+  int sockets; /* distinct sockets among them */
+  cohort__launch_cpu cpus[CPU_SETSIZE];
+} cohort__launch_topology;
+/* Reads the socket and core of every CPU in allowed from SYSFS/devices/system/cpu/cpuN/topology/ (SYSFS is "/sys"
+ * on a real host; a test passes a fake tree). Returns t->n. */
+int cohort__launch_topology_read(const char *sysfs, const cpu_set_t *allowed, cohort__launch_topology *t);
+/* The same for the CPUs this process may run on (sched_getaffinity) and the host's /sys. */
+int cohort__launch_topology_here(cohort__launch_topology *t);
+/* Worker `rank` of `np`'s CPUs under mode, into *set; returns 1, or 0 when the worker is not to be bound.
+ *  core:   the rank-th of np equal, disjoint blocks of t's CPUs in t's order (a socket's cores before the next
+ *          socket's, and the hyperthreads of one core together); n/np CPUs each, the remainder unused. Fewer CPUs
+ *          than workers: 0 (nothing sensible to bind).
+ *  socket: every CPU of one socket: worker r on the floor(r * S / np)-th of t's S sockets, so that consecutive
+ *          workers fill a socket before the next (np/S per socket; where S does not divide np, some sockets get
+ *          one fewer). Any np.
+ *  none:   0. */
+int cohort__launch_bind_share(const cohort__launch_topology *t, int mode, int rank, int np, cpu_set_t *set);
 
 /* A relay copies one worker pipe to one of cohortrun's descriptors, prefixing each line with "[rank] ". Partial lines
  * are held until their newline arrives (or the pipe closes), so lines of different workers never mix. A line

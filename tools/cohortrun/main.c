@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
     cohort__job_free_relays(&j);
     free(j.workers);
   }
+  free(j.cpus);
   cohort__store_server_stop(server);
   if (j.sfd >= 0) close(j.sfd);
   if (log_fds) {

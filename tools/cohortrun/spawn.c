@@ -178,20 +178,6 @@ static void child_exec(pid_t parent, const char *path, char *const argv[], char 
   _exit(127);
 }
 
-int cohort__launch_cpu_share(int rank, int np, cpu_set_t *set) {
-  cpu_set_t mine;
-  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return 0;
-  int cpus[CPU_SETSIZE], n = 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &mine)) cpus[n++] = c;
-  if (np > n) return 0;
-  int per = n / np; /* a worker gets whole CPUs; any remainder stays unused, as with mpirun --bind-to core */
-  CPU_ZERO(set);
-  for (int k = 0; k < per; k++)
-    CPU_SET(cpus[rank * per + k], set);
-  return 1;
-}
-
 cohort_status cohort__launch_spawn(const char *path, char *const argv[], char *const envp[], const sigset_t *child_mask,
                                    const cpu_set_t *affinity, int keep_fd, pid_t *pid_out, int *out_fd, int *err_fd) {
   int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, exec_p[2] = {-1, -1};

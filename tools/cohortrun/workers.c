@@ -104,10 +104,8 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
     int out_fd = -1, err_fd = -1;
     cohort_status st = cohort__launch_env_build(&wenv, &envp);
     if (st == COHORT_OK) {
-      cpu_set_t share;
-      int bound = j->opts.bind_cores && cohort__launch_cpu_share(r, j->opts.np, &share);
-      st = cohort__launch_spawn(program, j->opts.argv, envp, &j->child_mask, bound ? &share : NULL, hb_fd, &w->pid,
-                                &out_fd, &err_fd);
+      st = cohort__launch_spawn(program, j->opts.argv, envp, &j->child_mask, j->cpus ? &j->cpus[r] : NULL, hb_fd,
+                                &w->pid, &out_fd, &err_fd);
       cohort__launch_env_free(envp);
     }
     if (hb_fd >= 0) close(hb_fd); /* the worker has its own; cohortrun keeps the mapping */
@@ -143,11 +141,22 @@ int cohort__job_prepare_workers(job *j, int **log_fds_out, int *rc) {
     *rc = 2;
     return -1;
   }
-  if (j->opts.bind_cores) {
-    cpu_set_t probe;
-    if (!cohort__launch_cpu_share(0, j->opts.np, &probe))
-      fprintf(stderr, "cohortrun: --bind core: %d workers but only %ld CPUs; the workers are not bound\n", j->opts.np,
-              sysconf(_SC_NPROCESSORS_ONLN));
+  if (j->opts.bind != COHORT_LAUNCH_BIND_NONE) {
+    cohort__launch_topology *t = malloc(sizeof *t);
+    cpu_set_t *cpus = malloc((size_t)j->opts.np * sizeof *cpus);
+    if (!t || !cpus || !cohort__launch_topology_here(t)) {
+      fprintf(stderr, "cohortrun: --bind: cannot tell which CPUs this process may use; the workers are not bound\n");
+    } else if (!cohort__launch_bind_share(t, j->opts.bind, 0, j->opts.np, &cpus[0])) {
+      fprintf(stderr, "cohortrun: --bind core: %d workers but only %d CPUs; the workers are not bound\n", j->opts.np,
+              t->n);
+    } else {
+      for (int r = 1; r < j->opts.np; r++)
+        cohort__launch_bind_share(t, j->opts.bind, r, j->opts.np, &cpus[r]);
+      j->cpus = cpus;
+      cpus = NULL;
+    }
+    free(cpus);
+    free(t);
   }
   return 0;
 }
