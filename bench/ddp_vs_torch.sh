@@ -72,11 +72,12 @@ fi
 
 declare -A RESULTS SCALING ROUND
 epochs() { echo $(((STEPS * $1 * BATCH + 59999) / 60000)); } # NP -> epochs that hold STEPS steps
+# --lars 0: the anchor's rule, plain SGD with momentum (fmnist-train's default LARC adds two norms per tensor).
 cohort_once() { # NP [FLAGS...] -> img/s
   local np=$1
   shift
   "$RUN" -np "$np" "${BIND_FLAGS[@]}" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" \
-    --epochs "$(epochs "$np")" --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
+    --epochs "$(epochs "$np")" --lars 0 --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
 fused_once() { cohort_once "$1" --sync fused; }
 native_once() { (unset OPENBLAS_CORETYPE && cohort_once "$1"); }

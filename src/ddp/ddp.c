@@ -145,10 +145,12 @@ static cohort_status resolve_overlap(cohort_ddp *ddp) {
       cpu_set_t set;
       int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
       int local = cohort_local_size(ddp->comm) > 0 ? cohort_local_size(ddp->comm) : 1;
-      /* A rank bound to some CPUs (cohortrun --bind core) sees only its own; an unbound rank sees the whole host,
-       * which its local peers share. */
+      /* A rank bound to its own CPUs (cohortrun --bind core) sees only those; an unbound rank sees the whole host,
+       * and one bound to a socket (--bind socket) the whole socket, both shared with its local peers: it can count
+       * on no more than its share of the host. */
       long online = sysconf(_SC_NPROCESSORS_ONLN);
-      int per_rank = cpus < online ? cpus : cpus / local;
+      long share = online / local > 0 ? online / local : 1;
+      int per_rank = cpus < share ? cpus : (int)share;
       on = per_rank >= 2;
     } else
       return cohort__error(COHORT_ERR_INVALID, "COHORT_DDP_OVERLAP='%s' must be auto, on or off", knob);
