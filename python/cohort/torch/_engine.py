@@ -25,6 +25,10 @@ from cohort import _lib
 from cohort._lib import lib as _c
 
 
+# Engines are made with uneven_inputs (see _Engine); bench/torch_join_cost.py turns it off to measure its cost.
+_UNEVEN_INPUTS = True
+
+
 def _queue_callback(fn):
     torch.autograd.Variable._execution_engine.queue_callback(fn)
 
@@ -108,7 +112,7 @@ class _Engine:
         # mode cannot be switched on collectively beforehand. The cost is one 4-byte allreduce at the start of every
         # synchronized step (measured in docs/torch.md) and the bucket order of creation (no rebuild after the
         # first step: a joined rank shadows the steps with the buckets as they are).
-        opts.uneven_inputs = 1
+        opts.uneven_inputs = 1 if _UNEVEN_INPUTS else 0
         ddp = ctypes.c_void_p()
         _core._check(_c.cohort_ddp_create(comm, ptab, len(self.params), btab, len(self.buffers), ctypes.byref(opts),
                                           ctypes.byref(ddp)), what)
