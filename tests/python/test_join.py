@@ -4,7 +4,7 @@ DistributedOptimizer + hvd.join() and with DistributedDataParallel + model.join(
 Each case checks, on every rank:
   - the final parameters against a replay in this process: every step averages the gradients of the ranks that
     still had a batch at that step (over those ranks; or over the whole world for model.join()'s default
-    divide_by_initial_world_size=True; a plain sum for op=Sum), within 1e-6;
+    divide_by_initial_world_size=True; a plain sum for op=Sum), within 1e-6 (2e-3 with fp16 compression);
   - that every rank ends with bitwise the same parameters;
   - that join() returns the rank that trained the most steps (ties: the highest), on every rank.
 A hang is caught by the ctest TIMEOUT (tests/python/python.cmake).
@@ -56,12 +56,12 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def check(name, model, batches, divisor, joined):
+def check(name, model, batches, divisor, joined, tol=1e-6):
     rank, size = hvd.rank(), hvd.size()
     got = flat(model)
     want = reference(batches, divisor)
     err = (got - want).abs().max().item()
-    assert err <= 1e-6, f"{name}: rank {rank}: parameters differ from the replay by {err:g}"
+    assert err <= tol, f"{name}: rank {rank}: parameters differ from the replay by {err:g}"
     every = hvd.allgather(got.reshape(1, -1))
     for r in range(size):
         assert torch.equal(every[r], got), f"{name}: rank {r}'s parameters differ from rank {rank}'s"
@@ -72,18 +72,18 @@ def check(name, model, batches, divisor, joined):
     print(f"rank {rank}: {name} batches={batches} max|diff|={err:.2e} join->{joined}: ok", flush=True)
 
 
-def run_hvd(name, batches, op):
+def run_hvd(name, batches, op, compression=hvd.Compression.none, tol=1e-6):
     rank = hvd.rank()
     model = model_fn()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                   named_parameters=model.named_parameters(), op=op)
+                                   named_parameters=model.named_parameters(), op=op, compression=compression)
     for b in range(batches[rank]):
         opt.zero_grad()
         loss_of(model, rank, b).backward()
         opt.step()
     joined = hvd.join()
     divisor = (lambda active: 1) if op == hvd.Sum else (lambda active: active)
-    check(name, model, batches, divisor, joined)
+    check(name, model, batches, divisor, joined, tol)
     del opt
     gc.collect()  # the engine goes with its optimizer: join wants one live engine
 
@@ -114,6 +114,8 @@ def main():
     run_hvd("DistributedOptimizer+join", down, hvd.Average)
     run_hvd("DistributedOptimizer(op=Sum)+join", up, hvd.Sum)
     run_hvd("DistributedOptimizer+join (tie)", tie, hvd.Average)
+    # Gradients travel as IEEE half: 2^-11 relative per step, about 1e-4 here after 10 steps.
+    run_hvd("DistributedOptimizer(fp16)+join", down, hvd.Average, hvd.Compression.fp16, tol=2e-3)
     run_ddp("DDP.join()", up, True)
     run_ddp("DDP.join(divide_by_initial_world_size=False)", down, False)
     run_ddp("DDP.join() (tie)", tie, True)

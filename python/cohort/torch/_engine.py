@@ -327,6 +327,7 @@ class DistributedDataParallel(torch.nn.Module):
         code = compression.ddp_code if compression is not None else _lib.COMPRESS_NONE
         # process_group (new_group, or a ProcessSet): the engine averages over those ranks, on their communicator.
         self.process_group = process_group
+        self.joined_from = None  # after join(): the rank whose parameters and buffers every rank took
         with _core._on(process_group, "DistributedDataParallel"):
             self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
                                    bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
