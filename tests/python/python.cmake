@@ -34,8 +34,8 @@ foreach(np 2 3)
 endforeach()
 
 # What join() refuses is an error on every rank within seconds, never a hang (test_join_misuse.py): another rank's
-# plain allreduce while one has joined, hvd.join() with two engines alive, throw_on_early_termination=True.
-foreach(mode allreduce two_engines throw)
+# plain allreduce while one has joined, hvd.join() with two engines alive, hvd.join() between backward and step.
+foreach(mode allreduce two_engines inside_step)
   add_test(NAME python.join.misuse.${mode} COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
            ${CMAKE_CURRENT_LIST_DIR}/test_join_misuse.py ${mode})
   set_tests_properties(python.join.misuse.${mode} PROPERTIES LABELS "python;mp" TIMEOUT 60

@@ -6,7 +6,9 @@ Each case checks, on every rank:
     still had a batch at that step (over those ranks; or over the whole world for model.join()'s default
     divide_by_initial_world_size=True; a plain sum for op=Sum), within 1e-6 (2e-3 with fp16 compression);
   - that every rank ends with bitwise the same parameters;
-  - that join() returns the rank that trained the most steps (ties: the highest), on every rank.
+  - that join() returns the rank that trained the most steps (ties: the highest), on every rank;
+and model.join(throw_on_early_termination=True): every rank raises RuntimeError after the shortest rank's steps
+(none with even inputs), parameters bitwise equal.
 A hang is caught by the ctest TIMEOUT (tests/python/python.cmake).
 """
 import gc
@@ -103,6 +105,41 @@ def run_ddp(name, batches, divide_by_initial):
     ddp.close()
 
 
+def run_ddp_throw(name, batches):
+    """throw_on_early_termination=True: every rank raises RuntimeError at the step where the first rank's data
+    ended (none with even inputs), after min(batches) steps that all ranks took together; a model with buffers
+    (BatchNorm's running statistics, broadcast at every step) so that the ended rank's share of that step is
+    exercised too. Every rank ends with bitwise equal parameters."""
+    rank, size = hvd.rank(), hvd.size()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    ddp = hvd.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+    done, raised = 0, None
+    try:
+        with ddp.join(throw_on_early_termination=True):
+            for b in range(batches[rank]):
+                opt.zero_grad()
+                loss_of(ddp, rank, b).backward()
+                opt.step()
+                done += 1
+    except RuntimeError as e:
+        raised = e
+    even = len(set(batches)) == 1
+    assert (raised is None) == even, f"{name}: rank {rank}: raised {raised!r} with batches {batches}"
+    assert raised is None or "exhausted its inputs" in str(raised), raised
+    assert done == min(batches), f"{name}: rank {rank} took {done} steps, expected {min(batches)}"
+    # Buffers too when it raised (the step that raised began with rank 0's buffers broadcast, as in torch); after a
+    # normal end each rank's running statistics hold its own last batch, as in torch DDP.
+    tensors = list(model.parameters()) + (list(model.buffers()) if raised is not None else [])
+    state = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    every = hvd.allgather(state.reshape(1, -1))
+    for r in range(size):
+        assert torch.equal(every[r], state), f"{name}: rank {r}'s parameters or buffers differ from rank {rank}'s"
+    print(f"rank {rank}: {name} batches={batches} steps={done} raised={raised is not None}: ok", flush=True)
+    ddp.close()
+
+
 def main():
     hvd.init()
     size = hvd.size()
@@ -121,6 +158,9 @@ def main():
     run_ddp("DDP.join() (tie)", tie, True)
     # Even inputs inside join(): nothing changes (every step averages over the world).
     run_ddp("DDP.join() (even)", [5] * size, True)
+    run_ddp_throw("DDP.join(throw_on_early_termination=True)", down)
+    run_ddp_throw("DDP.join(throw_on_early_termination=True) (last rank ends first)", [6] * (size - 1) + [2])
+    run_ddp_throw("DDP.join(throw_on_early_termination=True) (even)", [4] * size)
     hvd.shutdown()
     print("PASS (join)", flush=True)
     return 0

@@ -6,8 +6,8 @@ is argv[1]:
                (MismatchError: the joined rank's step count against the allreduce).
   two_engines  two DistributedOptimizers are alive and rank 1 calls hvd.join(): ValueError on rank 1, which aborts
                the job, so rank 0's next collective raises RemoteError instead of waiting.
-  throw        DistributedDataParallel.join(throw_on_early_termination=True): ValueError on every rank, before any
-               collective.
+  inside_step  rank 1 calls hvd.join() between backward() and step(): RuntimeError on rank 1 before anything is
+               sent; rank 1 then exits, and rank 0's next step raises RemoteError instead of waiting.
 Each rank prints "PASS (join misuse MODE)" when it saw the error it expects; cohortrun exits 0 only if both did.
 """
 import sys
@@ -57,11 +57,20 @@ def main(mode):
                 expected = hvd.RemoteError
                 time.sleep(0.5)
                 train_step(models[0], opts[0])
-        elif mode == "throw":
-            expected = ValueError
-            ddp = hvd.DistributedDataParallel(model_fn())
-            with ddp.join(throw_on_early_termination=True):
-                pass
+        elif mode == "inside_step":
+            model = model_fn()
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                           named_parameters=model.named_parameters())
+            train_step(model, opt)
+            if rank == 1:
+                expected = RuntimeError
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(torch.ones(3, 5)), torch.zeros(3, 2)).backward()
+                hvd.join()
+            else:
+                expected = hvd.RemoteError
+                for _ in range(100):
+                    train_step(model, opt)
         else:
             raise SystemExit(f"unknown mode {mode}")
     except Exception as e:  # noqa: BLE001
@@ -69,8 +78,6 @@ def main(mode):
         if expected is not None and isinstance(e, expected) and took < 30:
             print(f"rank {rank}: {type(e).__name__} after {took:.2f} s: {e}", flush=True)
             print(f"PASS (join misuse {mode})", flush=True)
-            if mode == "throw":
-                hvd.shutdown()
             return 0
         print(f"rank {rank}: expected {expected.__name__ if expected else '?'}, got {type(e).__name__}: {e}",
               flush=True)

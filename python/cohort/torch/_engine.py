@@ -86,6 +86,7 @@ class _Engine:
             seen.add(id(p))
             self.params.append((name, p))
         self.buffers = [(n, b) for n, b in named_buffers if b is not None]
+        self.broadcast_buffers = bool(broadcast_buffers)
         if op not in (_lib.AVG, _lib.SUM):
             raise ValueError(f"{what}: op must be Average or Sum")
         names = [n for n, _ in self.params]
@@ -328,6 +329,7 @@ class DistributedDataParallel(torch.nn.Module):
         # process_group (new_group, or a ProcessSet): the engine averages over those ranks, on their communicator.
         self.process_group = process_group
         self.joined_from = None  # after join(): the rank whose parameters and buffers every rank took
+        self._throw_on_early = False  # inside join(throw_on_early_termination=True)
         with _core._on(process_group, "DistributedDataParallel"):
             self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
                                    bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
@@ -336,6 +338,9 @@ class DistributedDataParallel(torch.nn.Module):
     def forward(self, *inputs, **kwargs):
         if torch.is_grad_enabled() and not self._engine.step_open:
             self._engine.prepare()
+            if self._throw_on_early and _c.cohort_ddp_active_ranks(self._engine.ddp) < self._engine.size:
+                self._engine.step_open = False  # nothing was marked ready: the next prepare may start afresh
+                raise RuntimeError(_EARLY_TERMINATION)
         return self.module(*inputs, **kwargs)
 
     @contextlib.contextmanager
@@ -363,22 +368,48 @@ class DistributedDataParallel(torch.nn.Module):
         A rank whose loop ends shadows the other ranks' steps (with zero gradients) until every rank's loop has
         ended; then every rank takes the parameters and buffers of the rank that trained the most steps.
         divide_by_initial_world_size=True: the gradients are the sum over the ranks still training divided by the
-        whole world (torch's default); False: divided by the ranks still training. throw_on_early_termination=True
-        is not supported (ValueError).
+        whole world (torch's default); False: divided by the ranks still training. throw_on_early_termination=True:
+        as soon as one rank's loop ends, every rank raises RuntimeError (in its next forward, or at the end of the
+        block), as torch does.
         """
-        if throw_on_early_termination:
-            raise ValueError("DistributedDataParallel.join: throw_on_early_termination=True is not supported "
-                             "(the ranks whose data ended shadow the others' steps until all have joined)")
         if not enable:
             yield
             return
         engine = self._engine
         engine.divide_by_initial = bool(divide_by_initial_world_size)
+        self._throw_on_early = bool(throw_on_early_termination)
         try:
             yield
-            self.joined_from = _join(engine, "DistributedDataParallel.join")
+            if self._throw_on_early:
+                self._exhausted()
+            else:
+                self.joined_from = _join(engine, "DistributedDataParallel.join")
         finally:
             engine.divide_by_initial = False
+            self._throw_on_early = False
+
+    def _exhausted(self):
+        """throw_on_early_termination: this rank's data ended. It takes part in the others' next step as far as
+        they go before they raise (the count of the ranks still training, adding 0, and the buffer broadcasts
+        that cohort_ddp_prepare makes after it), then raises too. When every rank's data ended at the same step
+        the count is 0 and nobody raises."""
+        engine = self._engine
+        if engine.size == 1:
+            return
+        if engine.step_open or engine.in_backward:
+            raise RuntimeError("DistributedDataParallel.join: the loop ended inside a step (after forward and "
+                               "before backward)")
+        comm = engine._comm
+        count = np.zeros(1, dtype=np.int32)
+        _core._check(_c.cohort_allreduce(comm, count.ctypes.data, count.ctypes.data, 1, _lib.I32, _lib.SUM),
+                     "DistributedDataParallel.join: counting the ranks still training")
+        if count[0] == 0:
+            return
+        if engine.broadcast_buffers:
+            for name, b in engine.buffers:
+                _core._check(_c.cohort_broadcast(comm, b.data_ptr(), b.numel() * b.element_size(), _lib.U8, 0),
+                             f"DistributedDataParallel.join: broadcasting buffer '{name}'")
+        raise RuntimeError(_EARLY_TERMINATION)
 
     def ddp_stats(self):
         """The engine's statistics (cohort_ddp_stats): steps, compute_s, comm_s, exposed_comm_s, ..."""
@@ -389,6 +420,10 @@ class DistributedDataParallel(torch.nn.Module):
 
 
 # ---- join ----
+
+_EARLY_TERMINATION = ("DistributedDataParallel.join(throw_on_early_termination=True): at least one rank exhausted "
+                      "its inputs; raised on every rank")
+
 
 
 def _join(engine, what):
