@@ -201,10 +201,10 @@ class _Engine:
         self.step_open = False
         self.check(st, "cohort_ddp_finish")
         if self.sync:
-            self._rescale_uneven()
             if not self.rebound:  # the rebuild after the first synchronized step moved the buckets
                 self.rebound = True
                 self._bind()
+            self._rescale_uneven()
             # Parameters that got no gradient here (find_unused_parameters) still get the average.
             if len(self._seen) != len(self.params):
                 for i, (_, p) in enumerate(self.params):
