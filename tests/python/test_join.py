@@ -11,6 +11,7 @@ and model.join(throw_on_early_termination=True): every rank raises RuntimeError 
 (none with even inputs), parameters bitwise equal.
 A hang is caught by the ctest TIMEOUT (tests/python/python.cmake).
 """
+import faulthandler
 import gc
 import sys
 
@@ -141,6 +142,7 @@ def run_ddp_throw(name, batches):
 
 
 def main():
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang: every rank's stack, before ctest's TIMEOUT
     hvd.init()
     size = hvd.size()
     # No engine: join() only waits for every rank and names the highest.

@@ -10,6 +10,7 @@ is argv[1]:
                sent; rank 1 then exits, and rank 0's next step raises RemoteError instead of waiting.
 Each rank prints "PASS (join misuse MODE)" when it saw the error it expects; cohortrun exits 0 only if both did.
 """
+import faulthandler
 import sys
 import time
 
@@ -30,6 +31,7 @@ def train_step(model, opt):
 
 
 def main(mode):
+    faulthandler.dump_traceback_later(45, exit=True)  # a hang: every rank's stack, before ctest's TIMEOUT
     hvd.init()
     rank = hvd.rank()
     t0 = time.monotonic()
