@@ -117,6 +117,8 @@ _SIGNATURES = {
     "cohort_ddp_mark_ready": (c_int, [c_void_p, c_int]),
     "cohort_ddp_finish": (c_int, [c_void_p]),
     "cohort_ddp_get_stats": (None, [c_void_p, ctypes.POINTER(DdpStats)]),
+    "cohort_ddp_join": (c_int, [c_void_p]),
+    "cohort_ddp_active_ranks": (c_int, [c_void_p]),
 }
 
 

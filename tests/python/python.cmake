@@ -24,6 +24,24 @@ add_test(NAME python.train_equiv COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT
          ${CMAKE_CURRENT_LIST_DIR}/test_train_equiv.py)
 set_tests_properties(python.train_equiv PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
 
+# Uneven inputs (test_join.py): ranks with different batch counts train with DistributedOptimizer + hvd.join() and
+# DistributedDataParallel + model.join(); the parameters against a one-process replay of the per-step averages (1e-6),
+# bitwise equal on every rank, join()'s rank; cohortrun exits 0 only if every rank passed; a hang fails on the TIMEOUT.
+foreach(np 2 3)
+  add_test(NAME python.join.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_join.py)
+  set_tests_properties(python.join.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 120 ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
+# What join() refuses is an error on every rank within seconds, never a hang (test_join_misuse.py): another rank's
+# plain allreduce while one has joined, hvd.join() with two engines alive, hvd.join() between backward and step.
+foreach(mode allreduce two_engines inside_step)
+  add_test(NAME python.join.misuse.${mode} COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_join_misuse.py ${mode})
+  set_tests_properties(python.join.misuse.${mode} PROPERTIES LABELS "python;mp" TIMEOUT 60
+                       ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
 # Faults (tests/python/test_faults.sh): a rank SIGKILLed inside an allreduce (RemoteError naming it within 2 s),
 # ranks reducing different shapes (MismatchError on both), Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
 foreach(mode kill mismatch sigint)

@@ -585,4 +585,4 @@ def broadcast_optimizer_state(optimizer, root_rank):
         optimizer.load_state_dict(state)
 
 
-from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer  # noqa: E402,F401
+from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, join  # noqa: E402,F401

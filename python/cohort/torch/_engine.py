@@ -25,6 +25,10 @@ from cohort import _lib
 from cohort._lib import lib as _c
 
 
+# Engines are made with uneven_inputs (see _Engine); bench/torch_join_cost.py turns it off to measure its cost.
+_UNEVEN_INPUTS = True
+
+
 def _queue_callback(fn):
     torch.autograd.Variable._execution_engine.queue_callback(fn)
 
@@ -82,6 +86,7 @@ class _Engine:
             seen.add(id(p))
             self.params.append((name, p))
         self.buffers = [(n, b) for n, b in named_buffers if b is not None]
+        self.broadcast_buffers = bool(broadcast_buffers)
         if op not in (_lib.AVG, _lib.SUM):
             raise ValueError(f"{what}: op must be Average or Sum")
         names = [n for n, _ in self.params]
@@ -103,10 +108,22 @@ class _Engine:
         opts.broadcast_buffers = 1 if broadcast_buffers else 0
         opts.find_unused_params = 1 if find_unused else 0
         opts.compression = compression
+        # Uneven inputs are always on, so that any rank may join (hvd.join(), DistributedDataParallel.join())
+        # without warning the others: Horovod's join() is called by a rank whose data ended, unannounced, so the
+        # mode cannot be switched on collectively beforehand. The cost is one 4-byte allreduce at the start of every
+        # synchronized step (measured in docs/torch.md) and the bucket order of creation (no rebuild after the
+        # first step: a joined rank shadows the steps with the buckets as they are).
+        opts.uneven_inputs = 1 if _UNEVEN_INPUTS else 0
         ddp = ctypes.c_void_p()
         _core._check(_c.cohort_ddp_create(comm, ptab, len(self.params), btab, len(self.buffers), ctypes.byref(opts),
                                           ctypes.byref(ddp)), what)
         self.ddp = ddp
+        self.what = what
+        self.op = op
+        self.size = _c.cohort_size(comm)
+        # DistributedDataParallel.join(divide_by_initial_world_size=True): the sum over the ranks still training
+        # divided by the whole world (the C engine divides by the ranks still training).
+        self.divide_by_initial = False
         _core._engines.add(self)
         self._hook = None
         if op == _lib.SUM:
@@ -187,11 +204,41 @@ class _Engine:
             if not self.rebound:  # the rebuild after the first synchronized step moved the buckets
                 self.rebound = True
                 self._bind()
+            self._rescale_uneven()
             # Parameters that got no gradient here (find_unused_parameters) still get the average.
             if len(self._seen) != len(self.params):
                 for i, (_, p) in enumerate(self.params):
                     if i not in self._seen and (p.grad is None or p.grad.data_ptr() != self.views[i].data_ptr()):
                         p.grad = self.views[i]
+
+    def _rescale_uneven(self):
+        """After a step in which some ranks had joined: the C engine averaged over the ranks still training; a sum
+        (op=Sum) or torch's divide_by_initial_world_size=True wants active/size of that."""
+        if self.size <= 1 or not (self.op == _lib.SUM or self.divide_by_initial):
+            return
+        active = _c.cohort_ddp_active_ranks(self.ddp)
+        if 0 < active < self.size:
+            with torch.no_grad():
+                for v in self.views:
+                    if v is not None:
+                        v.mul_(active / self.size)
+
+    def join(self, what):
+        """This rank's data has ended: shadows the other ranks' steps (zero gradients) until every rank has
+        joined, then takes the parameters and buffers of the rank that trained the most steps. Returns it."""
+        if self.ddp is None:
+            raise RuntimeError(f"{what}: the engine has been closed")
+        if self.step_open or self.in_backward:
+            raise RuntimeError(f"{what}: called inside a step (after forward or backward and before the gradients "
+                               f"were averaged): finish the step first")
+        src = _c.cohort_ddp_join(self.ddp)
+        if src < 0:
+            # The engine has failed: finish only returns the status it keeps (and sets the message again).
+            st = _c.cohort_ddp_finish(self.ddp)
+            raise _core._error(st if st != _lib.OK else _lib.ERR_INTERNAL,
+                               f"{what}: while this rank had joined (it shadows only the steps of "
+                               f"{self.what}; a plain collective that another rank makes meanwhile is refused)")
+        return src  # the C engine zeroed the gradients; the .grad views stay bound
 
     def _on_grad(self, i):
         if self.ddp is None:
@@ -281,6 +328,8 @@ class DistributedDataParallel(torch.nn.Module):
         code = compression.ddp_code if compression is not None else _lib.COMPRESS_NONE
         # process_group (new_group, or a ProcessSet): the engine averages over those ranks, on their communicator.
         self.process_group = process_group
+        self.joined_from = None  # after join(): the rank whose parameters and buffers every rank took
+        self._throw_on_early = False  # inside join(throw_on_early_termination=True)
         with _core._on(process_group, "DistributedDataParallel"):
             self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
                                    bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
@@ -289,6 +338,9 @@ class DistributedDataParallel(torch.nn.Module):
     def forward(self, *inputs, **kwargs):
         if torch.is_grad_enabled() and not self._engine.step_open:
             self._engine.prepare()
+            if self._throw_on_early and _c.cohort_ddp_active_ranks(self._engine.ddp) < self._engine.size:
+                self._engine.step_open = False  # nothing was marked ready: the next prepare may start afresh
+                raise RuntimeError(_EARLY_TERMINATION)
         return self.module(*inputs, **kwargs)
 
     @contextlib.contextmanager
@@ -309,12 +361,104 @@ class DistributedDataParallel(torch.nn.Module):
     def _backward_ends(self):
         self._engine.finish()
 
+    @contextlib.contextmanager
+    def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
+        """torch's DistributedDataParallel.join(): ranks may run out of batches at different steps inside.
+
+        A rank whose loop ends shadows the other ranks' steps (with zero gradients) until every rank's loop has
+        ended; then every rank takes the parameters and buffers of the rank that trained the most steps.
+        divide_by_initial_world_size=True: the gradients are the sum over the ranks still training divided by the
+        whole world (torch's default); False: divided by the ranks still training. throw_on_early_termination=True:
+        as soon as one rank's loop ends, every rank raises RuntimeError (in its next forward, or at the end of the
+        block), as torch does.
+        """
+        if not enable:
+            yield
+            return
+        engine = self._engine
+        engine.divide_by_initial = bool(divide_by_initial_world_size)
+        self._throw_on_early = bool(throw_on_early_termination)
+        try:
+            yield
+            if self._throw_on_early:
+                self._exhausted()
+            else:
+                self.joined_from = _join(engine, "DistributedDataParallel.join")
+        finally:
+            engine.divide_by_initial = False
+            self._throw_on_early = False
+
+    def _exhausted(self):
+        """throw_on_early_termination: this rank's data ended. It takes part in the others' next step as far as
+        they go before they raise (the count of the ranks still training, adding 0, and the buffer broadcasts
+        that cohort_ddp_prepare makes after it), then raises too. When every rank's data ended at the same step
+        the count is 0 and nobody raises."""
+        engine = self._engine
+        if engine.size == 1:
+            return
+        if engine.step_open or engine.in_backward:
+            raise RuntimeError("DistributedDataParallel.join: the loop ended inside a step (after forward and "
+                               "before backward)")
+        comm = engine._comm
+        count = np.zeros(1, dtype=np.int32)
+        _core._check(_c.cohort_allreduce(comm, count.ctypes.data, count.ctypes.data, 1, _lib.I32, _lib.SUM),
+                     "DistributedDataParallel.join: counting the ranks still training")
+        if count[0] == 0:
+            return
+        if engine.broadcast_buffers:
+            for name, b in engine.buffers:
+                _core._check(_c.cohort_broadcast(comm, b.data_ptr(), b.numel() * b.element_size(), _lib.U8, 0),
+                             f"DistributedDataParallel.join: broadcasting buffer '{name}'")
+        raise RuntimeError(_EARLY_TERMINATION)
+
     def ddp_stats(self):
         """The engine's statistics (cohort_ddp_stats): steps, compute_s, comm_s, exposed_comm_s, ..."""
         return self._engine.stats()
 
     def close(self):
         self._engine.close()
+
+
+# ---- join ----
+
+_EARLY_TERMINATION = ("DistributedDataParallel.join(throw_on_early_termination=True): at least one rank exhausted "
+                      "its inputs; raised on every rank")
+
+
+
+def _join(engine, what):
+    """Joins engine (or, with None, the one live engine of this process). With several live engines a joined rank
+    could not know in which order the others step them: the job is aborted (so that no rank waits), and a
+    ValueError raised."""
+    live = [e for e in list(_core._engines) if e.ddp is not None]
+    if engine is None and len(live) == 1:
+        engine = live[0]
+    others = [e for e in live if e is not engine]
+    if others:
+        names = ", ".join(sorted(e.what for e in live))
+        msg = (f"{what}: {len(live)} DistributedOptimizer/DistributedDataParallel engines are alive ({names}); "
+               f"join supports one (close the others first)")
+        _c.cohort_comm_abort(_core._get_comm(), msg.encode())
+        raise ValueError(msg)
+    if engine is None:
+        # Nothing to shadow: every rank waits for the others; no rank trained a step, so the tie rule names the
+        # highest rank.
+        out = np.array([_core.rank()], dtype=np.int64)
+        _core._check(_c.cohort_allreduce(_core._get_comm(), out.ctypes.data, out.ctypes.data, 1, _lib.I64,
+                                         _lib.MAX), what)
+        return int(out[0])
+    if getattr(engine._owner(), "_pending", False):  # a DistributedOptimizer between backward() and step()
+        raise RuntimeError(f"{what}: backward() ran but step() (or synchronize()) did not: finish the step first")
+    return engine.join(what)
+
+
+def join(device=-1):
+    """Horovod's hvd.join(): this rank's data has ended. It keeps taking part in the other ranks'
+    DistributedOptimizer (or DistributedDataParallel) steps with zero gradients, the others averaging over the
+    ranks still training, until every rank has called join(); then every rank takes the parameters and buffers of
+    the rank that trained the most steps (the rank that joined last; ties: the highest such rank), and join()
+    returns that rank on every rank. device is ignored (CPU)."""
+    return _join(None, "join")
 
 
 # ---- DistributedOptimizer ----
