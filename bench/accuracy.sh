@@ -39,12 +39,12 @@ for n in ${RANKS//,/ }; do
   acc=$(echo "$final" | sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p')
   best=$(awk -F, 'NR > 1 && $4 > b { b = $4 } END { printf "%.4f", b }' "$OUT/$n.csv")
   passed=$(awk -F, 'NR > 1 && $4 >= 0.91 { print $1; exit }' "$OUT/$n.csv")
-  echo "# $n ranks: $head; $(($(date +%s) - start)) s"
+  echo "# np=$n: $head; $(($(date +%s) - start)) s"
   global=$(echo "$head" | sed -n 's/.* \([0-9]*\) ranks\{0,1\} x batch \([0-9]*\).*/\1 \2/p' | awk '{ print $1 * $2 }')
   rows="$rows| $n | ${global:-?} | $acc | $best | ${passed:--} | $(
     [ "$(awk -v a="$acc" 'BEGIN { print (a >= 0.91) }')" = 1 ] && echo ok || echo MISS) |
 "
 done
-echo "| ranks | global batch | final test_acc | best epoch | first epoch >= 0.91 | >= 0.91 |"
+echo "| ranks | global batch | final test_acc | best epoch's test_acc | first epoch >= 0.91 | >= 0.91 |"
 echo "| --- | --- | --- | --- | --- | --- |"
 printf '%s' "$rows"
