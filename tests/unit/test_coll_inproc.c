@@ -27,15 +27,19 @@ typedef struct rank_job {
   char message[1024];
 } rank_job;
 
+/* The rank's communicator in the group, or NULL with the failure counted. */
+static cohort_comm *init_rank(rank_job *j) {
+  cohort_comm *c = NULL;
+  if (cohort_init_inproc(j->group, j->rank, &c) == COHORT_OK) return c;
+  fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
+  j->failures = 1;
+  return NULL;
+}
+
 static void *run_matrix(void *arg) {
   rank_job *j = arg;
-  cohort_comm *c = NULL;
-  cohort_status st = cohort_init_inproc(j->group, j->rank, &c);
-  if (st != COHORT_OK) {
-    fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
-    j->failures = 1;
-    return NULL;
-  }
+  cohort_comm *c = init_rank(j);
+  if (!c) return NULL;
   static const size_t counts[] = {0, 1, 7, 4097, 100003};
   j->failures = coll_check_all(c, counts, 5) + coll_check_async(c) + coll_check_barrier(c);
   cohort_comm_destroy(c);
@@ -46,13 +50,8 @@ static void *run_matrix(void *arg) {
  * count stays at 4097; allreduce and broadcast take 300007 too, for their large-message paths. */
 static void *run_matrix_large(void *arg) {
   rank_job *j = arg;
-  cohort_comm *c = NULL;
-  cohort_status st = cohort_init_inproc(j->group, j->rank, &c);
-  if (st != COHORT_OK) {
-    fprintf(stderr, "rank %d: init: %s\n", j->rank, cohort_last_error());
-    j->failures = 1;
-    return NULL;
-  }
+  cohort_comm *c = init_rank(j);
+  if (!c) return NULL;
   static const size_t counts[] = {0, 1, 7, 4097}, large[] = {300007};
   j->failures = coll_check_all(c, counts, 4);
   if (!j->failures) j->failures += coll_check_allreduce_broadcast(c, large, 1);
