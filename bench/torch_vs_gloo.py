@@ -6,6 +6,17 @@
                                                                  the bare ctypes call of cohort_allreduce
   cohortrun -np N python3 torch_vs_gloo.py train cohort MODEL STEPS BATCH
   python3 torch_vs_gloo.py train gloo MODEL STEPS BATCH WORLD    (spawns WORLD ranks itself, as the anchors do)
+  cohortrun -np N python3 torch_vs_gloo.py interleaved MODEL ROUNDS STEPS BATCH
+                                                                 the three trainings below in the same processes,
+                                                                 taking turns every STEPS steps, ROUNDS times
+
+interleaved: this machine's speed drifts by 10-20% from one run to the next (a shared VM), more than the
+differences to be measured, so separate runs cannot tell 1.05x from 1.1x. Here every rank holds three copies of the
+model and trains them in turns: "alone" (no wrapper, no communication: each rank trains by itself, the ceiling of
+any data-parallel wrapper on this machine), cohort.torch's DistributedDataParallel and torch DDP on gloo (joined
+through torch.distributed's env:// with the MASTER_ADDR/MASTER_PORT that cohortrun provides). Each turn is timed
+between two barriers, the order of the three rotates from round to round, and the figures are the sums over all
+rounds: a drift of the machine hits all three alike.
 
 MODEL: cnn (the reference CNN of fmnist-train and torch_ddp_fmnist.py) or mlp (784-4096-4096-1024-10, 24.2 M
 parameters: far more gradient than compute per step). Training: 1 torch thread per rank, SGD with momentum, the same
@@ -77,6 +88,50 @@ def gloo_rank(rank, world, port, model_name, steps, batch):
     dist.destroy_process_group()
 
 
+def interleaved(hvd, rank, world, model_name, rounds, steps, batch):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    x, y = load()
+    nets = {}
+    for name, wrap in (("alone", lambda m: m), ("cohort", lambda m: hvd.DistributedDataParallel(m)),
+                       ("gloo", lambda m: nn.parallel.DistributedDataParallel(m))):
+        torch.manual_seed(0)
+        net = wrap(CNN() if model_name == "cnn" else mlp())
+        nets[name] = (net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
+    names = list(nets)
+    spent = dict.fromkeys(names, 0.0)
+    per_round = {k: [] for k in names}
+    step = 0
+    for r in range(-1, rounds):  # round -1 warms every model up and is not counted
+        order = names[r % 3:] + names[:r % 3] if r >= 0 else names
+        for name in order:
+            net, opt = nets[name]
+            hvd.barrier()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                lo = ((step * world + rank) * batch) % (len(x) - batch)
+                step += 1
+                opt.zero_grad()
+                F.cross_entropy(net(x[lo:lo + batch]), y[lo:lo + batch]).backward()
+                opt.step()
+            hvd.barrier()  # the turn ends when the slowest rank's does
+            if r >= 0:
+                dt = time.perf_counter() - t0
+                spent[name] += dt
+                per_round[name].append(dt)
+    dist.destroy_process_group()
+    if rank == 0:
+        imgs = rounds * steps * batch * world
+        ips = {k: imgs / v for k, v in spent.items()}
+        ratios = sorted(g / c for c, g in zip(per_round["cohort"], per_round["gloo"]))
+        print(f"interleaved {model_name} world={world} rounds={rounds} steps={steps} "
+              + " ".join(f"{k}_img_per_s={v:.1f}" for k, v in ips.items())
+              + f" cohort_over_gloo={ips['cohort'] / ips['gloo']:.3f} alone_over_gloo={ips['alone'] / ips['gloo']:.3f}"
+              + f" round_ratio_min={ratios[0]:.3f} round_ratio_median={ratios[len(ratios) // 2]:.3f}"
+              + f" round_ratio_max={ratios[-1]:.3f}", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "train" and sys.argv[2] == "gloo":
@@ -127,6 +182,8 @@ def main():
         if r == 0:
             for k, v in res.items():
                 print(f"overhead {k} us={v:.2f}", flush=True)
+    elif mode == "interleaved":
+        interleaved(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "train":
         model_name, steps, batch = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         torch.set_num_threads(1)

@@ -11,6 +11,10 @@
 # 3. training img/s, 1 thread per rank, the same model, batch (64 per rank) and data: cohort.torch's
 #    DistributedDataParallel against torch DDP on gloo, for the reference CNN and a 24.2 M-parameter MLP, on 1 and
 #    2 ranks (1->2 scaling printed beside each).
+# 4. the same two trainings on 2 ranks, interleaved in the same processes (torch_vs_gloo.py interleaved): every rank
+#    trains three copies of the model in turns, alone (no communication: the ceiling of any wrapper here), with
+#    cohort.torch's DDP and with torch DDP on gloo, so that the machine's drift between runs (10-20% on a shared VM)
+#    cannot decide the ratio. ROUNDS_CNN (default 20, turns of 10 steps) and ROUNDS_MLP (12, turns of 5 steps).
 # Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, ../shared/bench-anchors beside the
 # checkout, or /work/shared/bench-anchors), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
@@ -65,4 +69,14 @@ for model in cnn mlp; do
   awk -v m=$model -v c1="$c1" -v c2="$c2" -v g1="$g1" -v g2="$g2" 'BEGIN {
     printf "%-4s cohort 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   gloo 1 rank %8.1f  2 ranks %8.1f (scaling %5.1f%%)   2-rank ratio %.2fx\n",
       m, c1, c2, 100 * c2 / (2 * c1), g1, g2, 100 * g2 / (2 * g1), c2 / g2 }'
+done
+
+echo "== training interleaved in the same 2 processes, batch 64 per rank (img/s summed over the rounds)"
+for spec in "cnn ${ROUNDS_CNN:-20} 10" "mlp ${ROUNDS_MLP:-12} 5"; do
+  line=$("$RUN" -np 2 "$PY" $B interleaved $spec 64 2>&1 | sed 's/^\[0\] //' | grep '^interleaved') ||
+    { echo "torch_vs_gloo.sh: the interleaved run ($spec) printed no result" >&2; exit 1; }
+  echo "$line" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    printf "%-4s alone %8.1f  cohort %8.1f  gloo %8.1f img/s   cohort/gloo %.3fx (rounds: min %.3f median %.3f max %.3f)   ceiling (alone/gloo) %.3fx\n",
+      $2, v["alone_img_per_s"], v["cohort_img_per_s"], v["gloo_img_per_s"], v["cohort_over_gloo"],
+      v["round_ratio_min"], v["round_ratio_median"], v["round_ratio_max"], v["alone_over_gloo"] }'
 done
