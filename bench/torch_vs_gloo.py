@@ -6,6 +6,12 @@
                                                                  the bare ctypes call of cohort_allreduce
   cohortrun -np N python3 torch_vs_gloo.py train cohort MODEL STEPS BATCH
   python3 torch_vs_gloo.py train gloo MODEL STEPS BATCH WORLD    (spawns WORLD ranks itself, as the anchors do)
+  cohortrun -np N python3 torch_vs_gloo.py grouped MAXMB      grouped_allreduce_ of 4 float32 tensors (256 KiB to
+                                                                 MAXMB MiB in all), its fused buffer in the shared
+                                                                 arena (the default) and in ordinary memory (staged),
+                                                                 against what a torch.distributed user writes for it
+                                                                 on gloo (cat, all_reduce, copy back), in the same
+                                                                 processes, alternately
   cohortrun -np N python3 torch_vs_gloo.py interleaved MODEL ROUNDS STEPS BATCH
                                                                  the three trainings below in the same processes,
                                                                  taking turns every STEPS steps, ROUNDS times
@@ -132,6 +138,53 @@ def interleaved(hvd, rank, world, model_name, rounds, steps, batch):
               + f" round_ratio_max={ratios[-1]:.3f}", flush=True)
 
 
+def grouped(hvd, rank, world, maxmb):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+
+    def gloo_grouped(ts):
+        flat = torch.cat([t.reshape(-1) for t in ts])
+        dist.all_reduce(flat)
+        off = 0
+        for t in ts:
+            t.copy_(flat[off:off + t.numel()].view_as(t))
+            off += t.numel()
+
+    def cohort_grouped(ts):
+        hvd.grouped_allreduce_(ts, op=hvd.Sum)
+
+    def cohort_staged(ts):  # the fused buffer in ordinary memory, as before 2026-11-25 23:30
+        keep, hvd._ZERO_COPY_MIN_BYTES = hvd._ZERO_COPY_MIN_BYTES, float("inf")
+        try:
+            hvd.grouped_allreduce_(ts, op=hvd.Sum)
+        finally:
+            hvd._ZERO_COPY_MIN_BYTES = keep
+
+    if rank == 0:
+        print(f"{'bytes':>12} {'cohort_us':>10} {'staged_us':>10} {'gloo_us':>10} {'ratio':>7} {'vs_staged':>9}",
+              flush=True)
+    b = 256 << 10
+    while b <= maxmb << 20:
+        ts = [torch.ones(b // 16) for _ in range(4)]
+        iters = 40 if b < 16 << 20 else 8
+        best = {}
+        for _ in range(3):  # alternately, the best of 3 for each
+            for name, fn in (("cohort", cohort_grouped), ("staged", cohort_staged), ("gloo", gloo_grouped)):
+                fn(ts)
+                hvd.barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn(ts)
+                hvd.barrier()
+                el = (time.perf_counter() - t0) / iters
+                best[name] = min(best.get(name, el), el)
+        if rank == 0:
+            print(f"{b:12d} {best['cohort'] * 1e6:10.1f} {best['staged'] * 1e6:10.1f} {best['gloo'] * 1e6:10.1f} "
+                  f"{best['gloo'] / best['cohort']:7.2f} {best['staged'] / best['cohort']:9.2f}", flush=True)
+        b *= 4
+    dist.destroy_process_group()
+
+
 def main():
     mode = sys.argv[1]
     if mode == "train" and sys.argv[2] == "gloo":
@@ -182,6 +235,8 @@ def main():
         if r == 0:
             for k, v in res.items():
                 print(f"overhead {k} us={v:.2f}", flush=True)
+    elif mode == "grouped":
+        grouped(hvd, r, n, int(sys.argv[2]))
     elif mode == "interleaved":
         interleaved(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "train":

@@ -6,6 +6,9 @@
 # 1. allreduce busbw of float32 CPU tensors, in place, 4 KiB .. MAXMB MiB: cohort.torch.allreduce_ (torch_vs_gloo.py,
 #    the anchor's loop and columns) against torch.distributed.all_reduce on gloo (the anchor torch_allreduce.py);
 #    ordinary tensors (torch's allocator), so cohort copies through its staging buffers, as gloo does.
+#    Then grouped_allreduce_ of 4 tensors (torch_vs_gloo.py grouped): its fused buffer in the shared arena (the
+#    default), in ordinary memory (staged), and the same done on gloo (cat, all_reduce, copy back), alternately in
+#    the same processes.
 # 2. the binding's cost: a one-float allreduce through cohort.torch, the bare ctypes call, and the same call in C
 #    (cohort-bench allreduce --min 4 --max 4 --in-place), on 1 rank (the binding alone) and 2.
 # 3. training img/s, 1 thread per rank, the same model, batch (64 per rank) and data: cohort.torch's
@@ -47,6 +50,9 @@ echo "== allreduce, 2 ranks, float32 sum in place (busbw GB/s)"
 printf '%12s %14s %14s %12s %12s %8s\n' bytes cohort_time_us gloo_time_us cohort_busbw gloo_busbw ratio
 join <(awk '{print $1, $3, $4}' "$tmp/cohort") <(awk '{print $1, $3, $4}' "$tmp/gloo") |
   awk '{r = ($5 > 0) ? $3 / $5 : 0; printf "%12d %14.1f %14.1f %12.2f %12.2f %8.1f\n", $1, $2, $4, $3, $5, r}'
+
+echo "== grouped_allreduce_ of 4 float32 tensors, 2 ranks, sum (us per call, best of 3 alternated runs)"
+"$RUN" -np 2 "$PY" $B grouped "$MAXMB" 2>&1 | sed 's/^\[0\] //' | grep -E '^ *([0-9]|bytes)'
 
 # On 1 rank the call does no communication: what remains is the binding's own cost. On 2 ranks the peer's timing
 # adds in (and on a loaded machine dominates).

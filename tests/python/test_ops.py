@@ -170,6 +170,31 @@ for opname, op in OPS[:2]:
     for i, dt in enumerate(DTYPES):
         same(ts[i], wants[i], dt, opname, f"grouped_allreduce_async_ {opname} {dt}")
 
+# Grouped, large: each dtype's fused buffer is over 64 KiB, so it comes from the shared arena where the transport
+# has one (zero copy) and goes back to a pool for the next call of that size. Several sizes, twice each (the second
+# reuses the pooled block: it must hold nothing of the first), async calls in flight together, in place and not.
+from cohort import _arena_pools  # noqa: E402
+
+big = {dt: 70_000 + 4099 * k for k, dt in enumerate([torch.float32, torch.float64, torch.bfloat16, torch.int32])}
+for rep in range(2):
+    for opname, op in OPS[:2]:
+        ins = [[data(dt, r, (n,), salt=4 + rep) for dt, n in big.items()] for r in range(N)]
+        wants = [reference(dt, opname, [ins[r][i] for r in range(N)]) for i, dt in enumerate(big)]
+        outs = hvd.grouped_allreduce(ins[R], op=op)
+        h1 = hvd.grouped_allreduce_async(ins[R][:2], op=op)
+        ts = [t.clone() for t in ins[R][2:]]
+        h2 = hvd.grouped_allreduce_async_(ts, op=op)
+        outs_async = hvd.synchronize(h1) + hvd.synchronize(h2)
+        for i, dt in enumerate(big):
+            same(outs[i], wants[i], dt, opname, f"grouped_allreduce large {opname} {dt} round {rep}")
+            same(outs_async[i], wants[i], dt, opname, f"grouped_allreduce_async large {opname} {dt} round {rep}")
+        check(all(o.data_ptr() != t.data_ptr() for o, t in zip(outs, ins[R])), "grouped_allreduce returns new tensors")
+if hvd.transport() == "shm":
+    pool = _arena_pools.get(cohort._get_comm().value)
+    kept = pool.idle_bytes() if pool else None
+    check(pool is not None and pool.too_big is None and kept >= 4 * 70_000,
+          f"grouped_allreduce's fused buffers came from the shm arena and were pooled (kept {kept} bytes)")
+
 # Several asynchronous reductions in flight at once, completed in reverse order.
 hs = [hvd.allreduce_async(torch.full((1000,), float(R + k)), op=hvd.Sum) for k in range(5)]
 for k in reversed(range(5)):
@@ -273,8 +298,12 @@ check(all(b == 0xA5 for b in raw[size:]), f"cohort_ddp_options is larger than th
 opts = ctypes.cast(raw, ctypes.POINTER(_lib.DdpOptions)).contents
 check(opts.broadcast_buffers == 1 and opts.overlap == 0 and opts.uneven_inputs == 0 and opts.zero_stage == 0, "the mirror's fields line up")
 
+# Work still outstanding at shutdown: its handle raises instead of returning a result that was never completed
+# (a grouped call's fused buffer, in the arena, is gone with the communicator).
+pending = hvd.grouped_allreduce_async([torch.ones(100_000), torch.ones(3)], op=hvd.Sum)
 hvd.shutdown()
 check(not hvd.is_initialized(), "shutdown")
+raises(RuntimeError, lambda: hvd.synchronize(pending), "synchronize after shutdown", "shutdown() was called before")
 raises(RuntimeError, lambda: hvd.rank(), "rank() after shutdown", "init()")
 
 if failures:

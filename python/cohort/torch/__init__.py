@@ -343,8 +343,12 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
             groups.setdefault(w.dtype, []).append(i)
         fused = []
         for dt, idx in groups.items():
-            flat = torch.cat([_host(wires[i][0]).reshape(-1) for i in idx]) if len(idx) > 1 else \
-                _host(wires[idx[0]][0]).reshape(-1).clone()
+            parts = [_host(wires[i][0]).reshape(-1) for i in idx]
+            flat = _fusion_buffer(comm, dt, sum(p.numel() for p in parts))
+            if len(parts) > 1:
+                torch.cat(parts, out=flat)
+            else:
+                flat.copy_(parts[0])
             if prescale_factor != 1.0:
                 flat.mul_(prescale_factor)
             fused.append((dt, idx, flat))
@@ -374,6 +378,22 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
     for dt, idx, flat in fused:
         _core._check(_c.cohort_allreduce(comm, _p(flat), _p(flat), flat.numel(), _TORCH_DTYPES[dt], op), what)
     return finish()
+
+
+# Above this, shm's allreduce leaves its one-copy small path (COHORT__SHM_SMALL_BYTES) and a buffer in the arena
+# makes it zero copy.
+_ZERO_COPY_MIN_BYTES = 64 << 10
+
+
+def _fusion_buffer(comm, dtype, numel):
+    """A 1-D CPU tensor for a fused reduction: in the shared arena (zero copy) when it is large enough and the
+    transport has one, else ordinary memory. Never handed to the caller: the results are copied out of it."""
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes > _ZERO_COPY_MIN_BYTES:
+        buf = _core._arena_buffer(comm, nbytes)
+        if buf is not None:
+            return torch.frombuffer(buf, dtype=dtype)
+    return torch.empty(numel, dtype=dtype)
 
 
 class _GroupHandle(Handle):
