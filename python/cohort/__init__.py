@@ -620,7 +620,13 @@ def grouped_allreduce(xs, op=Average, name=None):
     out = [None] * len(arrays)
     for dt in sorted({a.dtype.str for a in arrays}):
         idx = [i for i, a in enumerate(arrays) if a.dtype.str == dt]
-        flat = np.concatenate([arrays[i].ravel() for i in idx])
+        parts = [arrays[i].ravel() for i in idx]
+        numel = sum(p.size for p in parts)
+        # Over shm's small path (64 KiB), the fused buffer in the shared arena: zero copy (_ArenaPool).
+        buf = _arena_buffer(_get_comm(), numel * np.dtype(dt).itemsize) if numel * np.dtype(dt).itemsize > 65536 \
+            else None
+        flat = np.frombuffer(buf, dtype=dt) if buf is not None else np.empty(numel, dt)
+        np.concatenate(parts, out=flat)
         _np_allreduce(flat, flat, _op(op), 1.0, 1.0, False)
         off = 0
         for i in idx:

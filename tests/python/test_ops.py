@@ -189,6 +189,13 @@ for rep in range(2):
             same(outs[i], wants[i], dt, opname, f"grouped_allreduce large {opname} {dt} round {rep}")
             same(outs_async[i], wants[i], dt, opname, f"grouped_allreduce_async large {opname} {dt} round {rep}")
         check(all(o.data_ptr() != t.data_ptr() for o, t in zip(outs, ins[R])), "grouped_allreduce returns new tensors")
+# The numpy core's grouped_allreduce, large, twice (the second from the pool).
+for rep in range(2):
+    ins = [[np.full(90_000 + 1000 * k, r + k + rep, dtype) for k, dtype in enumerate([np.float32, np.int64])]
+           for r in range(N)]
+    outs = cohort.grouped_allreduce(ins[R], op=cohort.Sum)
+    check(all(np.array_equal(outs[k], sum(ins[r][k] for r in range(N))) for k in range(2)),
+          f"cohort.grouped_allreduce large, round {rep}")
 if hvd.transport() == "shm":
     pool = _arena_pools.get(cohort._get_comm().value)
     kept = pool.idle_bytes() if pool else None
