@@ -299,10 +299,15 @@ class _ArenaPool:
     """Blocks of one communicator's shared arena (cohort_alloc) for buffers that the binding makes and never hands
     out, such as grouped_allreduce's fused buffer. An allreduce whose buffers lie in every rank's arena is zero copy
     (the peers read and write them in place) instead of going through the staging buffers: grouped_allreduce_ of
-    4 to 64 MiB went 1.4x to 2.5x faster on the 2-core machine (docs/performance.md, "Grouped allreduce"). A block comes back when the last view of it dies (a finalizer on its
-    ctypes array: nothing to release by hand, even on an error) and is kept for the next buffer of the same size,
-    because a fresh block is slow: cohort_alloc reserves its pages and the first touches fault them in (a block
-    allocated and freed per call made the zero-copy allreduce 4x slower than staging). At most KEEP bytes are kept.
+    4 to 256 MiB went 1.2x to 2.5x faster on the 2-core machine (docs/performance.md, "Grouped allreduce").
+
+    A block comes back when the last view of it dies (a finalizer on its ctypes array: nothing to release by hand,
+    even on an error) and is kept for the next buffer of the same size, because a fresh block is slow: cohort_alloc
+    reserves its pages and the first touches fault them in (a block allocated and freed per call made the zero-copy
+    allreduce 4x slower than staging). At most KEEP bytes are kept, the least recently returned blocks going first,
+    except that the last one returned is always kept (so that a buffer larger than KEEP, used call after call, is
+    not reserved and faulted in anew each time). When the arena cannot hold a new block, the idle ones are given
+    back and the allocation tried once more.
     Finalizers may run in any thread, even inside this class's own code (a garbage collection): they only append to
     a list, which take() drains under the lock."""
 
@@ -312,7 +317,7 @@ class _ArenaPool:
     def __init__(self, comm):
         self.comm = comm
         self.alive = True
-        self.free = {}  # page-rounded bytes -> [address]
+        self.free = []  # (page-rounded bytes, address), least recently returned first
         self.kept = 0
         self.returned = []  # (bytes, address) given back by finalizers, not yet filed
         self.too_big = None  # the arena could not hold a block this large (or has none): do not try again
@@ -321,12 +326,13 @@ class _ArenaPool:
     def _file_returned(self):
         """Under the lock: keeps what the finalizers gave back, up to KEEP bytes, and frees the rest."""
         while self.returned:
-            nbytes, addr = self.returned.pop()
-            if self.kept + nbytes <= self.KEEP:
-                self.free.setdefault(nbytes, []).append(addr)
-                self.kept += nbytes
-            else:
-                _c.cohort_free(self.comm, addr)
+            block = self.returned.pop(0)
+            self.free.append(block)
+            self.kept += block[0]
+        while self.kept > self.KEEP and len(self.free) > 1:
+            nbytes, addr = self.free.pop(0)
+            self.kept -= nbytes
+            _c.cohort_free(self.comm, addr)
 
     def take(self, nbytes):
         """A writable ctypes uint8 array of nbytes in the arena, or None (no arena, or it is full)."""
@@ -335,21 +341,33 @@ class _ArenaPool:
             return None
         with self.lock:
             self._file_returned()
-            addrs = self.free.get(size)
-            addr = addrs.pop() if addrs else None
-            if addr is not None:
-                self.kept -= size
+            addr = None
+            for i in range(len(self.free) - 1, -1, -1):
+                if self.free[i][0] == size:
+                    addr = self.free.pop(i)[1]
+                    self.kept -= size
+                    break
         if addr is None:
-            addr = _c.cohort_alloc(self.comm, size)
-            if not addr:
-                return None
-            if not _c.cohort_in_arena(self.comm, addr, size):  # cohort_alloc fell back to malloc
-                _c.cohort_free(self.comm, addr)
+            addr = self._alloc(size)
+            if addr is None:
+                with self.lock:
+                    idle, self.free, self.kept = self.free, [], 0
+                for _, a in idle:
+                    _c.cohort_free(self.comm, a)
+                addr = self._alloc(size) if idle else None
+            if addr is None:
                 self.too_big = size
                 return None
         buf = (ctypes.c_uint8 * nbytes).from_address(addr)
         weakref.finalize(buf, self._give_back, size, addr)
         return buf
+
+    def _alloc(self, size):
+        addr = _c.cohort_alloc(self.comm, size)
+        if addr and not _c.cohort_in_arena(self.comm, addr, size):  # cohort_alloc fell back to malloc
+            _c.cohort_free(self.comm, addr)
+            addr = None
+        return addr or None
 
     def idle_bytes(self):
         """Bytes of arena kept for reuse (after filing what the finalizers gave back)."""
@@ -367,10 +385,9 @@ class _ArenaPool:
         with self.lock:
             self.alive = False
             self._file_returned()
-            for addrs in self.free.values():
-                for addr in addrs:
-                    _c.cohort_free(self.comm, addr)
-            self.free, self.kept = {}, 0
+            for _, addr in self.free:
+                _c.cohort_free(self.comm, addr)
+            self.free, self.kept = [], 0
 
 
 _arena_pools = {}  # communicator address -> _ArenaPool
@@ -622,9 +639,9 @@ def grouped_allreduce(xs, op=Average, name=None):
         idx = [i for i, a in enumerate(arrays) if a.dtype.str == dt]
         parts = [arrays[i].ravel() for i in idx]
         numel = sum(p.size for p in parts)
-        # Over shm's small path (64 KiB), the fused buffer in the shared arena: zero copy (_ArenaPool).
-        buf = _arena_buffer(_get_comm(), numel * np.dtype(dt).itemsize) if numel * np.dtype(dt).itemsize > 65536 \
-            else None
+        # From 1 MiB the fused buffer lies in the shared arena: zero copy (_ArenaPool; cohort.torch's threshold).
+        nbytes = numel * np.dtype(dt).itemsize
+        buf = _arena_buffer(_get_comm(), nbytes) if nbytes >= 1 << 20 else None
         flat = np.frombuffer(buf, dtype=dt) if buf is not None else np.empty(numel, dt)
         np.concatenate(parts, out=flat)
         _np_allreduce(flat, flat, _op(op), 1.0, 1.0, False)

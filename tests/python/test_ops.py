@@ -170,12 +170,12 @@ for opname, op in OPS[:2]:
     for i, dt in enumerate(DTYPES):
         same(ts[i], wants[i], dt, opname, f"grouped_allreduce_async_ {opname} {dt}")
 
-# Grouped, large: each dtype's fused buffer is over 64 KiB, so it comes from the shared arena where the transport
+# Grouped, large: each dtype's fused buffer is 1 MiB or more, so it comes from the shared arena where the transport
 # has one (zero copy) and goes back to a pool for the next call of that size. Several sizes, twice each (the second
 # reuses the pooled block: it must hold nothing of the first), async calls in flight together, in place and not.
 from cohort import _arena_pools  # noqa: E402
 
-big = {dt: 70_000 + 4099 * k for k, dt in enumerate([torch.float32, torch.float64, torch.bfloat16, torch.int32])}
+big = {dt: 600_000 + 4099 * k for k, dt in enumerate([torch.float32, torch.float64, torch.bfloat16, torch.int32])}
 for rep in range(2):
     for opname, op in OPS[:2]:
         ins = [[data(dt, r, (n,), salt=4 + rep) for dt, n in big.items()] for r in range(N)]
@@ -191,7 +191,7 @@ for rep in range(2):
         check(all(o.data_ptr() != t.data_ptr() for o, t in zip(outs, ins[R])), "grouped_allreduce returns new tensors")
 # The numpy core's grouped_allreduce, large, twice (the second from the pool).
 for rep in range(2):
-    ins = [[np.full(90_000 + 1000 * k, r + k + rep, dtype) for k, dtype in enumerate([np.float32, np.int64])]
+    ins = [[np.full(300_000 + 1000 * k, r + k + rep, dtype) for k, dtype in enumerate([np.float32, np.int64])]
            for r in range(N)]
     outs = cohort.grouped_allreduce(ins[R], op=cohort.Sum)
     check(all(np.array_equal(outs[k], sum(ins[r][k] for r in range(N))) for k in range(2)),
@@ -199,8 +199,28 @@ for rep in range(2):
 if hvd.transport() == "shm":
     pool = _arena_pools.get(cohort._get_comm().value)
     kept = pool.idle_bytes() if pool else None
-    check(pool is not None and pool.too_big is None and kept >= 4 * 70_000,
+    check(pool is not None and pool.too_big is None and kept >= 1 << 20,
           f"grouped_allreduce's fused buffers came from the shm arena and were pooled (kept {kept} bytes)")
+
+# The pool's policy, on a pool of its own with a 3 MiB cap: the least recently returned block goes first, the last
+# one returned stays even when larger than the cap, and a block of the size asked for is reused.
+if hvd.transport() == "shm":
+    p = cohort._ArenaPool(cohort._get_comm())
+    p.KEEP = 3 << 20
+    a, b = p.take(2 << 20), p.take(2 << 20)
+    addr_b = ctypes.addressof(b)
+    del a, b  # 4 MiB back: over the cap, so a (returned first) is freed
+    check(p.idle_bytes() == 2 << 20 and p.free[0][1] == addr_b, f"pool keeps the newer block: {p.free}")
+    c = p.take(5 << 20)
+    addr_c = ctypes.addressof(c)
+    del c
+    check(p.idle_bytes() == 5 << 20 and [x[1] for x in p.free] == [addr_c],
+          f"pool keeps the last, large block: {p.free}")
+    d = p.take(5 << 20)
+    check(ctypes.addressof(d) == addr_c and p.idle_bytes() == 0, "pool reuses the block of the size asked for")
+    del d
+    p.drop()
+    check(p.free == [] and p.kept == 0 and not p.alive, "pool dropped")
 
 # Several asynchronous reductions in flight at once, completed in reverse order.
 hs = [hvd.allreduce_async(torch.full((1000,), float(R + k)), op=hvd.Sum) for k in range(5)]
