@@ -17,7 +17,8 @@
 # 4. the same two trainings on 2 ranks, interleaved in the same processes (torch_vs_gloo.py interleaved): every rank
 #    trains three copies of the model in turns, alone (no communication: the ceiling of any wrapper here), with
 #    cohort.torch's DDP and with torch DDP on gloo, so that the machine's drift between runs (10-20% on a shared VM)
-#    cannot decide the ratio. ROUNDS_CNN (default 20, turns of 10 steps) and ROUNDS_MLP (12, turns of 5 steps).
+#    cannot decide the ratio. ROUNDS_CNN (turns of 10 steps; default 2/3 of STEPS, at least 2) and ROUNDS_MLP
+#    (turns of 5 steps; default 2/5 of STEPS, at least 2): 20 and 12 for STEPS=30.
 # Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, ../shared/bench-anchors beside the
 # checkout, or /work/shared/bench-anchors), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
@@ -78,7 +79,9 @@ for model in cnn mlp; do
 done
 
 echo "== training interleaved in the same 2 processes, batch 64 per rank (img/s summed over the rounds)"
-for spec in "cnn ${ROUNDS_CNN:-20} 10" "mlp ${ROUNDS_MLP:-12} 5"; do
+RC=$((STEPS * 2 / 3 > 2 ? STEPS * 2 / 3 : 2))
+RM=$((STEPS * 2 / 5 > 2 ? STEPS * 2 / 5 : 2))
+for spec in "cnn ${ROUNDS_CNN:-$RC} 10" "mlp ${ROUNDS_MLP:-$RM} 5"; do
   line=$("$RUN" -np 2 "$PY" $B interleaved $spec 64 2>&1 | sed 's/^\[0\] //' | grep '^interleaved') ||
     { echo "torch_vs_gloo.sh: the interleaved run ($spec) printed no result" >&2; exit 1; }
   echo "$line" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
