@@ -639,9 +639,9 @@ def grouped_allreduce(xs, op=Average, name=None):
         idx = [i for i, a in enumerate(arrays) if a.dtype.str == dt]
         parts = [arrays[i].ravel() for i in idx]
         numel = sum(p.size for p in parts)
-        # From 1 MiB the fused buffer lies in the shared arena: zero copy (_ArenaPool; cohort.torch's threshold).
+        # Over 1 MiB the fused buffer lies in the shared arena: zero copy (_ArenaPool; cohort.torch's threshold).
         nbytes = numel * np.dtype(dt).itemsize
-        buf = _arena_buffer(_get_comm(), nbytes) if nbytes >= 1 << 20 else None
+        buf = _arena_buffer(_get_comm(), nbytes) if nbytes > 1 << 20 else None
         flat = np.frombuffer(buf, dtype=dt) if buf is not None else np.empty(numel, dt)
         np.concatenate(parts, out=flat)
         _np_allreduce(flat, flat, _op(op), 1.0, 1.0, False)

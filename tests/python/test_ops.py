@@ -170,7 +170,7 @@ for opname, op in OPS[:2]:
     for i, dt in enumerate(DTYPES):
         same(ts[i], wants[i], dt, opname, f"grouped_allreduce_async_ {opname} {dt}")
 
-# Grouped, large: each dtype's fused buffer is 1 MiB or more, so it comes from the shared arena where the transport
+# Grouped, large: each dtype's fused buffer is over 1 MiB, so it comes from the shared arena where the transport
 # has one (zero copy) and goes back to a pool for the next call of that size. Several sizes, twice each (the second
 # reuses the pooled block: it must hold nothing of the first), async calls in flight together, in place and not.
 from cohort import _arena_pools  # noqa: E402

@@ -380,9 +380,9 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
     return finish()
 
 
-# From this size a fused buffer comes from the shared arena (zero copy). Measured (bench/torch_vs_gloo.py grouped,
-# 2 ranks): 1.3x to 2.3x faster than staged from 4 MiB to 256 MiB, even at 1 MiB, and no gain at 256 KiB (0.76x to
-# 0.91x in three runs, where the same bench gives 0.85x with both staged: the order of its turns).
+# Over this size a fused buffer comes from the shared arena (zero copy). Measured (bench/torch_vs_gloo.py grouped,
+# 2 ranks): 1.3x to 2.3x faster than staged from 4 MiB to 256 MiB, and no gain at 256 KiB (0.76x to 0.91x in three
+# runs, where the same bench gives 0.85x with both staged: the order of its turns).
 _ZERO_COPY_MIN_BYTES = 1 << 20
 
 
