@@ -73,11 +73,18 @@ def main():
     dist.barrier()
     print(f"PASS (plain ddp) rank {rank} of {world} loss={loss.item():.4f} checksum={checksum[0].item():.6f}",
           flush=True)
+    # Rank 0 serves torch's store. Under load, a rank of the other node still closing its gloo group hung for good
+    # after rank 0 had exited (torch 1.13; seen in python.plain_ddp.two_nodes, even with rank 0 leaving 2 s after
+    # the others). So every other rank says through the store when its group is closed, and rank 0 leaves only
+    # then (or after 60 s; the store outlives the group while this reference holds it).
+    store = dist.distributed_c10d._get_default_store()
     dist.destroy_process_group()
-    # Rank 0 serves torch's store. Under load, a rank of the other node still closing its gloo group once hung for
-    # good after rank 0 had exited (torch 1.13; seen in python.plain_ddp.two_nodes): rank 0 leaves a moment later.
-    if rank == 0 and world > 1:
-        time.sleep(2)
+    if world > 1 and rank != 0:
+        store.add("plain_ddp/closed", 1)
+    elif world > 1:
+        deadline = time.monotonic() + 60
+        while store.add("plain_ddp/closed", 0) < world - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
