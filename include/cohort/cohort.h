@@ -199,6 +199,55 @@ COHORT_API cohort_status cohort_work_test(cohort_work *work, int *done);
 /* Frees a handle; if the work is still running it is waited for first. Safe on NULL. */
 COHORT_API void cohort_work_free(cohort_work *work);
 
+/* ---- device memory (CUDA) ----
+ *
+ * Every collective above also takes CUDA device pointers (cudaMalloc'd memory, or any memory the driver reports as
+ * device memory): all of a call's buffers on the device of the calling rank, on every rank alike (a rank that passes
+ * host memory where the others pass device memory is a mismatch). The device path is chosen per communicator at its
+ * first device collective, and named by cohort_device_path() (and after "+" by cohort_transport_name()):
+ *   "nccl"      one GPU per rank: NCCL's kernels, its unique id exchanged over cohort's authenticated links;
+ *   "cuda-ipc"  ranks of one host that share one GPU (which NCCL refuses): CUDA IPC handles exchanged over cohort's
+ *               links and cohort's own reduction kernels (f16 and bf16 reduce in float32);
+ *   "staged"    otherwise (several hosts without NCCL): copies through pinned host memory and the host transport.
+ * COHORT_GPU_PATH forces one. cohort's control plane stays around each: calls are compared across ranks before data
+ * moves, and a rank that dies or aborts fails every survivor's call naming it, never a hang in a kernel.
+ *
+ * Ordering. The blocking calls read their input after the work queued on the legacy default stream (stream 0) and
+ * return once the result is in place. The _stream forms order the collective on `stream` (a cudaStream_t, passed as
+ * void * so that this header needs no CUDA header; NULL is the legacy default stream): the input is read after the
+ * work queued on stream before the call, and work queued on stream after the call sees the result. Over "nccl" the
+ * call returns once the collective is queued on stream; over the other paths, once it is complete. The cohort_i*
+ * forms (and cohort_i*_stream) read the input after the work queued on stream when they are called; the result is in
+ * place when cohort_work_wait() returns.
+ *
+ * A build without CUDA, or a machine without the CUDA runtime, gives COHORT_ERR_INVALID with the reason at the first
+ * device pointer; host memory never needs CUDA at run time.
+ */
+
+/* 1 when device collectives can run in this process (the CUDA plugin loads and sees a GPU), else 0; the reason is
+ * then in cohort_last_error(). */
+COHORT_API int cohort_cuda_available(void);
+/* "nccl", "cuda-ipc" or "staged" once comm has run a device collective; NULL before. */
+COHORT_API const char *cohort_device_path(const cohort_comm *comm);
+
+COHORT_API cohort_status cohort_allreduce_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                                 cohort_dtype dtype, cohort_op op, void *stream);
+COHORT_API cohort_status cohort_broadcast_stream(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
+                                                 int root, void *stream);
+COHORT_API cohort_status cohort_allgather_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                                 cohort_dtype dtype, void *stream);
+COHORT_API cohort_status cohort_reduce_scatter_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf,
+                                                      size_t count, cohort_dtype dtype, cohort_op op, void *stream);
+COHORT_API cohort_status cohort_iallreduce_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                                  cohort_dtype dtype, cohort_op op, void *stream, cohort_work **work);
+COHORT_API cohort_status cohort_ibroadcast_stream(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype,
+                                                  int root, void *stream, cohort_work **work);
+COHORT_API cohort_status cohort_iallgather_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                                  cohort_dtype dtype, void *stream, cohort_work **work);
+COHORT_API cohort_status cohort_ireduce_scatter_stream(cohort_comm *comm, const void *sendbuf, void *recvbuf,
+                                                       size_t count, cohort_dtype dtype, cohort_op op, void *stream,
+                                                       cohort_work **work);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU host's check, in one call of the device tool (docs/gpu.md): builds cohort with its CUDA plugins on the
+# host's 16 cores, runs the GPU tests and the benchmarks beside their anchors (torch, NCCL), and writes one report.
+# It must finish in about 8 minutes so that a second try fits in a lease. Usage, from the repository root:
+#   OUT=/some/dir scripts/gpu-check.sh [PART...]     (PARTS: the files of scripts/gpu/, default all, in name order)
+# The report ($OUT/report.txt) has one line per check ("PASS name", "FAIL name: why", "SKIP name: why") and the
+# benchmark tables; each part's full log is $OUT/<part>.log, the build's $OUT/build.log. The Fashion-MNIST files are
+# read from $COHORT_FMNIST_DIR, else .data/fashion-mnist (carried into the checkout), else the Debian package's path.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+REPORT=$OUT/report.txt
+: >"$REPORT"
+START=$(date +%s)
+report() { echo "$*" | tee -a "$REPORT"; }
+export -f report
+export REPORT
+
+# The host's Python is the one with torch (and CUDA); its nvidia-* wheels may hold NCCL's and cuDNN's headers.
+PY=${PYTHON:-$(command -v python3)}
+export PYTHON=$PY
+report "== gpu-check at $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname), $(date -u +%FT%TZ)"
+report "   $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+report "   nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo none); cpus: $(nproc);" \
+  "python: $PY, torch $($PY -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
+
+# Headers and libraries that may live in the Python wheels rather than /usr/local/cuda.
+WHEELS=$($PY -c 'import os, nvidia; print(os.path.dirname(nvidia.__path__[0]) + "/nvidia")' 2>/dev/null ||
+  $PY -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+hints=()
+for comp in nccl cudnn cublas cu13; do
+  for d in "$WHEELS/$comp" "$WHEELS/$comp/"*; do
+    [ -d "$d/include" ] && hints+=("$d")
+  done
+done
+CUDA_HINTS=$(
+  IFS=';'
+  echo "${hints[*]:-}"
+)
+report "   CUDA search hints (wheels): ${CUDA_HINTS:-none}"
+for h in "${hints[@]}"; do
+  [ -d "$h/lib" ] && export LD_LIBRARY_PATH="$h/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
+
+# Data for the training checks.
+if [ -z "${COHORT_FMNIST_DIR:-}" ]; then
+  for d in .data/fashion-mnist /usr/share/datasets/fashion-mnist; do
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && COHORT_FMNIST_DIR=$PWD/$d && break
+  done
+fi
+export COHORT_FMNIST_DIR=${COHORT_FMNIST_DIR:-}
+
+# The build: everything, CUDA required, Hopper code.
+BUILD=${BUILD:-build-gpu}
+export BUILD
+t0=$(date +%s)
+if cmake -S . -B "$BUILD" -DCOHORT_CUDA=ON -DCOHORT_CUDA_ARCHITECTURES=90 -DCOHORT_PYTHON="$PY" \
+  -DCOHORT_CUDA_HINTS="$CUDA_HINTS" >"$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j"$(nproc)" >>"$OUT/build.log" 2>&1; then
+  report "PASS build ($(($(date +%s) - t0)) s)"
+else
+  report "FAIL build: see build.log"
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+grep -E "CUDA plugins|NCCL|cuDNN" "$OUT/build.log" | sed 's/^/   /' | tee -a "$REPORT"
+
+# The parts: each prints its checks with report(), keeps its own log, and is given a time budget.
+parts=("$@")
+if [ ${#parts[@]} -eq 0 ]; then
+  for f in scripts/gpu/*.sh; do parts+=("$(basename "$f" .sh)"); done
+fi
+for part in "${parts[@]}"; do
+  budget=$(sed -n 's/^# budget: \([0-9]*\).*/\1/p' "scripts/gpu/$part.sh")
+  t0=$(date +%s)
+  report "== $part (budget ${budget:-120} s)"
+  timeout -k 5 "${budget:-120}" bash "scripts/gpu/$part.sh" >"$OUT/$part.log" 2>&1
+  rc=$?
+  [ $rc -eq 124 ] && report "FAIL $part: over its budget of ${budget:-120} s (the log's tail is in $part.log)"
+  report "   ($part: exit $rc, $(($(date +%s) - t0)) s)"
+done
+report "== done in $(($(date +%s) - START)) s: $(grep -c '^PASS' "$REPORT") passed, $(grep -c '^FAIL' "$REPORT") failed," \
+  "$(grep -c '^SKIP' "$REPORT") skipped"
+cat "$REPORT"
