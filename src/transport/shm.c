@@ -448,6 +448,25 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
   }
 }
 
+/* Any peer that died or aborted fails t, whether or not something is expected of it now (the device paths wait on
+ * the GPU while their peers' kernels may wait on them). */
+static cohort_status shm_poll(cohort__transport *base) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+  COHORT_CHECK(check_peer_aborts(t));
+  int again = 0;
+  COHORT_CHECK(check_liveness(t, &again));
+  for (int p = 0; p < t->base.size; p++) {
+    if (p == t->base.rank || t->peers[p].life == ALIVE) continue;
+    COHORT_CHECK(take_peer_abort(t, p));
+    char call[256];
+    cohort__call_describe(&t->call, call, sizeof call);
+    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) during %s", WORLD(t, p), call);
+  }
+  return COHORT_OK;
+}
+
 /* ---- posting ---- */
 
 static void shm_set_call(cohort__transport *base, const cohort__call *call) { ((shm_transport *)base)->call = *call; }
@@ -598,4 +617,5 @@ const cohort__transport_ops cohort__shm_ops = {
     .alloc = shm_alloc,
     .release = shm_release,
     .in_arena = shm_in_arena,
+    .poll = shm_poll,
 };

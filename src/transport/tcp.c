@@ -341,4 +341,5 @@ const cohort__transport_ops cohort__tcp_ops = {
     .abort = tcp_abort,
     .interrupt = tcp_interrupt,
     .destroy = cohort__tcp_destroy,
+    .poll = cohort__tcp_poll,
 };

@@ -126,6 +126,10 @@ typedef struct cohort__transport_ops {
   int (*release)(cohort__transport *t, void *ptr);
   /* Optional, any thread: 1 when [ptr, ptr + bytes) lies in that memory (a collective on it is zero copy). */
   int (*in_arena)(cohort__transport *t, const void *ptr, size_t bytes);
+  /* Optional, the driving thread: looks at the peers without waiting for anything, and fails t (as a wait would)
+   * when one died or aborted. For a thread that waits on something else meanwhile (the GPU paths' waits on the
+   * device: src/gpu/gpu.c). */
+  cohort_status (*poll)(cohort__transport *t);
 } cohort__transport_ops;
 
 /* The common head of every transport. */
