@@ -32,6 +32,7 @@ typedef enum cohort__algo {
   COHORT__ALGO_CHAIN = 5,
   COHORT__ALGO_DISSEMINATION = 6,
   COHORT__ALGO_HIER = 7,
+  COHORT__ALGO_DEVICE = 8, /* device buffers: one of the GPU paths (src/gpu/) */
 } cohort__algo;
 
 typedef struct cohort__coll_args {
@@ -42,6 +43,11 @@ typedef struct cohort__coll_args {
   cohort_dtype dtype;
   cohort_op op;
   int root;
+  /* Device buffers (src/gpu/gpu.h): on_device and the device's ordinal, the caller's stream, the event after which
+   * the input is ready (asynchronous calls), and whether a _stream call may return once the work is queued. */
+  int on_device, device;
+  void *stream, *ready;
+  int stream_ordered;
 } cohort__coll_args;
 
 /* Per-communicator state the algorithms use: the transport, tuning, and reusable scratch memory. */

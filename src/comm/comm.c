@@ -111,6 +111,7 @@ void cohort_comm_destroy(cohort_comm *c) {
     pthread_join(c->thread, NULL);
   }
   cohort__coll_ctx_free(&c->coll);
+  cohort__gpu_destroy(c->gpu);
   if (c->transport) c->transport->ops->destroy(c->transport);
   if (c->store) cohort__store_close(c->store);
   cohort__store_server_stop(c->store_server);
@@ -128,7 +129,14 @@ int cohort_rank(const cohort_comm *c) { return c ? c->rank : -1; }
 int cohort_size(const cohort_comm *c) { return c ? c->size : -1; }
 int cohort_local_rank(const cohort_comm *c) { return c ? c->local_rank : -1; }
 int cohort_local_size(const cohort_comm *c) { return c ? c->local_size : -1; }
-const char *cohort_transport_name(const cohort_comm *c) { return c ? c->transport->ops->name : "none"; }
+const char *cohort_transport_name(const cohort_comm *c) {
+  if (!c) return "none";
+  return c->label[0] ? c->label : c->transport->ops->name;
+}
+
+const char *cohort_device_path(const cohort_comm *c) { return c ? cohort__gpu_path_name(c->gpu) : NULL; }
+
+int cohort_cuda_available(void) { return cohort__gpu_available(); }
 
 void *cohort_alloc(cohort_comm *c, size_t bytes) {
   void *p = c && c->transport->ops->alloc ? c->transport->ops->alloc(c->transport, bytes) : NULL;

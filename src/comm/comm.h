@@ -19,6 +19,7 @@
 #include "coll/coll.h"
 #include "comm/launch_env.h"
 #include "core/config.h"
+#include "gpu/gpu.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
@@ -70,6 +71,11 @@ struct cohort_comm {
   struct cohort__split_registry *hubs; /* in-process communicators: where the members of a split find its hub */
   uint32_t splits;                     /* splits made from this communicator so far: the same on every rank */
   int *parent_ranks;                   /* a sub-communicator: member i is rank parent_ranks[i] of its parent */
+
+  /* Device collectives (src/gpu/): made at the first one by the thread that drives the transport; `label` is then
+   * the transport's name with the device path's ("shm+cuda-ipc"), set under mu. */
+  cohort__gpu *gpu;
+  char label[64];
 };
 
 /* Rewrites "rank N" in text (a failure message of a sub-communicator) as "rank N (rank P of the parent)", in place

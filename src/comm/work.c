@@ -23,7 +23,18 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
   }
   pthread_mutex_unlock(&c->mu);
   cohort__heartbeat_enter(c->rank, seq, (int)a->coll); /* the launcher's hang detection (COHORT_HEARTBEAT_S) */
-  cohort_status st = cohort__coll_run(&c->coll, a, seq);
+  cohort_status st;
+  if (a->on_device) {
+    int had = c->gpu != NULL;
+    st = cohort__gpu_run(&c->gpu, c->transport, &c->coll, &c->config, a, seq);
+    if (!had && c->gpu) {
+      pthread_mutex_lock(&c->mu);
+      snprintf(c->label, sizeof c->label, "%s+%s", c->transport->ops->name, cohort__gpu_path_name(c->gpu));
+      pthread_mutex_unlock(&c->mu);
+    }
+  } else {
+    st = cohort__coll_run(&c->coll, a, seq);
+  }
   cohort__heartbeat_leave();
   if (st != COHORT_OK) {
     /* Make sure the peers hear about it too (a no-op when the transport has failed already), and keep the first
@@ -33,6 +44,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     if (!cohort__comm_read_abort_note(c, &st, message, sizeof message))
       cohort__comm_leave_abort_note(c, st, message); /* this rank's own failure: for the peers it cannot reach */
     c->transport->ops->abort(c->transport, st, message);
+    cohort__gpu_abort(c->gpu); /* nothing on the device waits any longer for the peers */
     cohort__comm_name_parent_ranks(c, message, sizeof message); /* after abort: peers name the ranks themselves */
     pthread_mutex_lock(&c->mu);
     if (c->failed == COHORT_OK) {
@@ -46,6 +58,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
 }
 
 static void finish(cohort_work *w, cohort_status st) {
+  cohort__gpu_release_ready(&w->args);
   w->status = st;
   snprintf(w->message, sizeof w->message, "%s", st == COHORT_OK ? "" : cohort_last_error());
   w->done = 1;
@@ -80,9 +93,11 @@ void *cohort__progress_main(void *arg) {
   return NULL;
 }
 
-static cohort_status run_blocking(cohort_comm *c, const cohort__coll_args *a) {
+static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stream_call) {
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
   COHORT_CHECK(cohort__coll_check(&c->coll, a));
+  COHORT_CHECK(cohort__gpu_classify(a, stream_call));
+  a->stream_ordered = stream_call;
   pthread_mutex_lock(&c->mu);
   if (c->failed != COHORT_OK) {
     cohort_status st = cohort__error(c->failed, "%s", c->failure);
@@ -114,13 +129,18 @@ static cohort_status run_blocking(cohort_comm *c, const cohort__coll_args *a) {
   return w.status;
 }
 
-static cohort_status run_async(cohort_comm *c, const cohort__coll_args *a, cohort_work **out) {
+static cohort_status run_async(cohort_comm *c, cohort__coll_args *a, cohort_work **out, int stream_call) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL");
   *out = NULL;
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
   COHORT_CHECK(cohort__coll_check(&c->coll, a));
+  COHORT_CHECK(cohort__gpu_classify(a, stream_call));
+  if (a->on_device) COHORT_CHECK(cohort__gpu_mark_ready(a)); /* the input as the caller's stream has it now */
   cohort_work *w = calloc(1, sizeof *w);
-  if (!w) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  if (!w) {
+    cohort__gpu_release_ready(a);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
   w->comm = c;
   w->args = *a;
   pthread_mutex_lock(&c->mu);
@@ -179,6 +199,7 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
   }
   pthread_mutex_unlock(&c->mu);
   cohort__comm_leave_abort_note(c, COHORT_ERR_REMOTE, message);
+  cohort__gpu_abort(c->gpu); /* NCCL's kernels stop waiting for the peers */
   pthread_mutex_lock(&c->mu);
   if (c->busy) { /* the driving thread does it at its next look */
     c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, message);
@@ -201,44 +222,90 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
 
 cohort_status cohort_allreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o) {
   cohort__coll_args a = ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1);
-  return run_blocking(c, &a);
+  return run_blocking(c, &a, 0);
 }
 cohort_status cohort_broadcast(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root) {
   cohort__coll_args a = ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root);
-  return run_blocking(c, &a);
+  return run_blocking(c, &a, 0);
 }
 cohort_status cohort_allgather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d) {
   cohort__coll_args a = ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1);
-  return run_blocking(c, &a);
+  return run_blocking(c, &a, 0);
 }
 cohort_status cohort_reduce_scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o) {
   cohort__coll_args a = ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1);
-  return run_blocking(c, &a);
+  return run_blocking(c, &a, 0);
 }
 cohort_status cohort_barrier(cohort_comm *c) {
   cohort__coll_args a = ARGS(COHORT__COLL_BARRIER, NULL, NULL, 0, COHORT_U8, COHORT_SUM, -1);
-  return run_blocking(c, &a);
+  return run_blocking(c, &a, 0);
 }
 
 cohort_status cohort_iallreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
                                 cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1);
-  return run_async(c, &a, w);
+  return run_async(c, &a, w, 0);
 }
 cohort_status cohort_ibroadcast(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root, cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root);
-  return run_async(c, &a, w);
+  return run_async(c, &a, w, 0);
 }
 cohort_status cohort_iallgather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1);
-  return run_async(c, &a, w);
+  return run_async(c, &a, w, 0);
 }
 cohort_status cohort_ireduce_scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
                                      cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1);
-  return run_async(c, &a, w);
+  return run_async(c, &a, w, 0);
 }
 cohort_status cohort_ibarrier(cohort_comm *c, cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_BARRIER, NULL, NULL, 0, COHORT_U8, COHORT_SUM, -1);
-  return run_async(c, &a, w);
+  return run_async(c, &a, w, 0);
+}
+
+/* ---- on device memory, ordered on a stream (src/gpu/) ---- */
+
+#define STREAM_ARGS(kind, s, r, n, d, o, root_, stream_)                                                               \
+  (cohort__coll_args) {                                                                                                \
+    .coll = kind, .sendbuf = s, .recvbuf = r, .count = n, .dtype = d, .op = o, .root = root_, .stream = stream_        \
+  }
+
+cohort_status cohort_allreduce_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
+                                      void *stream) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1, stream);
+  return run_blocking(c, &a, 1);
+}
+cohort_status cohort_broadcast_stream(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root, void *stream) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root, stream);
+  return run_blocking(c, &a, 1);
+}
+cohort_status cohort_allgather_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, void *stream) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1, stream);
+  return run_blocking(c, &a, 1);
+}
+cohort_status cohort_reduce_scatter_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d,
+                                           cohort_op o, void *stream) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1, stream);
+  return run_blocking(c, &a, 1);
+}
+cohort_status cohort_iallreduce_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
+                                       void *stream, cohort_work **w) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1, stream);
+  return run_async(c, &a, w, 1);
+}
+cohort_status cohort_ibroadcast_stream(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int root, void *stream,
+                                       cohort_work **w) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_BROADCAST, buf, buf, n, d, COHORT_SUM, root, stream);
+  return run_async(c, &a, w, 1);
+}
+cohort_status cohort_iallgather_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, void *stream,
+                                       cohort_work **w) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_ALLGATHER, s, r, n, d, COHORT_SUM, -1, stream);
+  return run_async(c, &a, w, 1);
+}
+cohort_status cohort_ireduce_scatter_stream(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d,
+                                            cohort_op o, void *stream, cohort_work **w) {
+  cohort__coll_args a = STREAM_ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1, stream);
+  return run_async(c, &a, w, 1);
 }

@@ -47,6 +47,8 @@
   X(COHORT_HEARTBEAT_S, heartbeat_s, NUM, RANGE(0, 1e6), "0", "cohortrun reports (and stops) a worker whose collectives make no progress for this many seconds; 0: off") \
   X(COHORT_HEARTBEAT_FD, heartbeat_fd, INT, RANGE(-1, 1L << 20), "-1", "set by cohortrun: the descriptor of a memfd page in which a worker counts its collectives; -1 or empty: none") \
   X(COHORT_TTY, tty, STR, ANY, "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0") \
+  X(COHORT_GPU_PATH, gpu_path, CHOICE, ONE_OF("auto,nccl,ipc,staged"), "auto", "device collectives: auto (nccl when every rank has a GPU of its own and NCCL loads, ipc when all share one GPU, else staged), nccl, ipc (CUDA IPC on one GPU) or staged (through host memory)") \
+  X(COHORT_CUDA_LIBRARY, cuda_library, STR, ANY, "", "path of libcohort_cuda.so (the device collectives); default: beside libcohort, then the linker's path") \
   X(COHORT_LOG_LEVEL, log_level, CHOICE, ONE_OF("error,warn,info,debug"), "warn", "error, warn, info or debug")
 
 /* clang-format on */

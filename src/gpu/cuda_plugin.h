@@ -28,10 +28,10 @@ extern "C" {
 
 /* What each rank says of itself at a communicator's first device collective (the path is chosen from everyone's). */
 typedef struct cohort__cuda_rank_info {
-  uint8_t uuid[16];    /* the GPU's UUID (the same GPU seen from two processes has the same UUID) */
-  int32_t device;      /* its ordinal in this process */
-  int32_t nccl;        /* 1 when the plugin could load NCCL here */
-  uint64_t host_hash;  /* which host (the boot id and host name): IPC needs one host */
+  uint8_t uuid[16];   /* the GPU's UUID (the same GPU seen from two processes has the same UUID) */
+  int32_t device;     /* its ordinal in this process */
+  int32_t nccl;       /* 1 when the plugin could load NCCL here */
+  uint64_t host_hash; /* which host (the boot id and host name): IPC needs one host */
   int32_t pid;
   int32_t pad;
 } cohort__cuda_rank_info;
@@ -63,9 +63,9 @@ typedef struct cohort__cuda_call {
   cohort_dtype dtype;
   cohort_op op;
   int root;
-  void *stream;   /* the caller's stream (NULL: the legacy default stream) */
-  void *ready;    /* an event of the plugin's (record_ready) after which the input is ready, or NULL: stream's work */
-  int wait;       /* 1: return once the result is in place; 0 (NCCL): once the work is queued on stream */
+  void *stream; /* the caller's stream (NULL: the legacy default stream) */
+  void *ready;  /* an event of the plugin's (record_ready) after which the input is ready, or NULL: stream's work */
+  int wait;     /* 1: return once the result is in place; 0 (NCCL): once the work is queued on stream */
 } cohort__cuda_call;
 
 typedef struct cohort__cuda_comm cohort__cuda_comm;

@@ -9,7 +9,7 @@ static const char *coll_name(int coll) {
 }
 
 static const char *algo_name(int algo) {
-  static const char *const names[] = {"auto", "ring", "rd", "hd", "tree", "chain", "dissemination", "hier"};
+  static const char *const names[] = {"auto", "ring", "rd", "hd", "tree", "chain", "dissemination", "hier", "device"};
   return algo >= 0 && algo < (int)(sizeof names / sizeof names[0]) ? names[algo] : "unknown-algo";
 }
 

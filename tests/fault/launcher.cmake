@@ -1,7 +1,7 @@
 # cohortrun under real failures: exit codes, signals, stopping and reaping workers, bad command lines, output.
 # launcher_worker is the program cohortrun runs; test_launcher drives cohortrun and checks what comes out.
 cohort_add_test_binary(launcher_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/launcher_worker.c
-                       LAYERS core store transport coll comm)
+                       LAYERS core store transport coll gpu comm)
 cohort_add_test_binary(test_launcher SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_launcher.c LAYERS core)
 add_dependencies(test_launcher cohortrun launcher_worker)
 add_test(NAME fault.launcher COMMAND test_launcher)

@@ -6,7 +6,7 @@
 cohort_add_test_binary(test_replicas_runner
                        SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_replicas_runner.c
                                ${CMAKE_SOURCE_DIR}/examples/fmnist-train/replicas.c
-                       LAYERS core store transport coll comm)
+                       LAYERS core store transport coll gpu comm)
 target_include_directories(test_replicas_runner PRIVATE ${CMAKE_SOURCE_DIR}/examples/fmnist-train)
 add_test(NAME mp.replicas.runner COMMAND test_replicas_runner)
 set_tests_properties(mp.replicas.runner PROPERTIES LABELS "mp;sanitize" TIMEOUT 120)

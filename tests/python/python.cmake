@@ -11,12 +11,15 @@ foreach(np 1 2 3)
   set_tests_properties(python.ops.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
 endforeach()
 
-# CUDA tensors staged through pinned host memory and put back on their device (2 ranks sharing one GPU); SKIP with the
-# reason where torch sees no GPU, as in CI.
-add_test(NAME python.cuda_staging COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
-         ${CMAKE_CURRENT_LIST_DIR}/test_cuda_staging.py)
-set_tests_properties(python.cuda_staging PROPERTIES LABELS "python;mp;gpu" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
-                     SKIP_RETURN_CODE 77)
+# CUDA tensors through the library's device collectives (2 ranks sharing one GPU: cuda-ipc), and DDP on a CUDA module
+# (buckets in device memory) against one process with the global batch; SKIP with the reason where torch sees no GPU,
+# as in CI.
+add_test(NAME python.cuda_tensors COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_cuda_tensors.py)
+add_test(NAME python.cuda_ddp COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_cuda_ddp.py)
+set_tests_properties(python.cuda_tensors python.cuda_ddp PROPERTIES LABELS "python;mp;gpu" TIMEOUT 300
+                     ENVIRONMENT "${COHORT_PY_ENV}" SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
 
 # 20 steps of a small CNN on 2 ranks: DistributedOptimizer and DistributedDataParallel (with and without
 # no_sync/backward_passes_per_step) against torch DDP on gloo (1e-6) and 1 process with the global batch (1e-5).
