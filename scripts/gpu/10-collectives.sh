@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# budget: 260
+# The device collectives on the GPU host (part of scripts/gpu-check.sh; BUILD, OUT, PYTHON and report() come from
+# it): the GPU tests (ctest label gpu: the matrix at 1, 2 and 4 ranks on one GPU, staged, over tcp, a rank killed,
+# mismatches; CUDA tensors and DDP through cohort.torch), then the benchmarks beside their anchors: the allreduce's
+# busbw at 2 and 4 ranks against the device-to-device copy measured in the same program, NCCL called directly at 1
+# rank against cohort's NCCL path, and cohort.torch DDP against torch DDP on gloo with 2 ranks on the GPU.
+set -u
+B=$BUILD
+run() { # name, seconds, command...: one check, its output in this log, PASS/FAIL in the report
+  local name=$1 secs=$2
+  shift 2
+  echo "=== $name: $*"
+  timeout -k 5 "$secs" "$@"
+  local rc=$?
+  if [ $rc -eq 0 ]; then report "PASS $name"; elif [ $rc -eq 77 ]; then report "SKIP $name"; else
+    report "FAIL $name: exit $rc"
+  fi
+  return $rc
+}
+
+# The tests, one by one so that each gets its line (ctest's own summary follows in the log).
+for t in $(ctest --test-dir "$B" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: //p'); do
+  echo "=== ctest $t"
+  out=$(timeout -k 5 150 ctest --test-dir "$B" -R "^${t//./\\.}\$" --output-on-failure 2>&1)
+  rc=$?
+  echo "$out"
+  if echo "$out" | grep -q "100% tests passed"; then
+    if echo "$out" | grep -q "Not Run\|Skipped"; then report "SKIP $t: $(echo "$out" | grep -m1 SKIP)"; else
+      report "PASS $t ($(echo "$out" | grep -o 'Total Test time (real) = *[0-9.]* sec' | grep -o '[0-9.]* sec'))"
+    fi
+  else
+    report "FAIL $t: $(echo "$out" | grep -m3 -E 'FAIL|error|Error|rank [0-9]+ exited' | tr '\n' ' ' | cut -c1-300)"
+  fi
+done
+
+export COHORT_LOG_LEVEL=warn
+for np in 2 4; do
+  echo "=== bench gpu_coll -np $np"
+  out=$(timeout -k 5 60 "$B/bin/cohortrun" -np $np "$B/bin/gpu_coll" 256 2>&1)
+  echo "$out"
+  if echo "$out" | grep -q "^ *268435456 "; then report "PASS bench.allreduce.np$np"; else report "FAIL bench.allreduce.np$np"; fi
+  echo "$out" | grep -E "^#|^ *[0-9]+ |bytes" | sed "s/^/   [np $np] /" | while IFS= read -r l; do report "$l"; done
+done
+echo "=== bench gpu_coll --nccl-direct"
+out=$(timeout -k 5 60 "$B/bin/cohortrun" -np 1 "$B/bin/gpu_coll" --nccl-direct 256 2>&1)
+echo "$out"
+if echo "$out" | grep -q "^ *268435456 "; then report "PASS bench.nccl_direct"; else
+  report "FAIL bench.nccl_direct: $(echo "$out" | tail -2 | tr '\n' ' ')"
+fi
+echo "$out" | grep -E "^#|^ *[0-9]+ |bytes|SKIP" | sed "s/^/   [nccl] /" | while IFS= read -r l; do report "$l"; done
+
+echo "=== bench torch_cuda_ddp"
+export PYTHONPATH=$PWD/$B/python
+out=$(PYTHONUNBUFFERED=1 timeout -k 5 90 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 100 64 3 2>&1)
+echo "$out"
+if echo "$out" | grep -q "^RESULT"; then report "PASS bench.torch_cuda_ddp"; else
+  report "FAIL bench.torch_cuda_ddp: $(echo "$out" | grep -v '^$' | tail -3 | tr '\n' ' ' | cut -c1-300)"
+fi
+echo "$out" | grep -E "^RESULT|^round" | sed "s/^/   /" | while IFS= read -r l; do report "$l"; done
+exit 0

@@ -1,0 +1,107 @@
+/*
+ * test_gpu_host.c: the host side of the device collectives, on a machine without a GPU (CI): the path every rank
+ * chooses from the ranks' descriptions, what a CPU-only process says when asked for device collectives, and that
+ * host memory never needs CUDA.
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h"
+#include "test.h"
+
+static cohort__cuda_rank_info rank_on(int host, int gpu, int nccl) {
+  cohort__cuda_rank_info r;
+  memset(&r, 0, sizeof r);
+  r.host_hash = 1000u + (unsigned)host;
+  r.uuid[0] = (uint8_t)(gpu + 1);
+  r.uuid[15] = (uint8_t)host;
+  r.nccl = nccl;
+  return r;
+}
+
+TEST(path_auto) {
+  cohort__cuda_rank_info infos[9];
+  cohort__cuda_path p;
+  /* one GPU per rank, NCCL everywhere: nccl (1 rank too) */
+  for (int r = 0; r < 4; r++)
+    infos[r] = rank_on(r / 2, r % 2, 1);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "auto", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_NCCL);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 1, "auto", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_NCCL);
+  /* the same without NCCL on one rank: several hosts, so staged */
+  infos[3].nccl = 0;
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "auto", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_STAGED);
+  /* every rank on one GPU of one host (the GPU host's layout): cuda-ipc, up to 8 ranks, with or without NCCL */
+  for (int r = 0; r < 9; r++)
+    infos[r] = rank_on(0, 0, 1);
+  for (int n = 2; n <= 8; n++) {
+    ASSERT_EQ(cohort__gpu_choose_path(infos, n, "auto", &p), COHORT_OK);
+    ASSERT_EQ(p, COHORT__CUDA_PATH_IPC);
+  }
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 9, "auto", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_STAGED);
+  /* one GPU, but on two hosts (the same device UUID can't be: another host's GPU is another GPU): staged */
+  infos[1] = rank_on(1, 0, 0);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 2, "auto", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_STAGED);
+}
+
+TEST(path_forced) {
+  cohort__cuda_rank_info infos[4];
+  cohort__cuda_path p;
+  for (int r = 0; r < 4; r++)
+    infos[r] = rank_on(0, 0, 1);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "nccl", &p), COHORT_ERR_INVALID);
+  ASSERT_TRUE(strstr(cohort_last_error(), "share a GPU") != NULL);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "staged", &p), COHORT_OK);
+  ASSERT_EQ(p, COHORT__CUDA_PATH_STAGED);
+  for (int r = 0; r < 4; r++)
+    infos[r] = rank_on(0, r, r != 2);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "ipc", &p), COHORT_ERR_INVALID);
+  ASSERT_TRUE(strstr(cohort_last_error(), "one GPU") != NULL);
+  ASSERT_EQ(cohort__gpu_choose_path(infos, 4, "nccl", &p), COHORT_ERR_INVALID);
+  ASSERT_TRUE(strstr(cohort_last_error(), "libnccl.so.2 does not load") != NULL);
+}
+
+/* A process without the CUDA driver: host memory works as ever, a _stream call is refused with the reason, and
+ * cohort_cuda_available() says why not. */
+TEST(cpu_only) {
+  cohort_comm *c;
+  ASSERT_EQ(cohort_init(&c), COHORT_OK);
+  float x[4] = {1, 2, 3, 4}, y[4];
+  ASSERT_EQ(cohort_allreduce(c, x, y, 4, COHORT_F32, COHORT_SUM), COHORT_OK);
+  ASSERT_TRUE(y[3] == 4.0f);
+  ASSERT_EQ(cohort_allreduce_stream(c, x, y, 4, COHORT_F32, COHORT_SUM, NULL), COHORT_ERR_INVALID);
+  ASSERT_TRUE(strstr(cohort_last_error(), "has not loaded CUDA") != NULL);
+  cohort_work *w = NULL;
+  ASSERT_EQ(cohort_iallreduce_stream(c, x, y, 4, COHORT_F32, COHORT_SUM, NULL, &w), COHORT_ERR_INVALID);
+  ASSERT_TRUE(w == NULL);
+  ASSERT_TRUE(cohort_device_path(c) == NULL);
+  ASSERT_TRUE(strcmp(cohort_transport_name(c), "inproc") == 0);
+  /* the communicator is still usable: argument errors fail nothing */
+  ASSERT_EQ(cohort_broadcast(c, x, 4, COHORT_F32, 0), COHORT_OK);
+  cohort_comm_destroy(c);
+  void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver) { /* a GPU machine: the plugin may well run here */
+    printf("cohort_cuda_available() = %d (this machine has a CUDA driver)\n", cohort_cuda_available());
+    return;
+  }
+  ASSERT_EQ(cohort_cuda_available(), 0);
+  printf("cohort_cuda_available() = 0: %s\n", cohort_last_error());
+  ASSERT_TRUE(strlen(cohort_last_error()) > 10);
+}
+
+/* COHORT_CUDA_LIBRARY names the plugin: a wrong path is the one place tried, and the error says so. (Run as its own
+ * process: the plugin's loading is tried once per process.) */
+TEST(plugin_override) {
+  setenv("COHORT_CUDA_LIBRARY", "/nonexistent/libcohort_cuda.so", 1);
+  ASSERT_EQ(cohort_cuda_available(), 0);
+  printf("%s\n", cohort_last_error());
+  ASSERT_TRUE(strstr(cohort_last_error(), "/nonexistent/libcohort_cuda.so") != NULL);
+  ASSERT_TRUE(strstr(cohort_last_error(), "cannot load libcohort_cuda.so") != NULL);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(path_auto), TEST_CASE(path_forced), TEST_CASE(cpu_only), TEST_CASE(plugin_override))
