@@ -1,11 +1,13 @@
-"""cohort.torch on CUDA tensors: staged through pinned host memory, the result put back on the tensor's device.
+"""cohort.torch on CUDA tensors: reduced on their device by the library's device collectives (docs/gpu.md), no host
+copy, the result on the tensor's device.
 
-Run under cohortrun (2 ranks share the one GPU of the GPU host):
-    build/bin/cohortrun -np 2 python3 tests/python/test_cuda_staging.py
+Run under cohortrun (2 ranks share the one GPU of the GPU host: the cuda-ipc path):
+    build/bin/cohortrun -np 2 python3 tests/python/test_cuda_tensors.py
 Every collective, in place and not, async and grouped, on float32/float16/int64 CUDA tensors: the result must lie on
 the input's device and hold the values the same call gives on CPU tensors (which test_ops.py checks against numpy).
 Exits 77 (ctest's SKIP) with the reason when torch sees no CUDA device: CI has none.
 """
+import os
 import sys
 
 import torch
@@ -48,6 +50,27 @@ for dtype in (torch.float32, torch.float16, torch.int64):
     want = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum)
     for k in range(2):
         same(got[k], want[k], f"grouped_allreduce[{k}] {dtype}")
+
+# The calls above went through the library's device path, not through host staging.
+if not hvd.cuda_built():
+    failures.append("cuda_built() is False: CUDA tensors were staged through host memory")
+from cohort import _lib, _get_comm  # noqa: E402
+path = _lib.lib.cohort_device_path(_get_comm())
+want = os.environ.get("COHORT_TEST_DEVICE_PATH")
+if want and (path or b"").decode() != want:
+    failures.append(f"device path {path!r}, expected {want}")
+
+# On torch's current stream when it is not the default one: the collective is ordered on it.
+side = torch.cuda.Stream(device=dev)
+with torch.cuda.stream(side):
+    for k in range(5):
+        y = torch.full((1 << 20,), float(R + k), device=dev)
+        y.mul_(2.0)  # queued on side just before the allreduce
+        hvd.allreduce_(y, op=hvd.Sum)
+        got = y.sum().item() / y.numel()
+        want_v = 2.0 * (N * k + N * (N - 1) / 2)
+        if got != want_v:
+            failures.append(f"allreduce_ on a side stream, round {k}: {got} != {want_v}")
 
 hvd.shutdown()
 if failures:

@@ -61,7 +61,9 @@ def gloo_built():
 
 
 def cuda_built():
-    return False
+    """True when this build has cohort's device collectives and they run here (CUDA tensors are then reduced on
+    their device, without host copies)."""
+    return _cuda_direct()
 
 
 def rocm_built():
@@ -141,14 +143,47 @@ def _check_tensor(tensor, what):
         raise TypeError(f"{what}: sparse tensors are not supported")
 
 
+def _direct(tensor):
+    """True for a CUDA tensor that the library takes as it is (its device collectives: docs/gpu.md)."""
+    return tensor.is_cuda and _cuda_direct()
+
+
+_CUDA_DIRECT = None
+
+
+def _cuda_direct():
+    global _CUDA_DIRECT
+    if _CUDA_DIRECT is None:
+        _CUDA_DIRECT = bool(torch.cuda.is_available() and _c.cohort_cuda_available())
+    return _CUDA_DIRECT
+
+
 def _host(tensor):
-    """A contiguous CPU tensor with tensor's values: tensor itself when it already is one (no copy)."""
-    if tensor.device.type == "cpu":
+    """A contiguous tensor the library can take: tensor itself when it already is one (no copy). CUDA tensors stay
+    on their device when the library has its device collectives, else they are staged through host memory."""
+    if tensor.device.type == "cpu" or _direct(tensor):
         return tensor if tensor.is_contiguous() else tensor.contiguous()
-    # A device tensor: staged through pinned host memory (page-locked, so the copies can run at full speed).
+    # A device tensor without the device collectives: staged through pinned host memory.
     staged = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=torch.cuda.is_available())
     staged.copy_(tensor)
     return staged
+
+
+def _stream(t):
+    """The cudaStream_t of torch's current stream on t's device: the library orders the collective on it."""
+    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+
+
+def _allreduce_call(comm, src, dst, dt, op):
+    if src.is_cuda:
+        return _c.cohort_allreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src))
+    return _c.cohort_allreduce(comm, _p(src), _p(dst), src.numel(), dt, op)
+
+
+def _iallreduce_call(comm, src, dst, dt, op, w):
+    if src.is_cuda:
+        return _c.cohort_iallreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src), w)
+    return _c.cohort_iallreduce(comm, _p(src), _p(dst), src.numel(), dt, op, w)
 
 
 def _put_back(result, dest):
@@ -159,7 +194,7 @@ def _put_back(result, dest):
 
 
 def _like(tensor):
-    return torch.empty(tensor.shape, dtype=tensor.dtype)
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
 
 def _p(t):
@@ -215,8 +250,8 @@ def _allreduce_start(tensor, output, op, prescale_factor, postscale_factor, comp
     dt = _TORCH_DTYPES[src.dtype]
     if async_:
         return _core._start(Handle(finish, (tensor, src, dst, output)),
-                            lambda w: _c.cohort_iallreduce(comm, _p(src), _p(dst), src.numel(), dt, op, w))
-    _core._check(_c.cohort_allreduce(comm, _p(src), _p(dst), src.numel(), dt, op))
+                            lambda w: _iallreduce_call(comm, src, dst, dt, op, w))
+    _core._check(_allreduce_call(comm, src, dst, dt, op))
     return finish()
 
 
@@ -344,7 +379,7 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
         fused = []
         for dt, idx in groups.items():
             parts = [_host(wires[i][0]).reshape(-1) for i in idx]
-            flat = _fusion_buffer(comm, dt, sum(p.numel() for p in parts))
+            flat = _fusion_buffer(comm, dt, sum(p.numel() for p in parts), parts[0].device)
             if len(parts) > 1:
                 torch.cat(parts, out=flat)
             else:
@@ -372,11 +407,10 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
         for k, (dt, idx, flat) in enumerate(fused):
             code = _TORCH_DTYPES[dt]
             h = Handle(finish if k == len(fused) - 1 else None, (tensors, outputs, fused))
-            handles.append(_core._start(h, lambda w, f=flat, c=code: _c.cohort_iallreduce(comm, _p(f), _p(f),
-                                                                                          f.numel(), c, op, w)))
+            handles.append(_core._start(h, lambda w, f=flat, c=code: _iallreduce_call(comm, f, f, c, op, w)))
         return _GroupHandle(handles)
     for dt, idx, flat in fused:
-        _core._check(_c.cohort_allreduce(comm, _p(flat), _p(flat), flat.numel(), _TORCH_DTYPES[dt], op), what)
+        _core._check(_allreduce_call(comm, flat, flat, _TORCH_DTYPES[dt], op), what)
     return finish()
 
 
@@ -386,9 +420,12 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
 _ZERO_COPY_MIN_BYTES = 1 << 20
 
 
-def _fusion_buffer(comm, dtype, numel):
-    """A 1-D CPU tensor for a fused reduction: in the shared arena (zero copy) when it is large enough and the
-    transport has one, else ordinary memory. Never handed to the caller: the results are copied out of it."""
+def _fusion_buffer(comm, dtype, numel, device):
+    """A 1-D tensor for a fused reduction: on device for CUDA tensors; on the CPU in the shared arena (zero copy) when
+    it is large enough and the transport has one, else ordinary memory. Never handed to the caller: the results are
+    copied out of it."""
+    if device.type != "cpu":
+        return torch.empty(numel, dtype=dtype, device=device)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     if nbytes > _ZERO_COPY_MIN_BYTES:
         buf = _core._arena_buffer(comm, nbytes)
@@ -491,9 +528,16 @@ def _broadcast_start(tensor, output, root_rank, what, async_):
 
     dt = _TORCH_DTYPES[buf.dtype]
     if async_:
+        if buf.is_cuda:
+            return _core._start(Handle(finish, (tensor, buf, output)),
+                                lambda w: _c.cohort_ibroadcast_stream(comm, _p(buf), buf.numel(), dt, root_rank,
+                                                                      _stream(buf), w))
         return _core._start(Handle(finish, (tensor, buf, output)),
                             lambda w: _c.cohort_ibroadcast(comm, _p(buf), buf.numel(), dt, root_rank, w))
-    _core._check(_c.cohort_broadcast(comm, _p(buf), buf.numel(), dt, root_rank))
+    if buf.is_cuda:
+        _core._check(_c.cohort_broadcast_stream(comm, _p(buf), buf.numel(), dt, root_rank, _stream(buf)))
+    else:
+        _core._check(_c.cohort_broadcast(comm, _p(buf), buf.numel(), dt, root_rank))
     return finish()
 
 
@@ -526,6 +570,13 @@ def allgather(tensor, name=None, process_set=None):
     with torch.no_grad():
         src = _host(tensor)
         firsts = _core._gather_headers(tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather")
+        if src.is_cuda and len(set(firsts)) == 1:  # equal parts: the device allgather, on the device
+            out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
+            _core._check(_c.cohort_allgather_stream(_core._get_comm(), _p(src), _p(out), src.numel(),
+                                                    _TORCH_DTYPES[src.dtype], _stream(src)), "allgather")
+            return out
+        if src.is_cuda:
+            src = src.cpu()
         out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype)
         row = src.element_size() * (src[0].numel() if src.shape[0] > 0 else int(np.prod(src.shape[1:])))
         _core._allgatherv_bytes(_bytes(src), firsts, row, _bytes(out))
@@ -558,11 +609,15 @@ def reducescatter(tensor, op=Average, name=None, compression=Compression.none, p
         rows = [src.shape[0] // n + (1 if i < src.shape[0] % n else 0) for i in range(n)]
         dt = _TORCH_DTYPES[src.dtype]
         if src.shape[0] % n == 0:
-            out = torch.empty((rows[r],) + tuple(src.shape[1:]), dtype=src.dtype)
-            _core._check(_c.cohort_reduce_scatter(comm, _p(src), _p(out), src.numel() // n, dt, op))
+            out = torch.empty((rows[r],) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
+            if src.is_cuda:
+                _core._check(_c.cohort_reduce_scatter_stream(comm, _p(src), _p(out), src.numel() // n, dt, op,
+                                                             _stream(src)))
+            else:
+                _core._check(_c.cohort_reduce_scatter(comm, _p(src), _p(out), src.numel() // n, dt, op))
         else:
             full = _like(src)
-            _core._check(_c.cohort_allreduce(comm, _p(src), _p(full), src.numel(), dt, op))
+            _core._check(_allreduce_call(comm, src, full, dt, op))
             start = sum(rows[:r])
             out = full[start:start + rows[r]].clone()
         if postscale_factor != 1.0:

@@ -317,8 +317,10 @@ class DistributedDataParallel(torch.nn.Module):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"DistributedDataParallel: expected a torch.nn.Module, got {type(module).__name__}")
-        if device_ids and any(str(d) != "cpu" for d in device_ids):
-            raise ValueError("DistributedDataParallel: the engine reduces CPU parameters; device_ids must be None")
+        on_cuda = any(p.is_cuda for p in module.parameters())
+        if device_ids and not on_cuda and any(str(d) != "cpu" for d in device_ids):
+            raise ValueError("DistributedDataParallel: device_ids name a GPU but the module's parameters are on the "
+                             "CPU; move the module first (module.to(device))")
         if bucket_cap_mb is None or bucket_cap_mb <= 0:
             raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be > 0, got {bucket_cap_mb}")
         self.module = module
@@ -330,12 +332,26 @@ class DistributedDataParallel(torch.nn.Module):
         self.process_group = process_group
         self.joined_from = None  # after join(): the rank whose parameters and buffers every rank took
         self._throw_on_early = False  # inside join(throw_on_early_termination=True)
+        self._cuda = on_cuda
+        if on_cuda:  # buckets in device memory (_cuda_engine.py)
+            from cohort.torch._cuda_engine import CudaEngine
+            if compression is not None and compression.ddp_code != _lib.COMPRESS_NONE:
+                raise ValueError("DistributedDataParallel: compression is not available for CUDA modules yet")
+            with _core._on(process_group, "DistributedDataParallel"):
+                self._engine = CudaEngine(list(module.named_parameters()), list(module.named_buffers()), self,
+                                          int(bucket_cap_mb * 1024 * 1024), broadcast_buffers,
+                                          "DistributedDataParallel")
+            return
         with _core._on(process_group, "DistributedDataParallel"):
             self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
                                    bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
                                    broadcast_buffers=broadcast_buffers, compression=code)
 
     def forward(self, *inputs, **kwargs):
+        if self._cuda:
+            if torch.is_grad_enabled():
+                self._engine.prepare()
+            return self.module(*inputs, **kwargs)
         if torch.is_grad_enabled() and not self._engine.step_open:
             self._engine.prepare()
             if self._throw_on_early and _c.cohort_ddp_active_ranks(self._engine.ddp) < self._engine.size:
@@ -375,6 +391,9 @@ class DistributedDataParallel(torch.nn.Module):
         if not enable:
             yield
             return
+        if self._cuda:
+            raise NotImplementedError("DistributedDataParallel.join: not available for CUDA modules yet (uneven "
+                                      "inputs run on the CPU engine)")
         engine = self._engine
         engine.divide_by_initial = bool(divide_by_initial_world_size)
         self._throw_on_early = bool(throw_on_early_termination)
