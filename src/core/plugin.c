@@ -82,8 +82,7 @@ cohort_status cohort__plugin_load(const char *file_name, const char *env_overrid
   char tried[900] = "";
   void *sym = search(file_name, env_override, entry, tried, sizeof tried);
   cohort_status st = COHORT_OK;
-  if (!sym)
-    st = cohort__error(COHORT_ERR_SYSTEM, "cannot load %s (tried: %s)", file_name, tried);
+  if (!sym) st = cohort__error(COHORT_ERR_SYSTEM, "cannot load %s (tried: %s)", file_name, tried);
   if (used < PLUGIN_SLOTS) {
     snprintf(slots[used].name, sizeof slots[used].name, "%s", file_name);
     slots[used].entry = sym;
