@@ -25,7 +25,7 @@
 
 #include "nn_cuda/nn_cuda_plugin.h"
 
-#define NNC_MAX_LAYERS 32
+#define NNC_MAX_LAYERS COHORT__NNC_MAX_LAYERS
 #define NNC_MAX_PLANS 16
 #define NNC_MAX_GRAPHS 8
 /* Partial sums per tensor of LARS's norms (a fixed grid, so that the sums are the same on every rank and run). */
@@ -155,6 +155,7 @@ struct cohort__nnc_net {
   float *lr;
   int64_t lr_n;
   long long *correct;
+  float *staging; /* pinned: the gradients on their way through host memory (cohort__nnc_comm without device path) */
   /* host mirrors of the counters, to check the bounds before queueing a step */
   long long cursor_h, lr_step_h;
   int host_n; /* the batch of the last forward_host, which backward_host runs on */

@@ -73,6 +73,7 @@ static void destroy(cohort__nnc_net *net) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     cudaFree(bufs[i]);
   cudaFreeHost(net->counters_host);
+  cudaFreeHost(net->staging);
   if (net->stream) cudaStreamDestroy(net->stream);
   free(net);
 }
@@ -86,7 +87,10 @@ static int create_in(cohort__nnc_net *net) {
   if (d->max_batch < 1 || d->channels < 1 || d->height < 1 || d->width < 1 || d->classes < 1)
     return nnc_fail("batch %d of %dx%dx%d images into %d classes: every size must be positive", d->max_batch,
                     d->channels, d->height, d->width, d->classes);
-  NNC_CUDA(cudaGetDevice(&net->device), "finding the current device");
+  int devices = 0;
+  NNC_CUDA(cudaGetDeviceCount(&devices), "counting the devices");
+  net->device = (d->device_hint < 0 ? 0 : d->device_hint) % devices;
+  NNC_CUDA(cudaSetDevice(net->device), "choosing the device");
   NNC_CUDA(cudaStreamCreateWithFlags(&net->stream, cudaStreamNonBlocking), "creating the net's stream");
   NNC_CUBLAS(cublasCreate(&net->blas), "creating the cuBLAS handle");
   NNC_CUBLAS(cublasSetStream(net->blas, net->stream), "cuBLAS stream");
@@ -418,6 +422,27 @@ static int graph_for(cohort__nnc_net *net, int n, int part, cudaGraphExec_t *out
   return 0;
 }
 
+static int allreduce(cohort__nnc_net *net, const cohort__nnc_comm *comm) {
+  const size_t count = net->count + 1;
+  int rc;
+  if (comm->allreduce_avg)
+    rc = comm->allreduce_avg(comm->ctx, net->grads, count, (void *)net->stream);
+  else {
+    if (!net->staging) NNC_CUDA(cudaMallocHost((void **)&net->staging, count * sizeof(float)), "staging buffer");
+    NNC_CUDA(cudaMemcpyAsync(net->staging, net->grads, count * sizeof(float), cudaMemcpyDeviceToHost, net->stream),
+             "staging the gradients to the host");
+    NNC_CUDA(cudaStreamSynchronize(net->stream), "staging the gradients to the host");
+    rc = comm->allreduce_avg_host(comm->ctx, net->staging, count);
+    if (rc == 0)
+      NNC_CUDA(cudaMemcpyAsync(net->grads, net->staging, count * sizeof(float), cudaMemcpyHostToDevice, net->stream),
+               "staging the averaged gradients back");
+  }
+  if (rc != 0)
+    return nnc_fail("averaging the gradients over %d ranks: %s", comm->world,
+                    comm->last_error ? comm->last_error(comm->ctx) : "the allreduce failed");
+  return 0;
+}
+
 static int train_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *comm) {
   if (!net->train_x || !net->order_n) return nnc_fail("a training step before set_data and set_order");
   if (batch < 1 || (size_t)(net->cursor_h + batch) > net->order_n)
@@ -433,9 +458,7 @@ static int train_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *c
     NNC_TRY(graph_for(net, batch, 1, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching forward and backward");
     /* The gradients and, after them, the step's loss: one allreduce. */
-    if (comm->allreduce_avg(comm->ctx, net->grads, net->count + 1, (void *)net->stream) != 0)
-      return nnc_fail("averaging the gradients over %d ranks: %s", comm->world,
-                      comm->last_error ? comm->last_error(comm->ctx) : "the allreduce failed");
+    NNC_TRY(allreduce(net, comm));
     NNC_TRY(graph_for(net, batch, 2, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching the update");
   }

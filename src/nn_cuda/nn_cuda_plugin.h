@@ -36,6 +36,8 @@ extern "C" {
 #define COHORT__NNC_PLUGIN_ENTRY "cohort_nn_cuda_plugin_v1"
 /* The most parameter tensors a net may have (the optimizer's kernels take their table by value). */
 #define COHORT__NNC_MAX_PARAMS 32
+/* The most layers a net may have. */
+#define COHORT__NNC_MAX_LAYERS 32
 
 typedef enum cohort__nnc_optim_kind { COHORT__NNC_SGD = 0, COHORT__NNC_ADAMW = 1 } cohort__nnc_optim_kind;
 
@@ -50,6 +52,8 @@ typedef struct cohort__nnc_net_desc {
   int classes;                                /* the last layer's outputs */
   int max_batch;                              /* the most images of one forward (training or evaluation) */
   int input_grad;                             /* 1: backward also computes d loss / d input (the tests) */
+  int device_hint; /* the device is device_hint modulo the devices seen (the local rank: one GPU each if there are
+                    * enough, else shared) */
   cohort__nnc_optim_kind optim;
   float momentum, dampening, weight_decay; /* SGD (weight_decay: AdamW's decoupled one too) */
   int nesterov;
@@ -60,11 +64,14 @@ typedef struct cohort__nnc_net_desc {
 
 /* The gradient allreduce of several ranks, the program's: averages count floats of device memory in place, ordered
  * on stream (a cudaStream_t): it reads them after the work queued there and the work queued after it sees the
- * result. NULL, or world 1: one rank, nothing to do. */
+ * result. NULL, or world 1: one rank, nothing to do. The functions return 0, or -1 with last_error(ctx). */
 typedef struct cohort__nnc_comm {
   void *ctx;
   int world;
   int (*allreduce_avg)(void *ctx, float *device_buf, size_t count, void *stream);
+  /* Without allreduce_avg (a libcohort without device collectives): the same on host memory; the plugin stages the
+   * gradients through pinned host memory around it. */
+  int (*allreduce_avg_host)(void *ctx, float *host_buf, size_t count);
   const char *(*last_error)(void *ctx);
 } cohort__nnc_comm;
 
