@@ -11,7 +11,9 @@
 #   6. 10 epochs at batch 64: test_acc >= 0.91
 set -uo pipefail
 BIN=$BUILD/bin
-FT=$BIN/fmnist-train
+FT_BIN=$BIN/fmnist-train
+# Every run is bounded, so that one that hangs costs its own check only.
+FT() { timeout -k 5 60 "$FT_BIN" "$@"; }
 W=$OUT/20-training
 mkdir -p "$W"
 DATA=(--data "${COHORT_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}")
@@ -27,12 +29,12 @@ ls -la "$BUILD/lib/" 2>&1 | grep -E "nn_cuda|cohort_cuda"
 if [ ! -f "$BUILD/lib/libcohort_nn_cuda.so" ]; then
   bad "nn_cuda.plugin: $BUILD/lib/libcohort_nn_cuda.so was not built (cuDNN not found? see build.log)"
 fi
-ldd "$FT" | grep -qi cuda && bad "fmnist-train links CUDA: $(ldd "$FT" | grep -i cuda | tr '\n' ' ')" ||
+ldd "$FT_BIN" | grep -qi cuda && bad "fmnist-train links CUDA: $(ldd "$FT_BIN" | grep -i cuda | tr '\n' ' ')" ||
   ok "nn_cuda.no_cuda_in_fmnist_train (ldd: no CUDA library)"
 
 echo "== 1. GPU layer tests"
 t0=$(date +%s)
-ctest --test-dir "$BUILD" -R '^gpu\.' --output-on-failure -V >"$W/ctest.log" 2>&1
+ctest --test-dir "$BUILD" -R '^gpu\.' --timeout 120 --output-on-failure -V >"$W/ctest.log" 2>&1
 rc=$?
 cat "$W/ctest.log"
 grep -E '^[0-9]+: +(\S.*values: max error|SKIP|refused)' "$W/ctest.log" | sed 's/^[0-9]*: / /' | head -60 |
@@ -47,9 +49,9 @@ fi
 
 echo "== 2. 30 steps on both devices"
 common=(--steps 30 --epochs 1 --batch 64 --quiet "${DATA[@]}")
-"$FT" "${common[@]}" --dump-params "$W/cpu30.bin" >"$W/cpu30.log" 2>&1
+FT "${common[@]}" --dump-params "$W/cpu30.bin" >"$W/cpu30.log" 2>&1
 rc_cpu=$?
-"$FT" "${common[@]}" --device cuda --dump-params "$W/gpu30.bin" >"$W/gpu30.log" 2>&1
+FT "${common[@]}" --device cuda --dump-params "$W/gpu30.bin" >"$W/gpu30.log" 2>&1
 rc_gpu=$?
 cat "$W/cpu30.log" "$W/gpu30.log"
 if [ $rc_cpu -ne 0 ] || [ $rc_gpu -ne 0 ]; then
@@ -75,12 +77,12 @@ fi
 
 echo "== 3. checkpoints across devices"
 ck=(--epochs 1 --batch 64 --quiet "${DATA[@]}")
-"$FT" "${ck[@]}" --device cuda --steps 60 >"$W/gpu60.log" 2>&1
-"$FT" "${ck[@]}" --device cuda --steps 40 --checkpoint "$W/g.ckpt" >"$W/g40.log" 2>&1 &&
-  "$FT" "${ck[@]}" --device cpu --steps 60 --checkpoint "$W/g.ckpt" --resume >"$W/g40_cpu60.log" 2>&1
+FT "${ck[@]}" --device cuda --steps 60 >"$W/gpu60.log" 2>&1
+FT "${ck[@]}" --device cuda --steps 40 --checkpoint "$W/g.ckpt" >"$W/g40.log" 2>&1 &&
+  FT "${ck[@]}" --device cpu --steps 60 --checkpoint "$W/g.ckpt" --resume >"$W/g40_cpu60.log" 2>&1
 rc1=$?
-"$FT" "${ck[@]}" --device cpu --steps 40 --checkpoint "$W/c.ckpt" >"$W/c40.log" 2>&1 &&
-  "$FT" "${ck[@]}" --device cuda --steps 60 --checkpoint "$W/c.ckpt" --resume >"$W/c40_gpu60.log" 2>&1
+FT "${ck[@]}" --device cpu --steps 40 --checkpoint "$W/c.ckpt" >"$W/c40.log" 2>&1 &&
+  FT "${ck[@]}" --device cuda --steps 60 --checkpoint "$W/c.ckpt" --resume >"$W/c40_gpu60.log" 2>&1
 rc2=$?
 cat "$W/gpu60.log" "$W/g40.log" "$W/g40_cpu60.log" "$W/c40.log" "$W/c40_gpu60.log"
 ref=$(final_field "$W/gpu60.log" loss)
@@ -108,7 +110,7 @@ declare -A steps=([64]=1500 [256]=600 [1024]=200)
 declare -A best_c best_t best_e best_t32
 for round in 1 2; do
   for b in 64 256 1024; do
-    "$FT" --device cuda --batch "$b" --steps "${steps[$b]}" --epochs 8 --quiet --log-every 100000 "${DATA[@]}" \
+    FT --device cuda --batch "$b" --steps "${steps[$b]}" --epochs 8 --quiet --log-every 100000 "${DATA[@]}" \
       >"$W/bench_c${b}_$round.log" 2>&1
     v=$(final_field "$W/bench_c${b}_$round.log" img_per_s)
     echo "round $round cohort batch $b: ${v:-failed} img/s"
@@ -140,7 +142,7 @@ for b in 64 256 1024; do
 done
 
 echo "== 5. 2 ranks sharing the GPU"
-"$BIN/cohortrun" -np 2 "$FT" --device cuda --batch 64 --steps 1000 --epochs 4 --quiet --log-every 100000 \
+timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --quiet --log-every 100000 \
   "${DATA[@]}" >"$W/ranks2.log" 2>&1
 rc=$?
 cat "$W/ranks2.log"
@@ -158,7 +160,7 @@ fi
 
 echo "== 6. accuracy after 10 epochs"
 t0=$(date +%s)
-timeout 90 "$FT" --device cuda --epochs 10 --batch 64 --log-every 100000 "${DATA[@]}" >"$W/acc10.log" 2>&1
+timeout -k 5 90 "$FT_BIN" --device cuda --epochs 10 --batch 64 --log-every 100000 "${DATA[@]}" >"$W/acc10.log" 2>&1
 rc=$?
 cat "$W/acc10.log"
 acc=$(final_field "$W/acc10.log" test_acc)
