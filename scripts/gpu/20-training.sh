@@ -129,7 +129,7 @@ for round in 1 2; do
     done
   done
 done
-report "   img/s, best of 2 interleaved rounds, fp32, same model and batch (commit $(git rev-parse --short HEAD)):"
+report "   img/s, best of 2 interleaved rounds, fp32, same model and batch (commit $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD)):"
 report "   | batch | cohort cuda (graph) | torch graph | torch eager | torch graph, cuDNN TF32 | cohort / torch graph | target |"
 for b in 64 256 1024; do
   c=${best_c[$b]:-0} t=${best_t[$b]:-0}
@@ -142,7 +142,7 @@ for b in 64 256 1024; do
 done
 
 echo "== 5. 2 ranks sharing the GPU"
-timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --quiet --log-every 100000 \
+timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 \
   "${DATA[@]}" >"$W/ranks2.log" 2>&1
 rc=$?
 cat "$W/ranks2.log"

@@ -30,6 +30,8 @@
 #define NNC_MAX_GRAPHS 8
 /* Partial sums per tensor of LARS's norms (a fixed grid, so that the sums are the same on every rank and run). */
 #define NNC_NORM_BLOCKS 64
+/* The most blocks a bias gradient's channel is split over (their partial sums are then added in order). */
+#define NNC_BIAS_PARTS 64
 /* cuDNN's workspace: fixed, since the captured graphs hold its address; algorithms needing more are not chosen. */
 #define NNC_CUDNN_WORKSPACE (64u << 20)
 /* cuBLAS's workspace, given explicitly so that capture never makes it allocate. */
@@ -143,6 +145,7 @@ struct cohort__nnc_net {
   float *x, *dx;   /* the input batch and its gradient (desc.input_grad) */
   int32_t *labels; /* the batch's labels */
   double *norm_partial;
+  float *bias_partial; /* the bias gradients' partial sums: the widest layer's channels * NNC_BIAS_PARTS */
   float *trust, *scalars;
   nnc_counters *counters;
   nnc_counters *counters_host; /* pinned */
@@ -173,8 +176,9 @@ int nnc_gather(cudaStream_t s, const long long *order, const nnc_counters *c, co
 int nnc_bias_act(cudaStream_t s, float *y, const float *b, int n, int c, int hw, int relu);
 int nnc_relu_forward(cudaStream_t s, const float *x, float *y, size_t total);
 int nnc_relu_backward(cudaStream_t s, const float *y, const float *dy, float *dx, size_t total);
-/* db[c] = sum of dy over n and hw; with y (a fused ReLU's output), dy is first masked in place where y <= 0. */
-int nnc_bias_grad(cudaStream_t s, float *dy, const float *y, int n, int c, int hw, float *db);
+/* db[c] = sum of dy over n and hw; with y (a fused ReLU's output), dy is first masked in place where y <= 0.
+ * partial: c * NNC_BIAS_PARTS floats of scratch. */
+int nnc_bias_grad(cudaStream_t s, float *dy, const float *y, int n, int c, int hw, float *db, float *partial);
 int nnc_maxpool_forward(cudaStream_t s, const nnc_layer *l, const float *x, int n);
 int nnc_maxpool_backward(cudaStream_t s, const nnc_layer *l, float *dx, int n);
 /* Mean softmax cross-entropy of logits [n, classes] into *loss, and its gradient into dlogits. */

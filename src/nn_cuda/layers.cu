@@ -143,6 +143,10 @@ int nnc_layers_setup(cohort__nnc_net *net) {
     h = l->out_h;
     w = l->out_w;
   }
+  int widest = 1;
+  for (int i = 0; i < net->nlayers; i++)
+    if (net->layers[i].info.num_params && net->layers[i].out_c > widest) widest = net->layers[i].out_c;
+  NNC_TRY(alloc_floats(&net->bias_partial, (size_t)widest * NNC_BIAS_PARTS, "bias gradient partial sums"));
   if ((size_t)c * h * w != (size_t)d->classes)
     return nnc_fail("the model's last layer gives %d x %d x %d outputs, the net was described with %d classes", c, h, w,
                     d->classes);
@@ -280,7 +284,8 @@ static int conv_forward(cohort__nnc_net *net, const nnc_layer *l, const nnc_conv
 static int conv_backward(cohort__nnc_net *net, const nnc_layer *l, const nnc_conv_plan *cp, const float *x, float *dx,
                          int n) {
   const float one = 1.0f, zero = 0.0f;
-  NNC_TRY(nnc_bias_grad(net->stream, l->dy, l->fuse_relu ? l->y : NULL, n, l->out_c, l->out_h * l->out_w, l->gb));
+  NNC_TRY(nnc_bias_grad(net->stream, l->dy, l->fuse_relu ? l->y : NULL, n, l->out_c, l->out_h * l->out_w, l->gb,
+                        net->bias_partial));
   NNC_TRY(set_math(l, cp->bwd_filter_math));
   NNC_CUDNN(cudnnConvolutionBackwardFilter(net->dnn, &one, cp->x, x, cp->y, l->dy, l->conv, cp->bwd_filter,
                                            net->cudnn_ws, cp->bwd_filter_ws, &zero, l->filter, l->gw),
@@ -305,7 +310,7 @@ static int linear_forward(cohort__nnc_net *net, const nnc_layer *l, const float 
 static int linear_backward(cohort__nnc_net *net, const nnc_layer *l, const float *x, float *dx, int n) {
   const float one = 1.0f, zero = 0.0f;
   const int in = l->info.in_features, out = l->info.out_features;
-  NNC_TRY(nnc_bias_grad(net->stream, l->dy, l->fuse_relu ? l->y : NULL, n, out, 1, l->gb));
+  NNC_TRY(nnc_bias_grad(net->stream, l->dy, l->fuse_relu ? l->y : NULL, n, out, 1, l->gb, net->bias_partial));
   NNC_CUBLAS(cublasSgemm(net->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, l->dy, out, &zero, l->gw, in),
              where(l, "weight gradient"));
   if (dx)

@@ -67,9 +67,10 @@ static void destroy(cohort__nnc_net *net) {
   nnc_layers_free(net);
   if (net->blas) cublasDestroy(net->blas);
   if (net->dnn) cudnnDestroy(net->dnn);
-  void *bufs[] = {net->cudnn_ws, net->cublas_ws,    net->params, net->grads,   net->state,    net->x,       net->dx,
-                  net->labels,   net->norm_partial, net->trust,  net->scalars, net->counters, net->train_x, net->test_x,
-                  net->train_y,  net->test_y,       net->order,  net->lr,      net->correct};
+  void *bufs[] = {net->cudnn_ws, net->cublas_ws, net->params,   net->grads,        net->state,
+                  net->x,        net->dx,        net->labels,   net->norm_partial, net->bias_partial,
+                  net->trust,    net->scalars,   net->counters, net->train_x,      net->test_x,
+                  net->train_y,  net->test_y,    net->order,    net->lr,           net->correct};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     cudaFree(bufs[i]);
   cudaFreeHost(net->counters_host);

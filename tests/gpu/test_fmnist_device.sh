@@ -5,7 +5,12 @@ set -u
 bin=$1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$bin" --device cuda --steps 3 --quiet >"$out/stdout" 2>"$out/stderr"
+data=${COHORT_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ ! -d "$data" ]; then
+  echo "SKIP: no Fashion-MNIST in $data (set COHORT_FMNIST_DIR)"
+  exit 77
+fi
+"$bin" --device cuda --steps 3 --quiet --data "$data" >"$out/stdout" 2>"$out/stderr"
 rc=$?
 if [ $rc -eq 0 ]; then
   grep -q '^final: steps=3 ' "$out/stdout" || { echo "FAIL: exit 0 without the final line"; cat "$out/stdout"; exit 1; }
