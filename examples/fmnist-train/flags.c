@@ -57,6 +57,9 @@ void train_flags_usage(FILE *f) {
           "                          of one rank per process; run it without cohortrun. --threads is then the\n"
           "                          process's BLAS pool shared by the replicas: the default 1 gives each\n"
           "                          replica one thread of its own, which is what N cores want\n"
+          "  --device cpu|cuda       where the model trains (default cpu); cuda: the training stack of\n"
+          "                          libcohort_nn_cuda.so on the GPU (the local rank's, shared when there are\n"
+          "                          fewer GPUs than ranks), the step replayed as a CUDA graph (docs/training.md)\n"
           "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
           "  --uneven                uneven shards: rank r of W trains only (W - r)/W of each epoch's steps, then\n"
           "                          joins (the others average over the ranks still training; cohort_ddp_join)\n"
@@ -165,7 +168,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--compress",
                                         "--accumulate",
                                         "--zero",
-                                        "--replicas"};
+                                        "--replicas",
+                                        "--device"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -277,6 +281,11 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if ((rc = parse_int(name, value, 0, 1, &n)) == TRAIN_EXIT_OK) cfg->zero = (int)n;
     } else if (!strcmp(name, "--accumulate")) {
       if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->accumulate = (int)n;
+    } else if (!strcmp(name, "--device")) {
+      if (!strcmp(value, "cpu") || !strcmp(value, "cuda"))
+        cfg->device = !strcmp(value, "cuda") ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+      else
+        return usage_error("--device must be cpu or cuda, got '%s'%s", value, "");
     } else if (!strcmp(name, "--replicas")) {
       if ((rc = parse_int(name, value, 1, 64, &n)) == TRAIN_EXIT_OK) cfg->replicas = (int)n;
     }
@@ -307,6 +316,17 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   if (cfg->uneven && cfg->checkpoint_every)
     return usage_error("--uneven checkpoints at the ends of epochs only%s%s", "",
                        ": leave out --checkpoint-every (mid-epoch, the ranks are at different places)");
+  /* The GPU path is one fused allreduce after backward and a plain optimizer: what it does not do yet, it says. */
+  if (cfg->device == TRAIN_DEVICE_CUDA) {
+    const char *no = cfg->replicas > 0                           ? "--replicas"
+                     : cfg->zero                                 ? "--zero 1"
+                     : cfg->accumulate > 1                       ? "--accumulate"
+                     : cfg->uneven                               ? "--uneven"
+                     : cfg->compress != COHORT_DDP_COMPRESS_NONE ? "--compress"
+                     : cfg->bucket_mb > 0                        ? "--bucket-mb"
+                                                                 : NULL;
+    if (no) return usage_error("%s does not run with --device cuda yet%s", no, " (use --device cpu)");
+  }
   if (cfg->replicas > 0) {
     /* Under a launcher every process would start its own N replicas: N separate jobs that never meet. */
     static const char *const launcher_sizes[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};

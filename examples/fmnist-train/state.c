@@ -63,6 +63,8 @@ static cohort_status add_f64(cohort_ckpt_writer *w, const char *name, double v) 
 }
 
 int train_state_save(train_job *job) {
+  /* On the GPU the CPU model and optimizer are brought up to date first: the file is the same on either device. */
+  if (job->gpu && train_cuda_pull(job) != 0) return -1;
   /* --zero 1: rank 0 collects every rank's shard first, so the file holds the unsharded optimizer's arrays and
    * resumes with or without --zero, at any world size. */
   if (job->cfg->zero) {
@@ -242,7 +244,8 @@ int train_state_load(train_job *job) {
     goto out;
   }
   /* The sampler lives with this rank: the state rank 0 saved applies to every rank once the rank is its own. */
-  TRY("restoring the sampler", cohort_loader_restore(job->loader, &ss));
+  TRY("restoring the sampler",
+      job->loader ? cohort_loader_restore(job->loader, &ss) : cohort_sampler_restore(job->sampler, &ss));
   if (job->step < 0 || job->epoch < 0 || (uint64_t)job->epoch != ss.epoch) {
     fprintf(stderr,
             "fmnist-train: rank %d: cannot resume from %s: step %lld / epoch %d disagree with the sampler's "

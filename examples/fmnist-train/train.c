@@ -50,6 +50,8 @@ static float lr_at(const train_job *job, int64_t step) {
   return (float)rate;
 }
 
+float train_lr_at(const train_job *job, int64_t step) { return lr_at(job, step); }
+
 cohort_status train_load_fmnist(const train_config *cfg, const char *split, cohort_dataset **out) {
   /* Normalized like torchvision's Normalize(mean, std): it lets one learning rate suit both models. */
   return cohort_dataset_load_fmnist(cfg->data_dir, split, COHORT_FMNIST_MEAN, COHORT_FMNIST_STD, out);
@@ -76,7 +78,8 @@ static int setup(train_job *job) {
   snprintf(job->signature, sizeof job->signature, "fmnist-train/%s/%s", train_model_name(cfg->model), sig);
 
   job->nparams = cohort_model_param_count(job->model);
-  if (cfg->sync == TRAIN_SYNC_DDP) {
+  /* On the GPU the gradients are averaged by one allreduce after backward (train_cuda.c): the fused path's setup. */
+  if (cfg->sync == TRAIN_SYNC_DDP && cfg->device == TRAIN_DEVICE_CPU) {
     /* The engine broadcasts rank 0's weights, checks that every rank built the same model, and from then on averages
      * the gradients bucket by bucket while backward runs. */
     cohort_ddp_options opt;
@@ -124,7 +127,9 @@ static int setup(train_job *job) {
   job->steps_per_epoch = (batches + cfg->accumulate - 1) / cfg->accumulate;
   job->total_steps = job->steps_per_epoch * cfg->epochs;
   job->stop_step = cfg->max_steps >= 0 && cfg->max_steps < job->total_steps ? cfg->max_steps : job->total_steps;
-  TRY("creating the loader", cohort_loader_create(job->train_set, job->sampler, (size_t)cfg->batch, 0, &job->loader));
+  /* The GPU gathers its batches itself from the sampler's order: no loader (whose thread would share the sampler). */
+  if (cfg->device == TRAIN_DEVICE_CPU)
+    TRY("creating the loader", cohort_loader_create(job->train_set, job->sampler, (size_t)cfg->batch, 0, &job->loader));
   job->test_acc = -1.0;
   job->last_loss = NAN;
   return 0;
@@ -132,6 +137,7 @@ static int setup(train_job *job) {
 
 /* Test accuracy: each rank classifies its contiguous shard of the test set, then the counts are summed. */
 static int evaluate(train_job *job) {
+  if (job->gpu) return train_cuda_evaluate(job);
   const train_config *cfg = job->cfg;
   const size_t n = cohort_dataset_size(job->test_set);
   const size_t lo = n * (size_t)job->rank / (size_t)job->world, hi = n * (size_t)(job->rank + 1) / (size_t)job->world;
@@ -381,6 +387,9 @@ static int outputs_writable(const train_job *job) {
   return 1;
 }
 
+static int finish(train_job *job, train_progress *progress, train_metrics *metrics, double t_start, int64_t last_eval,
+                  int64_t last_ckpt);
+
 static int run(train_job *job, train_progress **progress_out, train_metrics **metrics_out) {
   const train_config *cfg = job->cfg;
   if (setup(job) != 0) return -1;
@@ -395,6 +404,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
     if (st != COHORT_OK) fail(job, "sharding the optimizer state (--zero 1)", st);
     if (agree(job, st == COHORT_OK, "sharding the optimizer state (--zero 1)") != 0) return -1;
   }
+  if (cfg->device == TRAIN_DEVICE_CUDA && agree(job, train_cuda_start(job) == 0, "starting on the GPU") != 0) return -1;
   const int64_t global_batch = (int64_t)cfg->batch * job->world * cfg->accumulate;
   train_progress *progress =
       train_progress_create(job->rank == 0 && !cfg->quiet, cfg->log_every, job->stop_step, cfg->epochs, global_batch);
@@ -412,8 +422,11 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
                       train_model_name(cfg->model), job->world, job->world == 1 ? "" : "s", cfg->batch,
                       (long long)job->stop_step, (long long)job->steps_per_epoch,
                       cfg->lr * (double)global_batch / TRAIN_LR_REFERENCE_BATCH, rule);
-  char kernels[256];
-  train_kernels_describe(kernels, sizeof kernels);
+  char kernels[1024];
+  if (job->gpu)
+    train_cuda_describe(job, kernels, sizeof kernels);
+  else
+    train_kernels_describe(kernels, sizeof kernels);
   train_progress_note(progress, "%s", kernels);
 
   /* --steps past the planned run is not a longer run: the schedule (warmup, cosine decay) is laid out over the
@@ -434,6 +447,12 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
             (long long)job->step, job->world, job->world == 1 ? "" : "s", cfg->batch, (long long)job->stop_step,
             job->stop_step < job->total_steps ? "--steps" : "the end of --epochs",
             job->stop_step < job->total_steps ? "--steps" : "--epochs");
+  if (job->gpu) {
+    const double t_gpu = now_s();
+    int64_t last_eval = -1, last_ckpt = -1;
+    if (train_cuda_loop(job, progress, *metrics_out, t_gpu, &last_eval, &last_ckpt) != 0) return -1;
+    return finish(job, progress, *metrics_out, t_gpu, last_eval, last_ckpt);
+  }
   float *dlogits = malloc((size_t)cfg->batch * 10 * sizeof(float));
   if (!dlogits) {
     fprintf(stderr, "fmnist-train: rank %d: out of memory for the loss gradient\n", job->rank);
@@ -515,19 +534,27 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   if (rc == 0 && cfg->uneven && trained_since_join) rc = join_others(job, progress);
   free(dlogits);
   if (rc != 0) return -1;
+  return finish(job, progress, *metrics_out, t_start, last_eval, last_ckpt);
+}
 
-  /* A run that stops mid-epoch still reports a test accuracy and a loss for what it did. */
+/* The end of a run, after its last step: a run that stops mid-epoch still reports a test accuracy and a loss for
+ * what it did, and the last checkpoint is written. */
+static int finish(train_job *job, train_progress *progress, train_metrics *metrics, double t_start, int64_t last_eval,
+                  int64_t last_ckpt) {
+  const train_config *cfg = job->cfg;
   if (last_eval != job->step) {
     if (evaluate(job) != 0) return -1;
     if (job->loss_steps > 0) job->last_loss = job->loss_sum / (double)job->loss_steps;
     double img_per_s = job->train_seconds > 0 ? (double)job->train_images / job->train_seconds : 0;
     train_progress_eval(progress, job->step, job->epoch + 1, job->last_loss, job->test_acc, img_per_s,
                         now_s() - t_start);
-    if (train_metrics_row(*metrics_out, job->epoch + 1, job->step, job->last_loss, job->test_acc, img_per_s,
+    if (train_metrics_row(metrics, job->epoch + 1, job->step, job->last_loss, job->test_acc, img_per_s,
                           now_s() - t_start) != 0)
       return -1;
   }
   if (cfg->checkpoint && last_ckpt != job->step && train_state_save(job) != 0) return -1;
+  /* The CPU model is what the final line hashes and --dump-params writes. */
+  if (job->gpu && train_cuda_pull(job) != 0) return -1;
   return 0;
 }
 
@@ -599,5 +626,6 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
     cohort_dataset_destroy(job.train_set);
   }
   free(job.grads);
+  train_cuda_stop(&job);
   return rc;
 }

@@ -76,12 +76,14 @@ typedef struct train_config {
   int accumulate;   /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
   int zero;         /* --zero 1: ZeRO-1, the optimizer state sharded over the ranks (cohort_ddp_zero_attach) */
   int replicas;     /* --replicas N: N replicas as threads of this process (0: one rank per process) */
+  int device;       /* --device: TRAIN_DEVICE_CPU or TRAIN_DEVICE_CUDA (train_cuda.c) */
   /* With --replicas, main loads the datasets once and every replica reads them (they are read-only once loaded);
    * NULL: train_run loads its own. */
   cohort_dataset *shared_train_set, *shared_test_set;
 } train_config;
 
 enum { TRAIN_SYNC_DDP = 0, TRAIN_SYNC_FUSED = 1 };
+enum { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 };
 
 /* ---- flags.c ---- */
 
@@ -148,14 +150,36 @@ typedef struct train_job {
   double t_data, t_compute, t_comm, t_update; /* --profile: seconds in each part of the steps */
   int64_t steps_run;                          /* steps taken by this process (after a --resume, fewer than step) */
   char signature[128 + COHORT_HASH_HEX_LEN];
+  struct train_gpu *gpu; /* --device cuda: the net on the GPU (train_cuda.c); NULL on the CPU */
 } train_job;
 
 /* ---- train.c ---- */
 
+/* The learning rate of optimizer step `step` (warmup, then cosine over the planned run; linear in the global batch). */
+float train_lr_at(const train_job *job, int64_t step);
 /* Loads a Fashion-MNIST split ("train", "t10k") from cfg->data_dir, normalized as the job trains on it. */
 cohort_status train_load_fmnist(const train_config *cfg, const char *split, cohort_dataset **out);
 /* Runs the whole job on comm. Returns TRAIN_EXIT_OK or TRAIN_EXIT_FAIL (message printed on stderr). */
 int train_run(const train_config *cfg, cohort_comm *comm);
+
+/* ---- train_cuda.c: --device cuda ----
+ * The CPU model, optimizer and sampler stay the job's record (checkpoints, hashes, the schedule); the GPU holds the
+ * working copy. Each function returns 0, or -1 after printing one line naming the rank and what failed. */
+
+/* Loads the plugin, builds the net from the job's model and optimizer and moves parameters, optimizer state, data,
+ * the schedule and the epoch's order to the GPU. After setup and after a resume. */
+int train_cuda_start(train_job *job);
+/* Trains from job->step to job->stop_step: the same events as the CPU loop (progress, evaluation and checkpoint at
+ * each epoch's end, --checkpoint-every), with the loss read from the GPU only where it is reported. */
+int train_cuda_loop(train_job *job, train_progress *progress, train_metrics *metrics, double t_start,
+                    int64_t *last_eval, int64_t *last_ckpt);
+/* Test accuracy on the GPU (the same shards and sum as the CPU evaluation). */
+int train_cuda_evaluate(train_job *job);
+/* Copies the GPU's parameters and optimizer state into the CPU model and optimizer (before a checkpoint or a hash). */
+int train_cuda_pull(train_job *job);
+void train_cuda_stop(train_job *job);
+/* The line fmnist-train states at start on the GPU: the device, the libraries, the gradient path. */
+void train_cuda_describe(train_job *job, char *buf, size_t len);
 
 /* kernels.c: restarts the program (execv) with OPENBLAS_CORETYPE set when OpenBLAS chose generic kernels on a CPU
  * that runs better ones and nobody pinned a core type; returns when there is nothing to do. */

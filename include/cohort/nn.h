@@ -181,6 +181,36 @@ COHORT_API size_t cohort_model_param_count(const cohort_model *model);
  */
 COHORT_API cohort_status cohort_model_set_grad_buffer(cohort_model *model, int i, float *grad);
 
+/* ---- the model's layers, described (for another backend that runs the same model, e.g. the CUDA plugin) ---- */
+
+typedef enum cohort_layer_kind {
+  COHORT_LAYER_LINEAR = 0,
+  COHORT_LAYER_CONV2D = 1,
+  COHORT_LAYER_MAXPOOL2D = 2,
+  COHORT_LAYER_RELU = 3,
+  COHORT_LAYER_DROPOUT = 4,
+  COHORT_LAYER_BATCHNORM2D = 5,
+  COHORT_LAYER_FLATTEN = 6,
+} cohort_layer_kind;
+
+/* One layer as it was added: its kind, its name, its configuration (each kind fills its own fields, the others are
+ * 0) and which parameters and buffers are its own (indices into the model's tables). */
+typedef struct cohort_layer_info {
+  cohort_layer_kind kind;
+  const char *name;              /* "conv1"; generated for layers added without one ("relu1") */
+  int in_features, out_features; /* linear */
+  int in_channels, out_channels; /* conv2d; batchnorm2d: both its channels */
+  int kernel, stride, padding;   /* conv2d; maxpool2d: kernel and stride */
+  float p;                       /* dropout */
+  float eps, momentum;           /* batchnorm2d */
+  int first_param, num_params;   /* weight then bias */
+  int first_buffer, num_buffers; /* batchnorm2d's running mean and variance */
+} cohort_layer_info;
+
+COHORT_API int cohort_model_num_layers(const cohort_model *model);
+/* Layer i in the order added; COHORT_ERR_INVALID when i is out of range. The name stays valid as long as model. */
+COHORT_API cohort_status cohort_model_layer(const cohort_model *model, int i, cohort_layer_info *out);
+
 /*
  * Scales all gradients so that their global L2 norm is at most max_norm (PyTorch clip_grad_norm_ semantics:
  * coefficient max_norm / (norm + 1e-6), applied only when below 1). *total_norm (may be NULL) gets the norm before

@@ -255,6 +255,45 @@ cohort_status cohort_model_add_flatten(cohort_model *m) {
   return COHORT_OK;
 }
 
+int cohort_model_num_layers(const cohort_model *m) { return m ? m->nlayers : 0; }
+
+cohort_status cohort_model_layer(const cohort_model *m, int i, cohort_layer_info *out) {
+  if (!m || !out || i < 0 || i >= m->nlayers)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_model_layer: layer %d of %d (or a NULL argument)", i,
+                         m ? m->nlayers : 0);
+  const cohort__layer *l = &m->layers[i];
+  static const struct {
+    const cohort__layer_ops *ops;
+    cohort_layer_kind kind;
+  } kinds[] = {{&cohort__linear_ops, COHORT_LAYER_LINEAR},       {&cohort__conv2d_ops, COHORT_LAYER_CONV2D},
+               {&cohort__maxpool2d_ops, COHORT_LAYER_MAXPOOL2D}, {&cohort__relu_ops, COHORT_LAYER_RELU},
+               {&cohort__dropout_ops, COHORT_LAYER_DROPOUT},     {&cohort__batchnorm2d_ops, COHORT_LAYER_BATCHNORM2D},
+               {&cohort__flatten_ops, COHORT_LAYER_FLATTEN}};
+  memset(out, 0, sizeof *out);
+  size_t k = 0;
+  while (k < sizeof kinds / sizeof kinds[0] && kinds[k].ops != l->ops)
+    k++;
+  if (k == sizeof kinds / sizeof kinds[0])
+    return cohort__error(COHORT_ERR_INVALID, "cohort_model_layer: layer %d (%s) has an unknown kind", i, l->name);
+  out->kind = kinds[k].kind;
+  out->name = l->name;
+  out->in_features = l->in_features;
+  out->out_features = l->out_features;
+  out->in_channels = l->cin;
+  out->out_channels = out->kind == COHORT_LAYER_BATCHNORM2D ? l->cin : l->cout;
+  out->kernel = l->kernel;
+  out->stride = l->stride;
+  out->padding = l->padding;
+  out->p = l->p;
+  out->eps = l->eps;
+  out->momentum = l->momentum;
+  out->first_param = l->pidx;
+  out->num_params = l->nparams;
+  out->first_buffer = l->bidx;
+  out->num_buffers = l->nbuffers;
+  return COHORT_OK;
+}
+
 /* ---- init ---- */
 
 void cohort__fans(const cohort_param *p, double *fan_in, double *fan_out) {
