@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# budget: 260
+# budget: 200
 # The device collectives on the GPU host (part of scripts/gpu-check.sh; BUILD, OUT, PYTHON and report() come from
 # it): the GPU tests (ctest label gpu: the matrix at 1, 2 and 4 ranks on one GPU, staged, over tcp, a rank killed,
 # mismatches; CUDA tensors and DDP through cohort.torch), then the benchmarks beside their anchors: the allreduce's
@@ -20,7 +20,8 @@ run() { # name, seconds, command...: one check, its output in this log, PASS/FAI
 }
 
 # The tests, one by one so that each gets its line (ctest's own summary follows in the log).
-for t in $(ctest --test-dir "$B" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: //p'); do
+export COHORT_TEST_DEVICE_PATH=cuda-ipc # what python.cuda_* must see at 2 ranks on one GPU
+for t in $(ctest --test-dir "$B" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: //p' | grep -E '^(gpu\.(coll|fault)|python\.cuda)'); do
   echo "=== ctest $t"
   out=$(timeout -k 5 150 ctest --test-dir "$B" -R "^${t//./\\.}\$" --output-on-failure 2>&1)
   rc=$?
@@ -52,10 +53,28 @@ echo "$out" | grep -E "^#|^ *[0-9]+ |bytes|SKIP" | sed "s/^/   [nccl] /" | while
 
 echo "=== bench torch_cuda_ddp"
 export PYTHONPATH=$PWD/$B/python
-out=$(PYTHONUNBUFFERED=1 timeout -k 5 90 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 100 64 3 2>&1)
+out=$(PYTHONUNBUFFERED=1 timeout -k 5 60 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 60 64 3 2>&1)
 echo "$out"
 if echo "$out" | grep -q "^RESULT"; then report "PASS bench.torch_cuda_ddp"; else
   report "FAIL bench.torch_cuda_ddp: $(echo "$out" | grep -v '^$' | tail -3 | tr '\n' ' ' | cut -c1-300)"
 fi
 echo "$out" | grep -E "^RESULT|^round" | sed "s/^/   /" | while IFS= read -r l; do report "$l"; done
+
+# fmnist-train --device cuda: 1 rank, then 2 ranks sharing the GPU, their gradients through the device collectives.
+if [ -f "$B/lib/libcohort_nn_cuda.so" ] && [ -n "${COHORT_FMNIST_DIR:-}" ]; then
+  for np in 1 2; do
+    echo "=== fmnist-train --device cuda, $np rank(s)"
+    out=$(timeout -k 5 40 "$B/bin/cohortrun" -np $np "$B/bin/fmnist-train" --device cuda --batch 64 --steps 1500 \
+      --log-every 100000 --data "$COHORT_FMNIST_DIR" 2>&1)
+    echo "$out"
+    v=$(echo "$out" | sed -n 's/.*final: .*img_per_s=\([^ ]*\).*/\1/p' | tail -1)
+    eval "img$np=\${v:-0}"
+    report "   fmnist-train --device cuda -np $np, batch 64/rank, 1500 steps: ${v:-failed} img/s;" \
+      "$(echo "$out" | grep -m1 -o 'gradients: [^;]*' || true)"
+  done
+  r=$(awk -v a="$img2" -v b="$img1" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "0" }')
+  if awk -v r="$r" 'BEGIN { exit !(r >= 1.6) }'; then report "PASS train.two_ranks (${r}x one rank)"; else
+    report "FAIL train.two_ranks: ${r}x one rank's img/s (target 1.6x)"
+  fi
+fi
 exit 0
