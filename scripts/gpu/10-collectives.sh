@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# budget: 200
+# budget: 185
 # The device collectives on the GPU host (part of scripts/gpu-check.sh; BUILD, OUT, PYTHON and report() come from
 # it): the GPU tests (ctest label gpu: the matrix at 1, 2 and 4 ranks on one GPU, staged, over tcp, a rank killed,
 # mismatches; CUDA tensors and DDP through cohort.torch), then the benchmarks beside their anchors: the allreduce's
@@ -23,7 +23,7 @@ run() { # name, seconds, command...: one check, its output in this log, PASS/FAI
 export COHORT_TEST_DEVICE_PATH=cuda-ipc # what python.cuda_* must see at 2 ranks on one GPU
 for t in $(ctest --test-dir "$B" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: //p' | grep -E '^(gpu\.(coll|fault)|python\.cuda)'); do
   echo "=== ctest $t"
-  out=$(timeout -k 5 150 ctest --test-dir "$B" -R "^${t//./\\.}\$" --output-on-failure 2>&1)
+  out=$(timeout -k 5 60 ctest --test-dir "$B" -R "^${t//./\\.}\$" --output-on-failure 2>&1)
   rc=$?
   echo "$out"
   if echo "$out" | grep -q "100% tests passed"; then
