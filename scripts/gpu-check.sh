@@ -5,7 +5,7 @@
 #   OUT=/some/dir scripts/gpu-check.sh [PART...]     (PARTS: the files of scripts/gpu/, default all, in name order)
 # The report ($OUT/report.txt) has one line per check ("PASS name", "FAIL name: why", "SKIP name: why") and the
 # benchmark tables; each part's full log is $OUT/<part>.log, the build's $OUT/build.log. The Fashion-MNIST files are
-# read from $COHORT_FMNIST_DIR, else .data/fashion-mnist (carried into the checkout), else the Debian package's path.
+# read from $FMNIST_DIR, else .data/fashion-mnist (carried into the checkout), else the Debian package's path.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/gpu-check-out}
@@ -45,12 +45,12 @@ done
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 
 # Data for the training checks.
-if [ -z "${COHORT_FMNIST_DIR:-}" ]; then
+if [ -z "${FMNIST_DIR:-}" ]; then
   for d in .data/fashion-mnist /usr/share/datasets/fashion-mnist; do
-    [ -f "$d/train-images-idx3-ubyte.gz" ] && COHORT_FMNIST_DIR=$PWD/$d && break
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && FMNIST_DIR=$PWD/$d && break
   done
 fi
-export COHORT_FMNIST_DIR=${COHORT_FMNIST_DIR:-}
+export FMNIST_DIR=${FMNIST_DIR:-}
 
 # The build: everything, CUDA required, Hopper code.
 BUILD=${BUILD:-build-gpu}

@@ -40,13 +40,13 @@ for np in 2 4; do
   echo "=== bench gpu_coll -np $np"
   out=$(timeout -k 5 60 "$B/bin/cohortrun" -np $np "$B/bin/gpu_coll" 256 2>&1)
   echo "$out"
-  if echo "$out" | grep -q "^ *268435456 "; then report "PASS bench.allreduce.np$np"; else report "FAIL bench.allreduce.np$np"; fi
+  if echo "$out" | grep -qE "^(\[0\] )? *268435456 "; then report "PASS bench.allreduce.np$np"; else report "FAIL bench.allreduce.np$np"; fi
   echo "$out" | grep -E "^#|^ *[0-9]+ |bytes" | sed "s/^/   [np $np] /" | while IFS= read -r l; do report "$l"; done
 done
 echo "=== bench gpu_coll --nccl-direct"
 out=$(timeout -k 5 60 "$B/bin/cohortrun" -np 1 "$B/bin/gpu_coll" --nccl-direct 256 2>&1)
 echo "$out"
-if echo "$out" | grep -q "^ *268435456 "; then report "PASS bench.nccl_direct"; else
+if echo "$out" | grep -qE "^(\[0\] )? *268435456 "; then report "PASS bench.nccl_direct"; else
   report "FAIL bench.nccl_direct: $(echo "$out" | tail -2 | tr '\n' ' ')"
 fi
 echo "$out" | grep -E "^#|^ *[0-9]+ |bytes|SKIP" | sed "s/^/   [nccl] /" | while IFS= read -r l; do report "$l"; done
@@ -61,11 +61,11 @@ fi
 echo "$out" | grep -E "^RESULT|^round" | sed "s/^/   /" | while IFS= read -r l; do report "$l"; done
 
 # fmnist-train --device cuda: 1 rank, then 2 ranks sharing the GPU, their gradients through the device collectives.
-if [ -f "$B/lib/libcohort_nn_cuda.so" ] && [ -n "${COHORT_FMNIST_DIR:-}" ]; then
+if [ -f "$B/lib/libcohort_nn_cuda.so" ] && [ -n "${FMNIST_DIR:-}" ]; then
   for np in 1 2; do
     echo "=== fmnist-train --device cuda, $np rank(s)"
     out=$(timeout -k 5 40 "$B/bin/cohortrun" -np $np "$B/bin/fmnist-train" --device cuda --batch 64 --steps 1500 \
-      --log-every 100000 --data "$COHORT_FMNIST_DIR" 2>&1)
+      --log-every 100000 --data "$FMNIST_DIR" 2>&1)
     echo "$out"
     v=$(echo "$out" | sed -n 's/.*final: .*img_per_s=\([^ ]*\).*/\1/p' | tail -1)
     eval "img$np=\${v:-0}"

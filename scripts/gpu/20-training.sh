@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # budget: 240
 # The training stack on CUDA (issue 34), one part of scripts/gpu-check.sh. From the repository root, with BUILD (built
-# with -DCOHORT_CUDA=ON), OUT, PYTHON (torch with CUDA), COHORT_FMNIST_DIR and LD_LIBRARY_PATH set, and report()
+# with -DCOHORT_CUDA=ON), OUT, PYTHON (torch with CUDA), FMNIST_DIR and LD_LIBRARY_PATH set, and report()
 # exported. Every check reports PASS/FAIL/SKIP on its own: a failing step never stops the ones after it. Steps:
 #   1. the GPU layer tests (ctest gpu.nn: layers vs the CPU, optimizer steps vs the CPU, 20 steps vs torch's numbers)
 #   2. a 30-step run on both devices: the mean loss and the parameters within float32's error (4 gamma(9216))
@@ -16,7 +16,7 @@ FT_BIN=$BIN/fmnist-train
 FT() { timeout -k 5 60 "$FT_BIN" "$@"; }
 W=$OUT/20-training
 mkdir -p "$W"
-DATA=(--data "${COHORT_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}")
+DATA=(--data "${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}")
 ok() { report "PASS $*"; }
 bad() { report "FAIL $*"; }
 final_field() { sed -n "s/.*final: .*$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }

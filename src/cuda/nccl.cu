@@ -214,7 +214,9 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   }
   int is_float =
       call->dtype == COHORT_F32 || call->dtype == COHORT_F64 || call->dtype == COHORT_F16 || call->dtype == COHORT_BF16;
-  ncclRedOp_t op = nccl_op(call->op, is_float);
+  /* One rank: the average is the value. (NCCL 2.28's ncclAvg on one rank left the elements past 2^20 of a 2^20 + 3
+   * float vector unwritten on the GPU host: tests/gpu, 2026-11-26.) */
+  ncclRedOp_t op = c->size == 1 && call->op == COHORT_AVG ? ncclSum : nccl_op(call->op, is_float);
   ncclResult_t r;
   const char *what;
   switch (call->coll) {

@@ -12,6 +12,10 @@
 #include "core/log.h"
 #include "core/plugin.h"
 #include "gpu/cuda_plugin.h"
+#include "transport/frame.h"
+
+_Static_assert(COHORT__ALGO_DEVICE == COHORT__FRAME_ALGO_DEVICE, "frame.c lets the device control frames through");
+_Static_assert(sizeof(cohort__cuda_rank_info) <= COHORT__FRAME_CONTROL_MAX, "a rank's description fits a frame");
 
 struct cohort__gpu {
   const cohort__cuda_api *api;

@@ -37,6 +37,11 @@ static inline void cohort__relayed_failure(char *out, size_t len, const char *te
 
 enum { COHORT__FRAME_DATA = 1, COHORT__FRAME_ABORT = 2 };
 
+/* Frames of the device collectives' control plane (algorithm 8, "device": src/coll/coll.h's COHORT__ALGO_DEVICE) may
+ * carry up to this many bytes whatever the call's count and dtype. */
+#define COHORT__FRAME_ALGO_DEVICE 8
+#define COHORT__FRAME_CONTROL_MAX 4096
+
 typedef struct cohort__frame {
   uint32_t magic;
   uint8_t kind;

@@ -5,9 +5,9 @@ set -u
 bin=$1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-data=${COHORT_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+data=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -d "$data" ]; then
-  echo "SKIP: no Fashion-MNIST in $data (set COHORT_FMNIST_DIR)"
+  echo "SKIP: no Fashion-MNIST in $data (set FMNIST_DIR)"
   exit 77
 fi
 "$bin" --device cuda --steps 3 --quiet --data "$data" >"$out/stdout" 2>"$out/stderr"
