@@ -20,7 +20,11 @@ export REPORT
 # The host's Python is the one with torch (and CUDA); its nvidia-* wheels may hold NCCL's and cuDNN's headers.
 PY=${PYTHON:-$(command -v python3)}
 export PYTHON=$PY
-report "== gpu-check at $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname), $(date -u +%FT%TZ)"
+# The device tool sends the working tree with a stale .git: the commit comes from COMMIT when the caller carries one
+# (git rev-parse --short HEAD > COMMIT before the call).
+COMMIT_ID=$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')
+export COMMIT_ID
+report "== gpu-check at $COMMIT_ID on $(hostname), $(date -u +%FT%TZ)"
 report "   $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 report "   nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo none); cpus: $(nproc);" \
   "python: $PY, torch $($PY -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"

@@ -41,7 +41,7 @@ for np in 2 4; do
   out=$(timeout -k 5 60 "$B/bin/cohortrun" -np $np "$B/bin/gpu_coll" 256 2>&1)
   echo "$out"
   if echo "$out" | grep -qE "^(\[0\] )? *268435456 "; then report "PASS bench.allreduce.np$np"; else report "FAIL bench.allreduce.np$np"; fi
-  echo "$out" | grep -E "^#|^ *[0-9]+ |bytes" | sed "s/^/   [np $np] /" | while IFS= read -r l; do report "$l"; done
+  echo "$out" | grep -E "^(\[0\] )?(#|bytes| *[0-9]+ )" | sed "s/^/   [np $np] /" | while IFS= read -r l; do report "$l"; done
 done
 echo "=== bench gpu_coll --nccl-direct"
 out=$(timeout -k 5 60 "$B/bin/cohortrun" -np 1 "$B/bin/gpu_coll" --nccl-direct 256 2>&1)
@@ -49,16 +49,16 @@ echo "$out"
 if echo "$out" | grep -qE "^(\[0\] )? *268435456 "; then report "PASS bench.nccl_direct"; else
   report "FAIL bench.nccl_direct: $(echo "$out" | tail -2 | tr '\n' ' ')"
 fi
-echo "$out" | grep -E "^#|^ *[0-9]+ |bytes|SKIP" | sed "s/^/   [nccl] /" | while IFS= read -r l; do report "$l"; done
+echo "$out" | grep -E "^(\[0\] )?(#|bytes|SKIP| *[0-9]+ )" | sed "s/^/   [nccl] /" | while IFS= read -r l; do report "$l"; done
 
 echo "=== bench torch_cuda_ddp"
 export PYTHONPATH=$PWD/$B/python
 out=$(PYTHONUNBUFFERED=1 timeout -k 5 60 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 60 64 3 2>&1)
 echo "$out"
-if echo "$out" | grep -q "^RESULT"; then report "PASS bench.torch_cuda_ddp"; else
+if echo "$out" | grep -qE "^(\[0\] )?RESULT"; then report "PASS bench.torch_cuda_ddp"; else
   report "FAIL bench.torch_cuda_ddp: $(echo "$out" | grep -v '^$' | tail -3 | tr '\n' ' ' | cut -c1-300)"
 fi
-echo "$out" | grep -E "^RESULT|^round" | sed "s/^/   /" | while IFS= read -r l; do report "$l"; done
+echo "$out" | grep -E "^(\[0\] )?(RESULT|round)" | sed "s/^/   /" | while IFS= read -r l; do report "$l"; done
 
 # fmnist-train --device cuda: 1 rank, then 2 ranks sharing the GPU, their gradients through the device collectives.
 if [ -f "$B/lib/libcohort_nn_cuda.so" ] && [ -n "${FMNIST_DIR:-}" ]; then

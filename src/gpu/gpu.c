@@ -54,6 +54,9 @@ static int cuda_in_process(void) {
 /* ---- the plugin ---- */
 
 static const cohort__cuda_api *plugin(void) {
+  static const cohort__cuda_api *_Atomic loaded; /* every device collective asks: no lock once it is known */
+  const cohort__cuda_api *known = atomic_load_explicit(&loaded, memory_order_acquire);
+  if (known) return known;
   void *entry = NULL;
   if (cohort__plugin_load(COHORT__CUDA_PLUGIN_FILE, "COHORT_CUDA_LIBRARY", COHORT__CUDA_PLUGIN_ENTRY, &entry) !=
       COHORT_OK)
@@ -64,6 +67,7 @@ static const cohort__cuda_api *plugin(void) {
                   COHORT__CUDA_PLUGIN_FILE, api ? api->version : -1, COHORT__CUDA_PLUGIN_VERSION);
     return NULL;
   }
+  atomic_store_explicit(&loaded, api, memory_order_release);
   return api;
 }
 
@@ -139,7 +143,8 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
     cohort__error_clear();
     return COHORT_OK;
   }
-  int ds = a->sendbuf ? api->device_of(a->sendbuf) : -2, dr = a->recvbuf ? api->device_of(a->recvbuf) : -2;
+  int ds = a->sendbuf ? api->device_of(a->sendbuf) : -2;
+  int dr = a->recvbuf == a->sendbuf ? ds : a->recvbuf ? api->device_of(a->recvbuf) : -2;
   if (ds == -2) ds = dr;
   if (dr == -2) dr = ds;
   if (ds != dr) {

@@ -172,6 +172,9 @@ static void check_broadcast(size_t count, cohort_dtype d, int root, int mode) {
     put(host, d, i, R == root ? input_value(root, i, COHORT_MAX) : -99);
   }
   CUDA_OK(cudaMemcpy(db, host, bytes, cudaMemcpyHostToDevice));
+  /* A copy from pageable memory may still be on its way when cudaMemcpy returns, on the legacy stream, which the
+   * non-blocking stream of the _stream forms does not wait for (the first GPU-host run read this rank's -99 back). */
+  CUDA_OK(cudaDeviceSynchronize());
   if (mode == BLOCKING)
     COHORT_OK_(cohort_broadcast(comm, db, count, d, root));
   else if (mode == STREAM) {
@@ -202,6 +205,7 @@ static void check_allgather(size_t count, cohort_dtype d, int in_place) {
       put(want + (size_t)r * bytes, d, i, input_value(r, i, COHORT_MAX));
   CUDA_OK(cudaMemset(dr, 0x5A, total ? total : 1));
   CUDA_OK(cudaMemcpy(ds, want + (size_t)R * bytes, bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
   COHORT_OK_(cohort_allgather(comm, ds, dr, count, d));
   CUDA_OK(cudaMemcpy(host, dr, total, cudaMemcpyDeviceToHost));
   char what[128];
@@ -224,6 +228,7 @@ static void check_reduce_scatter(size_t count, cohort_dtype d, cohort_op op) {
     expected(want, d, op, i, (int)((size_t)R * count));
   CUDA_OK(cudaMemcpy(ds, host, total, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(dr, 0xC3, bytes ? bytes : 1));
+  CUDA_OK(cudaDeviceSynchronize());
   COHORT_OK_(cohort_reduce_scatter(comm, ds, dr, count, d, op));
   CUDA_OK(cudaMemcpy(got, dr, bytes, cudaMemcpyDeviceToHost));
   char what[128];
