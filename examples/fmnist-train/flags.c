@@ -42,6 +42,7 @@ void train_flags_usage(FILE *f) {
           "  --data DIR              Fashion-MNIST files (default %s)\n"
           "  --threads N             BLAS threads per rank (default 1)\n"
           "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
+          "  --metrics PATH          per-step metrics across ranks, JSON lines (rank 0 writes; docs/training.md)\n"
           "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
           "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
           "  --eval-batch N          images per evaluation batch (default 1000)\n"
@@ -160,6 +161,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--data",
                                         "--threads",
                                         "--csv",
+                                        "--metrics",
                                         "--dump-params",
                                         "--log-every",
                                         "--eval-batch",
@@ -249,6 +251,9 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     } else if (!strcmp(name, "--csv")) {
       if (!*value) return usage_error("--csv needs a path%s%s", "", "");
       cfg->csv = value;
+    } else if (!strcmp(name, "--metrics")) {
+      if (!*value) return usage_error("--metrics needs a path%s%s", "", "");
+      cfg->metrics = value;
     } else if (!strcmp(name, "--dump-params")) {
       if (!*value) return usage_error("--dump-params needs a path%s%s", "", "");
       cfg->dump_params = value;
@@ -316,6 +321,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   if (cfg->uneven && cfg->checkpoint_every)
     return usage_error("--uneven checkpoints at the ends of epochs only%s%s", "",
                        ": leave out --checkpoint-every (mid-epoch, the ranks are at different places)");
+  if (cfg->metrics && cfg->sync != TRAIN_SYNC_DDP)
+    return usage_error("--metrics needs --sync ddp%s%s", "", " (the engine gathers them)");
   /* The GPU path is one fused allreduce after backward and a plain optimizer: what it does not do yet, it says. */
   if (cfg->device == TRAIN_DEVICE_CUDA) {
     const char *no = cfg->replicas > 0                           ? "--replicas"
@@ -324,6 +331,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                      : cfg->uneven                               ? "--uneven"
                      : cfg->compress != COHORT_DDP_COMPRESS_NONE ? "--compress"
                      : cfg->bucket_mb > 0                        ? "--bucket-mb"
+                     : cfg->metrics                              ? "--metrics"
                                                                  : NULL;
     if (no) return usage_error("%s does not run with --device cuda yet%s", no, " (use --device cpu)");
   }

@@ -89,6 +89,8 @@ static int setup(train_job *job) {
     opt.uneven_inputs = cfg->uneven;
     opt.zero_stage = cfg->zero;
     TRY("starting the DDP engine", cohort_ddp_create_model(job->comm, job->model, &opt, &job->ddp));
+    /* --metrics writes them; --profile gathers them for the slowest rank's line (every rank alike). */
+    if (cfg->metrics || cfg->profile) TRY("opening --metrics", cohort_ddp_metrics_open(job->ddp, cfg->metrics));
   } else {
     /* Every gradient lives in one contiguous buffer, in parameter order, followed by one float for the step's loss:
      * a single allreduce then averages the gradients and the loss together. */
@@ -215,6 +217,11 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   float avg_loss = loss_sum;
   cohort_work *loss_work = NULL;
   if (job->ddp) {
+    /* This rank's values of the step for --metrics (rank 0's are written): they go with the step that finish ends. */
+    double since = job->last_step_end > 0 ? t1 - job->last_step_end : t1 - t0;
+    cohort_ddp_metric(job->ddp, "loss", loss_sum);
+    cohort_ddp_metric(job->ddp, "lr", lr_at(job, job->step));
+    cohort_ddp_metric(job->ddp, "img_per_s", since > 0 ? (double)images * job->world / since : 0);
     TRY("averaging the gradients", cohort_ddp_finish(job->ddp));
     job->train_images += images * cohort_ddp_active_ranks(job->ddp); /* --uneven: the ranks that trained */
     /* The loss is only reported: average it on the progress thread while the optimizer steps, behind the
@@ -251,7 +258,8 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   job->t_data += t_fetch;
   job->t_compute += t1 - t0 - t_fetch;
   job->t_comm += t2 - t1;
-  job->t_update += now_s() - t2;
+  job->last_step_end = now_s();
+  job->t_update += job->last_step_end - t2;
   job->steps_run++;
   return 0;
 }
@@ -595,6 +603,12 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
             state_bytes += cohort_optim_state(job.optim, i)->count * sizeof(float);
         printf("profile: optimizer state %zu bytes per rank (%s), update+gather %.2f ms per step\n", state_bytes,
                cfg->zero ? "ZeRO-1 shard" : "unsharded", job.t_update * k);
+        cohort_ddp_straggler sg;
+        cohort_ddp_get_straggler(job.ddp, &sg);
+        if (sg.rank >= 0 && job.world > 1)
+          printf("profile: slowest rank %d (the longest forward+backward in %lld of %lld steps, by %.2f ms on average "
+                 "over the median rank's)\n",
+                 sg.rank, (long long)sg.slowest_in, (long long)sg.steps, sg.mean_by_s * 1e3);
       }
       cohort_ddp_stats ds;
       cohort_ddp_get_stats(job.ddp, &ds);

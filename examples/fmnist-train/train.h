@@ -62,6 +62,7 @@ typedef struct train_config {
   const char *data_dir;
   int threads;
   const char *csv;         /* NULL: none */
+  const char *metrics;     /* --metrics: the engine's per-step JSON lines (rank 0 writes); NULL: none */
   const char *dump_params; /* NULL: none */
   int64_t log_every;       /* plain progress lines every N steps */
   int eval_batch;
@@ -148,6 +149,7 @@ typedef struct train_job {
   double train_seconds; /* time spent in steps (not evaluation or checkpoints), this process's run */
   int64_t train_images; /* global images processed in train_seconds */
   double t_data, t_compute, t_comm, t_update; /* --profile: seconds in each part of the steps */
+  double last_step_end;                       /* now_s() at the end of the last step (img/s in --metrics) */
   int64_t steps_run;                          /* steps taken by this process (after a --resume, fewer than step) */
   char signature[128 + COHORT_HASH_HEX_LEN];
   struct train_gpu *gpu; /* --device cuda: the net on the GPU (train_cuda.c); NULL on the CPU */

@@ -253,6 +253,29 @@ typedef struct cohort_ddp_stats {
 } cohort_ddp_stats;
 COHORT_API void cohort_ddp_get_stats(const cohort_ddp *ddp, cohort_ddp_stats *stats);
 
+/*
+ * Per-step metrics across ranks (docs/training.md, "Metrics"). Once opened, every synchronized step gathers every
+ * rank's compute, communication, exposed-communication and whole-step times (one small allgather after the buckets,
+ * a few microseconds), names the slowest rank and by how much it trailed the median, and rank 0 appends one JSON line
+ * to path with them and the program's own values of that step (cohort_ddp_metric: loss, lr, img/s, ...). A NULL or
+ * empty path gathers without writing (for the end summary, cohort_ddp_get_straggler). Collective: every rank opens it
+ * (with the same or any path: only rank 0's is used), before its first step. COHORT_METRICS=path opens it for any
+ * program at cohort_ddp_create. The file ends with a summary line when the engine is destroyed.
+ */
+COHORT_API cohort_status cohort_ddp_metrics_open(cohort_ddp *ddp, const char *path);
+/* A value of this step for the metrics (rank 0's go in the file): "loss", "lr", "img_per_s", ... A no-op when the
+ * metrics are not open. */
+COHORT_API void cohort_ddp_metric(cohort_ddp *ddp, const char *name, double value);
+
+/* Which rank held the others back: the rank that was slowest (the longest compute) in the most steps. */
+typedef struct cohort_ddp_straggler {
+  int64_t steps;      /* steps gathered */
+  int rank;           /* -1 before any */
+  int64_t slowest_in; /* steps in which it was the slowest */
+  double mean_by_s;   /* its mean lead over the median rank's compute in those steps */
+} cohort_ddp_straggler;
+COHORT_API void cohort_ddp_get_straggler(const cohort_ddp *ddp, cohort_ddp_straggler *out);
+
 #ifdef __cplusplus
 }
 #endif

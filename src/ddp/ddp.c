@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "ddp/ddp_internal.h"
+#include "ddp/metrics.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -163,6 +164,7 @@ static cohort_status resolve_overlap(cohort_ddp *ddp) {
 static cohort_status start_observers(cohort_ddp *ddp) {
   const char *path = knobs(ddp)->timeline;
   if (path[0]) COHORT_CHECK(cohort__timeline_create(ddp->comm, path, &ddp->timeline));
+  if (knobs(ddp)->metrics[0]) COHORT_CHECK(cohort__metrics_create(ddp->comm, knobs(ddp)->metrics, &ddp->metrics));
   double stall_s = knobs(ddp)->stall_s;
   if (ddp->size > 1) COHORT_CHECK(cohort__stall_create(ddp->comm, stall_s, &ddp->stall));
   return COHORT_OK;
@@ -252,6 +254,26 @@ cohort_status cohort_ddp_set_comm_hook(cohort_ddp *ddp, const cohort_ddp_comm_ho
 
 int cohort_ddp_overlapping(const cohort_ddp *ddp) { return ddp ? ddp->overlap : 0; }
 
+cohort_status cohort_ddp_metrics_open(cohort_ddp *ddp, const char *path) {
+  if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_metrics_open: ddp is NULL");
+  if (ddp->metrics) {
+    if (path && path[0] && ddp->rank == 0)
+      return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_metrics_open: the metrics are open already (%s)",
+                           knobs(ddp)->metrics[0] ? "COHORT_METRICS" : "an earlier call");
+    return COHORT_OK;
+  }
+  return cohort__metrics_create(ddp->comm, path, &ddp->metrics);
+}
+
+void cohort_ddp_metric(cohort_ddp *ddp, const char *name, double value) {
+  if (ddp) cohort__metrics_note(ddp->metrics, name, value);
+}
+
+void cohort_ddp_get_straggler(const cohort_ddp *ddp, cohort_ddp_straggler *out) {
+  if (!out) return;
+  cohort__metrics_summary(ddp ? ddp->metrics : NULL, out);
+}
+
 /* ---- the glue for a cohort_model ---- */
 
 static void on_grad_ready(void *user, int index) {
@@ -320,6 +342,7 @@ void cohort_ddp_destroy(cohort_ddp *ddp) {
     cohort__timeline_destroy(ddp->timeline);
   }
   cohort__stall_destroy(ddp->stall);
+  cohort__metrics_destroy(ddp->metrics);
   if (ddp->model) { /* give the model its own gradient arrays back before the buckets go */
     cohort_model_set_grad_hook(ddp->model, NULL, NULL);
     cohort_model_set_batchnorm_sync(ddp->model, NULL, NULL); /* SyncBatchNorm's hook points at the communicator */

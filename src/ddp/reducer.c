@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "ddp/ddp_internal.h"
+#include "ddp/metrics.h"
 
 static const char *const span_names[COHORT_SPAN_COUNT] = {"forward", "backward", "optimizer"};
 
@@ -155,6 +156,15 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   s->comm_s += s->last_comm_s;
   s->exposed_comm_s += s->last_exposed_comm_s;
   s->steps++;
+  if (ddp->metrics) {
+    double bytes = 0; /* the gradients reduced (before compression), as cohort_ddp_get_stats counts them */
+    for (int i = 0; i < ddp->num_params; i++)
+      bytes += (double)ddp->params[i].count * sizeof(float);
+    cohort_status st = cohort__metrics_step(ddp->metrics, ddp->step, s, bytes);
+    if (st != COHORT_OK)
+      return cohort__ddp_fail(ddp,
+                              cohort__error_prefix(st, "gathering the metrics of step %lld", (long long)ddp->step));
+  }
 
   ddp->step++;
   if (!ddp->joining) ddp->trained_steps++;
