@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ddp/counters.h"
 #include "ddp/ddp_internal.h"
 #include "ddp/metrics.h"
 
@@ -165,6 +166,8 @@ static cohort_status start_observers(cohort_ddp *ddp) {
   const char *path = knobs(ddp)->timeline;
   if (path[0]) COHORT_CHECK(cohort__timeline_create(ddp->comm, path, &ddp->timeline));
   if (knobs(ddp)->metrics[0]) COHORT_CHECK(cohort__metrics_create(ddp->comm, knobs(ddp)->metrics, &ddp->metrics));
+  if (knobs(ddp)->metrics_dir[0])
+    COHORT_CHECK(cohort__counters_create(knobs(ddp)->metrics_dir, cohort_rank(ddp->comm), &ddp->counters));
   double stall_s = knobs(ddp)->stall_s;
   if (ddp->size > 1) COHORT_CHECK(cohort__stall_create(ddp->comm, stall_s, &ddp->stall));
   return COHORT_OK;
@@ -266,7 +269,9 @@ cohort_status cohort_ddp_metrics_open(cohort_ddp *ddp, const char *path) {
 }
 
 void cohort_ddp_metric(cohort_ddp *ddp, const char *name, double value) {
-  if (ddp) cohort__metrics_note(ddp->metrics, name, value);
+  if (!ddp) return;
+  cohort__metrics_note(ddp->metrics, name, value);
+  cohort__counters_note(ddp->counters, name, value);
 }
 
 void cohort_ddp_get_straggler(const cohort_ddp *ddp, cohort_ddp_straggler *out) {
@@ -343,6 +348,7 @@ void cohort_ddp_destroy(cohort_ddp *ddp) {
   }
   cohort__stall_destroy(ddp->stall);
   cohort__metrics_destroy(ddp->metrics);
+  cohort__counters_destroy(ddp->counters);
   if (ddp->model) { /* give the model its own gradient arrays back before the buckets go */
     cohort_model_set_grad_hook(ddp->model, NULL, NULL);
     cohort_model_set_batchnorm_sync(ddp->model, NULL, NULL); /* SyncBatchNorm's hook points at the communicator */

@@ -106,7 +106,8 @@ struct cohort_ddp {
   cohort_ddp_stats stats;
   int64_t span_begin_ns[COHORT_SPAN_COUNT];
   cohort__timeline *timeline;
-  struct cohort__metrics *metrics; /* COHORT_METRICS, cohort_ddp_metrics_open: per-step metrics across ranks */
+  struct cohort__metrics *metrics;   /* COHORT_METRICS, cohort_ddp_metrics_open: per-step metrics across ranks */
+  struct cohort__counters *counters; /* COHORT_METRICS_DIR: this rank's live counters for cohortrun to serve */
   cohort__stall *stall;
 };
 

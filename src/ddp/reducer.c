@@ -11,6 +11,7 @@
 #include "comm/comm.h" /* cohort__work_times */
 #include "core/clock.h"
 #include "core/error.h"
+#include "ddp/counters.h"
 #include "ddp/ddp_internal.h"
 #include "ddp/metrics.h"
 
@@ -156,10 +157,11 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   s->comm_s += s->last_comm_s;
   s->exposed_comm_s += s->last_exposed_comm_s;
   s->steps++;
+  double bytes = 0; /* the gradients reduced (before compression), as cohort_ddp_get_stats counts them */
+  for (int i = 0; i < ddp->num_params; i++)
+    bytes += (double)ddp->params[i].count * sizeof(float);
+  cohort__counters_step(ddp->counters, s, bytes);
   if (ddp->metrics) {
-    double bytes = 0; /* the gradients reduced (before compression), as cohort_ddp_get_stats counts them */
-    for (int i = 0; i < ddp->num_params; i++)
-      bytes += (double)ddp->params[i].count * sizeof(float);
     cohort_status st = cohort__metrics_step(ddp->metrics, ddp->step, s, bytes);
     if (st != COHORT_OK)
       return cohort__ddp_fail(ddp,
