@@ -4,7 +4,8 @@
  * it) it falls back to generic SSE3 kernels, 3-4x slower. The choice can only be changed through the environment
  * of a new program image, so fmnist-train restarts itself once (execv, same pid: cohortrun, mpirun and Slurm see
  * nothing) with OPENBLAS_CORETYPE set to what the CPU's feature flags allow. An OPENBLAS_CORETYPE given by the user
- * or the environment is kept: some environments pin older kernels where newer ones compute wrong results. */
+ * or the environment is kept, and no faster kernels are suggested then: some environments pin older kernels where
+ * newer ones compute wrong results on their CPU, and only the environment knows which. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +67,14 @@ void train_kernels_choose(char **argv) {
 void train_kernels_describe(char *buf, size_t len) {
   const char *pinned = getenv("OPENBLAS_CORETYPE");
   const char *from = getenv(RESTARTED_FROM);
-  const char *name = cohort_blas_corename();
-  const char *better = cohort_blas_better_core(NULL);
+  const char *name = loaded_corename();
   if (from)
     snprintf(buf, len, "kernels: OpenBLAS %s (OPENBLAS_CORETYPE=%s, set by fmnist-train: OpenBLAS had chosen %s)", name,
              pinned, from);
   else if (pinned && *pinned)
-    snprintf(buf, len, "kernels: OpenBLAS %s (OPENBLAS_CORETYPE=%s)%s%s", name, pinned,
-             better ? "; this CPU can run faster ones: " : "", better ? better : "");
+    /* No word on faster kernels, even where the CPU runs some: the pin may be there because they compute wrong
+     * results on this CPU (docs/training.md). */
+    snprintf(buf, len, "kernels: OpenBLAS %s (OPENBLAS_CORETYPE=%s, pinned by the environment: kept)", name, pinned);
   else
     snprintf(buf, len, "kernels: OpenBLAS %s (chosen by OpenBLAS for this CPU)", name);
 }

@@ -9,7 +9,8 @@
 #   resume       40 steps straight == 20 steps + checkpoint + --resume to 40 (same param_sha256, same loss)
 #   kernels      generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
 #                the best core type, rank 0 says so once and names the kernels, and the result is a run with that
-#                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept. It sets or unsets
+#                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, and the kernel line says so
+#                without a word on faster kernels; unpinned, it says OpenBLAS chose. It sets or unsets
 #                OPENBLAS_CORETYPE for each run itself, and computes only on kernels the caller's environment runs
 #   uneven       --uneven on 3 ranks: ranks train 10, 7 and 4 of each epoch's 10 steps, join, and end each epoch
 #                together on rank 0's parameters, without a hang; the job learns
@@ -246,11 +247,24 @@ kernels)
   best=$(printf '%s\n' "$above" | grep -E '^(Sandybridge|Haswell|SkylakeX)$' | tail -n 1)
 
   # Pinned: OpenBLAS runs generic kernels (pretended) under an OPENBLAS_CORETYPE set by the environment (the caller's
-  # pin, or the family OpenBLAS picks itself here): kept, and said.
+  # pin, or the family OpenBLAS picks itself here): kept, said, and no word on faster kernels, even on a CPU that runs
+  # some (they may be what the pin keeps away).
   OPENBLAS_CORETYPE=${pin:-$here} COHORT_TEST_BLAS_CORENAME=Prescott train 1 --model mlp --steps 1
   if grep -q 'restarting' "$TMP/err"; then fail "a pinned OPENBLAS_CORETYPE was overridden: $(cat "$TMP/err")"; fi
-  want="[0] kernels: OpenBLAS $here (OPENBLAS_CORETYPE=${pin:-$here})"
-  grep -qF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
+  want="[0] kernels: OpenBLAS Prescott (OPENBLAS_CORETYPE=${pin:-$here}, pinned by the environment: kept)"
+  grep -qxF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
+  if grep -qi 'faster' "$TMP/out" "$TMP/err"; then fail "advice to leave a pinned core type: $(cat "$TMP/out" "$TMP/err")"; fi
+
+  # Unpinned, OpenBLAS's own choice kept: the line says OpenBLAS chose. Only where the caller pins nothing: elsewhere
+  # the run would compute on the kernels the pin keeps away.
+  if [ -z "$pin" ]; then
+    COHORT_TEST_BLAS_CORENAME=${best:-Prescott} unpinned train 1 --model mlp --steps 1
+    if grep -q 'restarting' "$TMP/err"; then fail "restarted from the best kernels: $(cat "$TMP/err")"; fi
+    want="[0] kernels: OpenBLAS ${best:-Prescott} (chosen by OpenBLAS for this CPU)"
+    grep -qxF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
+  else
+    echo "the caller pins OPENBLAS_CORETYPE=$pin: the unpinned run without a restart is not made (it would compute without the pin)"
+  fi
 
   # Unpinned, generic kernels (pretended) on a CPU that runs better ones: every rank restarts itself, rank 0 says so
   # once and names the kernels, and the result is that of a run with that OPENBLAS_CORETYPE set by hand. The target
