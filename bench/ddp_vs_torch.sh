@@ -16,8 +16,10 @@
 #          epoch is 60000 / (N x BATCH) steps; at 8 ranks of 64, 118).
 # native:  when the environment sets OPENBLAS_CORETYPE (the environment here sets Haswell, AVX2), cohort once
 #          more without it, on the kernels OpenBLAS picks for the CPU itself (AVX-512 where present); for
-#          information: the verdicts use the environment as given. torch's convolutions (oneDNN, its own JIT
-#          kernels) ignore OPENBLAS_CORETYPE.
+#          information: the verdicts use the environment as given. The environment may pin because those kernels
+#          compute wrong results (or crash) on its CPU: their img/s are a speed, not a result. NATIVE=0 leaves them
+#          out (the suite's smoke run does). torch's convolutions (oneDNN, its own JIT kernels) ignore
+#          OPENBLAS_CORETYPE.
 # Both report images per second of the training loop (all ranks together), evaluation excluded. Every
 # configuration runs REPEAT times, in rounds: in each round, each system runs on 1 rank, then on each larger N of
 # RANKS in increasing order, then on 1 rank again, and the median over the rounds is shown. A system's 1->N rank
@@ -27,6 +29,7 @@
 # Verdicts: cohort >= torch at every N of RANKS; with 8 in RANKS, 1->8 scaling >= 90%; with 2 in RANKS, the 2-rank
 # targets of the training and DDP issues (>= 1.0x and >= 1.2x torch, ddp >= 1.1x fused, 1->2 scaling >= 95%).
 # Environment: BIND (core, socket or none: passed to cohortrun as --bind; unset: cohortrun's default, no binding),
+# NATIVE (1, the default: the native runs above where OPENBLAS_CORETYPE is set; 0: none),
 # BUILD (default build), ANCHOR (path of torch_ddp_fmnist.py; default bench/anchors/, ../shared/bench-anchors/ beside
 # the checkout, or /work/shared/bench-anchors/), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
@@ -37,6 +40,7 @@ THREADS=${3:-1}
 REPEAT=${4:-1}
 RANKS=${5:-1,2}
 BUILD=${BUILD:-build}
+NATIVE=${NATIVE:-1}
 RUN="$BUILD/bin/cohortrun"
 TRAIN="$BUILD/bin/fmnist-train"
 if [ -z "${ANCHOR:-}" ]; then
@@ -89,13 +93,14 @@ torch_once() { # NP -> img/s
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 SYSTEMS="cohort fused torch"
-[ -z "${OPENBLAS_CORETYPE:-}" ] || SYSTEMS="$SYSTEMS native"
+case $NATIVE in 0 | 1) ;; *) echo "ddp_vs_torch.sh: NATIVE '$NATIVE' is not 0 or 1" >&2; exit 2 ;; esac
+[ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || SYSTEMS="$SYSTEMS native"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT" \
   "ranks=1 ${LARGER% }"
 echo "# binding: cohortrun $(if [ -n "${BIND:-}" ]; then echo "--bind $BIND"; else echo "without --bind (no binding)"; fi);" \
   "the torch anchor is not bound"
 echo "# OpenBLAS kernels: cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
-  [ -z "${OPENBLAS_CORETYPE:-}" ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
+  [ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
 # Each round runs a system on 1 rank, on each larger N, and on 1 again, one straight after the other, and the round's
 # scaling compares each N-rank run with N x the mean of the two 1-rank runs around them: this machine's speed drifts
 # by several percent over minutes (other tenants), and a ratio of runs taken minutes apart, or of an N-rank run

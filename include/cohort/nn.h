@@ -56,7 +56,9 @@ COHORT_API const char *cohort_blas_best_core(void);
 /* The SIMD family of a core type name: 1 SSE, 2 AVX, 3 AVX2+FMA, 4 AVX-512; 0 for a name it does not know. */
 COHORT_API int cohort_blas_core_level(const char *name);
 /* When the kernels `chosen` (NULL: the ones running) are of a lower family than this CPU can run, the core type to
- * ask for instead with OPENBLAS_CORETYPE; otherwise NULL. */
+ * ask for instead with OPENBLAS_CORETYPE; otherwise NULL. It goes by the feature flags alone: where OPENBLAS_CORETYPE
+ * is set, the environment may pin it because faster kernels compute wrong results on this CPU, so do not advise
+ * leaving it then (neither fmnist-train nor the library's warning does). */
 COHORT_API const char *cohort_blas_better_core(const char *chosen);
 
 /* ---- tensors ---- */

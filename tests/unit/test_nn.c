@@ -853,7 +853,7 @@ TEST(blas_core_families_and_advice) {
   ASSERT_TRUE(cohort_blas_better_core(best) == NULL);
   ASSERT_TRUE(cohort_blas_better_core("Cooperlake") == NULL);  /* above what we would ask for: kept */
   ASSERT_TRUE(cohort_blas_better_core("FutureCore9") == NULL); /* a newer OpenBLAS's name: trusted */
-  /* The kernels running here (OPENBLAS_CORETYPE unset, or set by .ci/run's per-core passes) are named. */
+  /* The kernels running here (OpenBLAS's own choice, the environment's pin, or .ci/run's per-core passes) are named. */
   ASSERT_TRUE(cohort_blas_core_level(cohort_blas_corename()) > 0);
 }
 
