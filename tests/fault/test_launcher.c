@@ -857,6 +857,9 @@ TEST(max_restarts_starts_a_new_generation) {
   ASSERT_CONTAINS(r.err, "restart 2 of 2: starting all 2 ranks again with COHORT_RESTART_COUNT=2\n");
   ASSERT_CONTAINS(r.err, "cohortrun: | gen 2 fails\n");
   ASSERT_TRUE(strstr(r.err, "restart 3") == NULL);
+  /* The end of the restarts is said in words. */
+  ASSERT_CONTAINS(r.err, "cohortrun: no restart left: all 2 of --max-restarts were used; the job ends with the failure "
+                         "above\n");
   result_free(&r);
   expect_refused((const char *[]){"-np", "2", "--max-restarts", "-1", worker(), NULL},
                  "--max-restarts needs a number of restarts (0 to 1000), got '-1'");

@@ -35,6 +35,9 @@ void cohort__launch_usage(FILE *out) {
       "                        on socket floor(r*S/N), ranks 0..N/S-1 on the first (as mpirun's --bind-to\n"
       "                        socket); none (default): no binding. Every thread of the program (BLAS,\n"
       "                        cohort's own) inherits the binding\n"
+      "  --metrics-port [ADDR:]PORT  serve the job's live metrics (per rank: steps, compute, allreduce and\n"
+      "                        exposed seconds, bytes, loss, img/s; restarts, failures) for Prometheus at\n"
+      "                        http://HOST:PORT/metrics (OpenMetrics); ADDR limits it to one interface\n"
       "  --log-dir DIR         also write each rank's stdout and stderr, unprefixed, to DIR/rank-N.log\n"
       "                        (DIR is created if missing; each run starts the files afresh)\n"
       "  --max-restarts K      when a worker fails, stop all and start all again, up to K times, with\n"
@@ -138,6 +141,7 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
   memset(opts, 0, sizeof *opts);
   opts->master_addr = "127.0.0.1";
   opts->grace_s = COHORT_LAUNCH_GRACE_DEFAULT_S;
+  opts->metrics_port = -1;
   const char *np_given = NULL; /* the flag that gave opts->np */
   int node_rank_given = 0, standalone = 0;
   opts->nnodes = opts->nnodes_min = 1;
@@ -235,6 +239,19 @@ cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *o
         opts->bind = COHORT_LAUNCH_BIND_NONE;
       else
         return cohort__error(COHORT_ERR_INVALID, "--bind takes 'core', 'socket' or 'none', not '%s'", value);
+    } else if (match_valued(argc, argv, &i, "--metrics-port", &value, &st)) {
+      COHORT_CHECK(st);
+      const char *colon = strrchr(value, ':');
+      if (colon) {
+        size_t n = (size_t)(colon - value);
+        if (n == 0 || n >= sizeof opts->metrics_addr)
+          return cohort__error(COHORT_ERR_INVALID, "--metrics-port takes PORT or ADDR:PORT, not '%s'", value);
+        memcpy(opts->metrics_addr, value, n);
+        opts->metrics_addr[n] = '\0';
+      }
+      long port;
+      COHORT_CHECK(parse_long("--metrics-port", colon ? colon + 1 : value, 0, 65535, "a port", &port));
+      opts->metrics_port = (int)port;
     } else if (match_valued(argc, argv, &i, "--log-dir", &value, &st)) {
       COHORT_CHECK(st);
       if (value[0] == '\0') return cohort__error(COHORT_ERR_INVALID, "--log-dir needs a non-empty directory");

@@ -58,6 +58,7 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
   char spawn_error[1100] = "";
   for (int gen = 0;; gen++) {
     if (j->opts.elastic) enter_elastic_generation(j, &gen, log_fds);
+    j->figures.generation = gen;
     cohort_status spawn_status =
         cohort__job_start_workers(j, program, secret, port, gen, log_fds, spawn_error, sizeof spawn_error);
     cohort__job_run_loop(j);
@@ -69,6 +70,7 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
     int changed = j->cluster && cohort__cluster_changed(j->cluster);
     rc = report_generation(j, changed);
     int job_failed = j->root >= 0 || j->remote_report || changed;
+    if (job_failed) j->figures.failures++;
     if (!job_failed || j->interrupted) break;
     if (j->opts.elastic) {
       /* Whether this was a failure (which uses up a restart) or a change of membership (which does not), and who
@@ -86,7 +88,14 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
       forget_remote_failure(j);
       continue;
     }
-    if (gen >= j->opts.max_restarts) break;
+    if (gen >= j->opts.max_restarts) {
+      if (j->opts.max_restarts > 0) /* the end of restarts, said in words */
+        fprintf(stderr,
+                "cohortrun: no restart left: all %d of --max-restarts were used; the job ends with the failure "
+                "above\n",
+                j->opts.max_restarts);
+      break;
+    }
     if (j->cluster) {
       /* Every node starts the next generation together, once all of them have stopped this one: a node whose
        * workers came up early would only wait for the others at the workers' rendezvous, and a node that cannot

@@ -19,6 +19,7 @@
 
 #include "comm/heartbeat.h"
 #include "launcher.h"
+#include "metrics_http.h"
 #include "store/store.h"
 
 typedef struct worker {
@@ -51,12 +52,13 @@ typedef struct job {
   int sigkill_count; /* ranks that needed SIGKILL */
   int forced_by;     /* the second signal that sent SIGKILL at once, 0 when the grace ran out */
   int64_t drain_until_ns;
-  char host[256];           /* this host's name, for the report */
-  int rank0;                /* the global rank of this node's first worker */
-  int world;                /* ranks in the whole job */
-  cohort__cluster *cluster; /* NULL on one node */
-  int64_t next_poll_ns;     /* when the cluster is polled next */
-  char *remote_report;      /* why another node (or the loss of one) stopped this node; malloc'd */
+  char host[256];                /* this host's name, for the report */
+  int rank0;                     /* the global rank of this node's first worker */
+  cohortrun_job_figures figures; /* --metrics-port: what the serving thread reads of the job (generations.c) */
+  int world;                     /* ranks in the whole job */
+  cohort__cluster *cluster;      /* NULL on one node */
+  int64_t next_poll_ns;          /* when the cluster is polled next */
+  char *remote_report;           /* why another node (or the loss of one) stopped this node; malloc'd */
   int remote_code;
   int root_is_job_root; /* this node's failure is the whole job's root cause (always so on one node) */
   double heartbeat_s;   /* COHORT_HEARTBEAT_S; 0: off */

@@ -51,7 +51,9 @@ typedef struct cohort__launch_opts {
   int nhosts;          /* -H / --hostfile: this cohortrun is node 0 and starts the others over ssh */
   char hosts[COHORT_LAUNCH_HOSTS_MAX][256];
   int master_addr_given;
-  int bind; /* --bind: COHORT_LAUNCH_BIND_NONE, _CORE or _SOCKET (bind.c) */
+  int bind;              /* --bind: COHORT_LAUNCH_BIND_NONE, _CORE or _SOCKET (bind.c) */
+  int metrics_port;      /* --metrics-port [ADDR:]PORT: live metrics for Prometheus (metrics_http.c); -1: none */
+  char metrics_addr[64]; /* its ADDR; "" for every interface */
   int help;
   char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
 } cohort__launch_opts;

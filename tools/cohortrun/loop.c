@@ -83,6 +83,7 @@ static void reap(job *j) {
     w->running = 0;
     w->wait_status = status;
     j->running--;
+    j->figures.ranks_running = j->running;
     if (j->running == 0) j->drain_until_ns = cohort__now_ns() + DRAIN_AFTER_EXIT_NS;
     /* Once a stop has begun, deaths are its consequences, not causes. */
     if (!j->stopping && failed(status)) {

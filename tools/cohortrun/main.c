@@ -67,6 +67,18 @@ int main(int argc, char **argv) {
   pid_t ssh_pids[COHORT_LAUNCH_HOSTS_MAX] = {0};
   cohort__store_server *server = NULL;
   char secret[COHORT_LAUNCH_SECRET_MAX + 1];
+  cohortrun_metrics *metrics = NULL;
+  if (j.opts.metrics_port >= 0) {
+    int bound = 0;
+    if (cohortrun_metrics_start(j.opts.metrics_addr[0] ? j.opts.metrics_addr : NULL, j.opts.metrics_port, j.host,
+                                j.rank0, &j.figures, &metrics, &bound) != COHORT_OK) {
+      fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+      free(program);
+      return 1;
+    }
+    fprintf(stderr, "cohortrun: live metrics at http://%s:%d/metrics\n",
+            j.opts.metrics_addr[0] ? j.opts.metrics_addr : j.host, bound);
+  }
   if (cohort__job_take_signals(&j, &rc) == 0 && cohort__job_choose_secret(&j, secret, sizeof secret, &rc) == 0 &&
       cohort__job_serve_store(&j, secret, &server, &port, &rc) == 0 &&
       cohort__job_start_nodes(&j, port, secret, ssh_pids, &rc) == 0 &&
@@ -85,6 +97,7 @@ int main(int argc, char **argv) {
   }
   free(j.cpus);
   cohort__store_server_stop(server);
+  cohortrun_metrics_stop(metrics);
   if (j.sfd >= 0) close(j.sfd);
   if (log_fds) {
     for (int r = 0; r < j.opts.np; r++)

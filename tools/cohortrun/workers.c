@@ -116,6 +116,7 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
     }
     w->running = 1;
     j->running++;
+    j->figures.ranks_running = j->running;
     j->started++;
     /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
      * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
