@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libssl-dev
           libopenmpi-dev openmpi-bin python3-torch dataset-fashion-mnist hyperfine iproute2 clang-format
-          clang libclang-rt-dev chromium fonts-dejavu-core)
+          clang libclang-rt-dev chromium fonts-dejavu-core prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
