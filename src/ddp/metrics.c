@@ -30,6 +30,17 @@ struct cohort__metrics {
   int64_t steps;
   struct timespec last; /* CLOCK_MONOTONIC at the end of this rank's last step */
   int has_last;
+  double own_s; /* the time this file spent (the gather and the line), summed: its cost, in the summary line */
+  /* The step whose gather is in flight (cohort__metrics_step). */
+  cohort_work *pending;
+  double mine[FIELDS];
+  int64_t pending_step;
+  double pending_wall, pending_bytes;
+  struct {
+    char name[32];
+    double value;
+  } pending_notes[NOTES];
+  int pending_num_notes;
 };
 
 cohort_status cohort__metrics_create(cohort_comm *comm, const char *path, cohort__metrics **out) {
@@ -105,16 +116,12 @@ static void put_name(FILE *f, const char *name) {
   fputc('"', f);
 }
 
-cohort_status cohort__metrics_step(cohort__metrics *m, int64_t step, const cohort_ddp_stats *s, double bytes) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  double step_s = m->has_last ? (double)(now.tv_sec - m->last.tv_sec) + (double)(now.tv_nsec - m->last.tv_nsec) * 1e-9
-                              : s->last_compute_s + s->last_exposed_comm_s;
-  m->last = now;
-  m->has_last = 1;
-  double mine[FIELDS] = {s->last_compute_s, s->last_comm_s, s->last_exposed_comm_s, step_s};
-  COHORT_CHECK(cohort_allgather(m->comm, mine, m->all, FIELDS, COHORT_F64));
-  /* The slowest rank: the longest compute (forward and backward); its lead over the median rank's. */
+static double seconds_between(struct timespec a, struct timespec b) {
+  return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+}
+
+/* The gathered step: the slowest rank, the totals, and rank 0's line. */
+static cohort_status process(cohort__metrics *m) {
   int size = m->size, slow = 0;
   double *compute = malloc((size_t)size * sizeof *compute);
   if (!compute) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
@@ -124,6 +131,7 @@ cohort_status cohort__metrics_step(cohort__metrics *m, int64_t step, const cohor
     for (int k = 0; k < FIELDS; k++)
       m->totals[(size_t)r * FIELDS + (size_t)k] += m->all[(size_t)r * FIELDS + (size_t)k];
   }
+  /* The slowest rank: the longest compute (forward and backward); its lead over the median rank's. */
   double slowest = compute[slow];
   qsort(compute, (size_t)size, sizeof *compute, cmp_double);
   double median = size % 2 ? compute[size / 2] : 0.5 * (compute[size / 2 - 1] + compute[size / 2]);
@@ -131,34 +139,66 @@ cohort_status cohort__metrics_step(cohort__metrics *m, int64_t step, const cohor
   m->steps++;
   m->slowest[slow]++;
   m->lead[slow] += slowest - median;
-  if (m->f) {
-    struct timespec wall;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    FILE *f = m->f;
-    fprintf(f, "{\"step\":%lld,\"time\":%.3f,\"world\":%d", (long long)step,
-            (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, size);
-    for (int i = 0; i < m->num_notes; i++) {
-      fputc(',', f);
-      put_name(f, m->notes[i].name);
-      fputc(':', f);
-      put_number(f, m->notes[i].value);
-    }
-    fprintf(f, ",\"bytes\":%.0f", bytes);
-    put_array(f, "compute_s", m->all, size, 0, 1);
-    put_array(f, "comm_s", m->all, size, 1, 1);
-    put_array(f, "exposed_comm_s", m->all, size, 2, 1);
-    put_array(f, "step_s", m->all, size, 3, 1);
-    fprintf(f, ",\"slowest_rank\":%d,\"slowest_by_s\":", slow);
-    put_number(f, slowest - median);
-    fputs("}\n", f);
-    if (fflush(f) != 0 || ferror(f)) {
-      COHORT_LOG_WARN("metrics: writing %s failed (%s); no more lines are written", m->path, strerror(errno));
-      fclose(f);
-      m->f = NULL;
-    }
+  if (!m->f) return COHORT_OK;
+  FILE *f = m->f;
+  fprintf(f, "{\"step\":%lld,\"time\":%.3f,\"world\":%d", (long long)m->pending_step, m->pending_wall, size);
+  for (int i = 0; i < m->pending_num_notes; i++) {
+    fputc(',', f);
+    put_name(f, m->pending_notes[i].name);
+    fputc(':', f);
+    put_number(f, m->pending_notes[i].value);
   }
-  m->num_notes = 0;
+  fprintf(f, ",\"bytes\":%.0f", m->pending_bytes);
+  put_array(f, "compute_s", m->all, size, 0, 1);
+  put_array(f, "comm_s", m->all, size, 1, 1);
+  put_array(f, "exposed_comm_s", m->all, size, 2, 1);
+  put_array(f, "step_s", m->all, size, 3, 1);
+  fprintf(f, ",\"slowest_rank\":%d,\"slowest_by_s\":", slow);
+  put_number(f, slowest - median);
+  fputs("}\n", f);
+  if (fflush(f) != 0 || ferror(f)) {
+    COHORT_LOG_WARN("metrics: writing %s failed (%s); no more lines are written", m->path, strerror(errno));
+    fclose(f);
+    m->f = NULL;
+  }
   return COHORT_OK;
+}
+
+/* The gather started at the end of the last step (it ran on the progress thread meanwhile): its result. */
+static cohort_status finish_pending(cohort__metrics *m) {
+  if (!m->pending) return COHORT_OK;
+  cohort_status st = cohort_work_wait(m->pending);
+  cohort_work_free(m->pending);
+  m->pending = NULL;
+  return st == COHORT_OK ? process(m) : st;
+}
+
+cohort_status cohort__metrics_step(cohort__metrics *m, int64_t step, const cohort_ddp_stats *s, double bytes) {
+  struct timespec now, done, wall;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  /* The gather of this step starts now and is read at the end of the next one, so that no rank waits here for the
+   * others: the line of a step is written one step later (and the last at the end). */
+  cohort_status st = finish_pending(m);
+  if (st == COHORT_OK) {
+    double step_s = m->has_last ? seconds_between(m->last, now) : s->last_compute_s + s->last_exposed_comm_s;
+    m->last = now;
+    m->has_last = 1;
+    m->mine[0] = s->last_compute_s;
+    m->mine[1] = s->last_comm_s;
+    m->mine[2] = s->last_exposed_comm_s;
+    m->mine[3] = step_s;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    m->pending_step = step;
+    m->pending_wall = (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9;
+    m->pending_bytes = bytes;
+    m->pending_num_notes = m->num_notes;
+    memcpy(m->pending_notes, m->notes, sizeof m->notes);
+    m->num_notes = 0;
+    st = cohort_iallgather(m->comm, m->mine, m->all, FIELDS, COHORT_F64, &m->pending);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &done);
+  m->own_s += seconds_between(now, done);
+  return st;
 }
 
 void cohort__metrics_summary(const cohort__metrics *m, cohort_ddp_straggler *out) {
@@ -176,6 +216,8 @@ void cohort__metrics_summary(const cohort__metrics *m, cohort_ddp_straggler *out
 
 void cohort__metrics_destroy(cohort__metrics *m) {
   if (!m) return;
+  if (finish_pending(m) != COHORT_OK)
+    COHORT_LOG_WARN("metrics: the last step's gather failed (%s); it is left out", cohort_last_error());
   if (m->f) {
     cohort_ddp_straggler sg;
     cohort__metrics_summary(m, &sg);
@@ -194,6 +236,9 @@ void cohort__metrics_destroy(cohort__metrics *m) {
     put_array(f, "mean_comm_s", m->totals, m->size, 1, per);
     put_array(f, "mean_exposed_comm_s", m->totals, m->size, 2, per);
     put_array(f, "mean_step_s", m->totals, m->size, 3, per);
+    /* What the metrics cost rank 0 a step (the gather and the line), beside its mean step. */
+    fputs(",\"metrics_s_per_step\":", f);
+    put_number(f, m->own_s * per);
     fputs("}\n", f);
     fclose(f);
   }
