@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "transport/inproc.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 

@@ -42,6 +42,7 @@
 #include "transport/layered.h"
 #include "transport/mpi.h"
 #include "transport/shm.h"
+#include "transport/tcp.h"
 
 typedef struct rdv {
   const cohort__launch_env *env;

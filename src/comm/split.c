@@ -20,6 +20,7 @@
 #include "comm/stall_board.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "transport/inproc.h"
 #include "transport/shm.h"
 
 /* ---- the in-process registry ---- */

@@ -20,7 +20,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "transport/frame.h"
-#include "transport/transport.h"
+#include "transport/inproc.h"
 
 typedef struct queue {
   cohort__req *head, *tail;

@@ -40,7 +40,6 @@
 #include "store/auth.h"
 #include "transport/frame.h"
 #include "transport/tcp_impl.h"
-#include "transport/transport.h"
 
 #define LOST_GRACE_NS 200000000LL
 

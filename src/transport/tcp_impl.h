@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "transport/frame.h"
-#include "transport/transport.h"
+#include "transport/tcp.h"
 
 typedef struct channel {
   cohort__link l; /* its frames both ways (frame.c); first, so that a link is its channel; l.peer is the peer */
