@@ -6,7 +6,7 @@
  * work runs on the communicator's progress thread. `busy` says that some thread is driving the transport; whoever
  * sets it owns the transport until it clears it.
  *
- * After a failure the communicator is dead: `failed` keeps the first status and message, and every later call
+ * After a failure the communicator is dead: `failure` keeps the first status and message, and every later call
  * returns them at once.
  */
 #ifndef COHORT_COMM_COMM_H
@@ -19,6 +19,7 @@
 #include "coll/coll.h"
 #include "comm/launch_env.h"
 #include "core/config.h"
+#include "core/failure.h"
 #include "gpu/gpu.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -63,8 +64,7 @@ struct cohort_comm {
   int thread_started;
   pthread_t thread;
 
-  cohort_status failed;
-  char failure[COHORT__MESSAGE_MAX];
+  cohort__failure failure; /* under mu: the first failure, which every later call returns */
 
   /* Sub-communicators (split.c). */
   cohort__store_place *place;          /* NULL when there is no store (1-rank and in-process communicators) */

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "cohort/ddp.h"
+#include "core/failure.h"
 #include "ddp/stall.h"
 #include "ddp/timeline.h"
 
@@ -100,8 +101,7 @@ struct cohort_ddp {
   double *zero_sums;               /* LARS: sum(w^2), sum(g^2) of each parameter over all shards (2 per param) */
   float *zero_gathered;            /* every rank's (size * zero_shard floats, from cohort_alloc) */
 
-  cohort_status failed;
-  char failure[COHORT__DDP_MESSAGE_MAX];
+  cohort__failure failure; /* the first failure: every later call returns it */
 
   cohort_ddp_stats stats;
   int64_t span_begin_ns[COHORT_SPAN_COUNT];

@@ -16,21 +16,18 @@
 static const char *const span_names[COHORT_SPAN_COUNT] = {"forward", "backward", "optimizer"};
 
 cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status) {
-  if (ddp->failed == COHORT_OK) {
-    ddp->failed = status;
-    snprintf(ddp->failure, sizeof ddp->failure, "%s", cohort_last_error());
-  }
+  cohort__failure_keep(&ddp->failure, status, "%s", cohort_last_error());
   return status;
 }
 
-static cohort_status failed(const cohort_ddp *ddp) { return cohort__error(ddp->failed, "%s", ddp->failure); }
+static cohort_status failed(const cohort_ddp *ddp) { return cohort__failure_raise(&ddp->failure); }
 
 /* A failure only this rank knows about (a missing gradient, a bad call): the others are, or soon will be, waiting
  * in a collective for this rank, so abort the communicator to turn their wait into an error naming this rank. */
 static cohort_status fail_local(cohort_ddp *ddp, cohort_status status) {
   cohort__ddp_fail(ddp, status);
-  if (ddp->size > 1) cohort_comm_abort(ddp->comm, ddp->failure);
-  return cohort__error(status, "%s", ddp->failure);
+  if (ddp->size > 1) cohort_comm_abort(ddp->comm, ddp->failure.message);
+  return cohort__error(status, "%s", ddp->failure.message);
 }
 
 static void reset_step(cohort_ddp *ddp) {
@@ -72,7 +69,7 @@ void cohort_ddp_set_sync(cohort_ddp *ddp, int sync) {
 
 cohort_status cohort_ddp_prepare(cohort_ddp *ddp) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_prepare: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
   if (ddp->next_launch > 0 || ddp->first_ready_ns != 0)
     return fail_local(ddp, cohort__error(COHORT_ERR_INVALID, "cohort_ddp_prepare: the previous step has gradients "
                                                              "marked ready but was never finished (call "
@@ -98,7 +95,7 @@ cohort_status cohort_ddp_prepare(cohort_ddp *ddp) {
 
 cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_mark_ready: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
   if (i < 0 || i >= ddp->num_params)
     return fail_local(ddp, cohort__error(COHORT_ERR_INVALID,
                                          "cohort_ddp_mark_ready: parameter %d is out of range "
@@ -199,7 +196,7 @@ static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
 
 cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
   const int64_t enter_ns = cohort__now_ns();
   cohort_ddp_span_end(ddp, COHORT_SPAN_BACKWARD);
   if (!ddp->sync) {

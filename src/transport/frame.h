@@ -21,10 +21,13 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "core/failure.h"
 #include "transport/transport.h"
 
 #define COHORT__FRAME_MAGIC 0x54524843u /* "CHRT" */
 #define COHORT__ABORT_TEXT_MAX 1024
+_Static_assert(COHORT__FAILURE_TEXT_MAX == COHORT__ABORT_TEXT_MAX,
+               "a transport's kept failure (core/failure.h) is what its ABORT frames and abort slot carry");
 
 /* The message of a failure heard of from peer P: text + " (reported by rank P)". A text that already has that
  * suffix came through another relay; it keeps the first one, the rank that saw the failure, and gets no second. */
