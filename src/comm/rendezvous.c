@@ -446,18 +446,11 @@ static cohort_status agree_on_node_layer(rdv *r, cohort__store *store, int rank,
       cohort__store_set(store, err_key, why, strlen(why)); /* best effort: the counter below still lets everyone go */
   }
   int64_t joined = 0;
-  cohort_status st = cohort__store_add(store, key, 1, &joined);
-  while (st == COHORT_OK && joined < size) {
-    if (cohort__now_ns() > deadline) {
-      st = cohort__error(COHORT_ERR_TIMEOUT,
-                         "rendezvous: only %lld of %d ranks finished setting up shared memory within their node in "
-                         "%ld s",
-                         (long long)joined, size, r->timeout_s);
-      break;
-    }
-    usleep(1000);
-    st = cohort__store_add(store, key, 0, &joined);
-  }
+  cohort_status st = cohort__store_count_in(store, key, size, deadline, NULL, NULL, &joined);
+  if (st == COHORT_ERR_TIMEOUT)
+    st = cohort__error(COHORT_ERR_TIMEOUT,
+                       "rendezvous: only %lld of %d ranks finished setting up shared memory within their node in %ld s",
+                       (long long)joined, size, r->timeout_s);
   if (mine != COHORT_OK) return cohort__error(mine, "%s", text);
   if (st != COHORT_OK) return st;
   int failed = 0;
@@ -559,18 +552,12 @@ static cohort_status connect_transport(rdv *r, cohort__store *store, int64_t dea
   if (st != COHORT_OK) goto fail;
 
   /* Everyone is connected once everyone has counted in; until then the store (maybe served by us) must stay. */
-  snprintf(key, sizeof key, "connected");
   int64_t joined = 0;
-  if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail_transport;
-  while (joined < size) {
-    if (cohort__now_ns() > deadline) {
-      st = cohort__error(COHORT_ERR_TIMEOUT, "rendezvous: only %lld of %d ranks finished connecting within %ld s",
-                         (long long)joined, size, r->timeout_s);
-      goto fail_transport;
-    }
-    usleep(1000);
-    if ((st = cohort__store_add(store, key, 0, &joined)) != COHORT_OK) goto fail_transport;
-  }
+  st = cohort__store_count_in(store, "connected", size, deadline, NULL, NULL, &joined);
+  if (st == COHORT_ERR_TIMEOUT)
+    st = cohort__error(st, "rendezvous: only %lld of %d ranks finished connecting within %ld s", (long long)joined,
+                       size, r->timeout_s);
+  if (st != COHORT_OK) goto fail_transport;
   for (int p = 0; p < size; p++)
     free(addrs[p]);
   free(addrs);
