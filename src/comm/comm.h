@@ -90,6 +90,15 @@ void cohort__split_registry_release(struct cohort__split_registry *reg);
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
                                   const cohort__config *config, cohort_comm **out);
 
+/* The job's store (job.c): opens it (serving it on rank 0 unless the launcher does or it is a file store), checks that
+ * a store rank 0 serves belongs to this job, and returns the job's key space in *store (a view under
+ * "cohort/<run id>/<generation>/" that owns the connection: the one place that names that prefix) and the server
+ * this rank runs (or NULL) in *server, both the caller's; place says where it is (for sub-communicators), where
+ * (where_len bytes) how messages name it. deadline bounds the wait for rank 0's word on whose store it is. */
+cohort_status cohort__job_open(const cohort__launch_env *env, const cohort__config *cfg, int64_t deadline,
+                               cohort__store **store, cohort__store_server **server, cohort__store_place *place,
+                               char *where, size_t where_len);
+
 /* Joins the job (rendezvous.c): opens the store (serving it on rank 0 unless the launcher does), chooses the
  * transport by COHORT_TRANSPORT and where the ranks are (shm on one host, tcp, or tcp+shm for several nodes of
  * several ranks), and connects it over the store. *out, *store_out and *server_out belong to the caller; *store_out is

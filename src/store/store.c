@@ -117,3 +117,13 @@ cohort_status cohort__store_count_in(cohort__store *store, const char *key, int6
   if (joined) *joined = n;
   return st;
 }
+
+cohort_status cohort__store_await(cohort__store *store, const char *key, int64_t deadline_ns,
+                                  cohort_status (*check)(void *arg), void *arg, void **value, size_t *len) {
+  for (;;) {
+    double left = (double)(deadline_ns - cohort__now_ns()) * 1e-9;
+    cohort_status st = cohort__store_get(store, key, left > 0.05 ? 0.05 : left > 0 ? left : 0.001, value, len);
+    if (st != COHORT_ERR_TIMEOUT || left <= 0) return st;
+    if (check) COHORT_CHECK(check(arg));
+  }
+}
