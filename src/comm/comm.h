@@ -53,8 +53,8 @@ struct cohort_comm {
   uint32_t seq;         /* number of the next collective; the same on every rank */
   cohort__store *store; /* the job's key space (a view owning the store connection); NULL for 1-rank and in-process */
   cohort__store_server *store_server;
-  pthread_mutex_t store_mu;                /* a store handle serves one thread at a time (e.g. the stall inspector) */
-  struct cohort__stall_board *stall_board; /* in-process groups: stands in for the store's stall keys (stall.c) */
+  pthread_mutex_t store_mu;    /* a store handle serves one thread at a time (the board's readers, abort notes) */
+  struct cohort__board *board; /* in-process groups: the notice board in memory, in place of the store (board.h) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;

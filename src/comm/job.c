@@ -154,7 +154,7 @@ static cohort_status check_owner(job *j, cohort__store *store, int rank, const c
 }
 
 /* The job's key space: a view of the store under "cohort/<run id>/<generation>/" that owns it. The one place that
- * names the prefix: the rendezvous, the transports' setup and the DDP engine's stall inspector see only this view. */
+ * names the prefix: the rendezvous, the transports' setup and the communicator's board see only this view. */
 static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store, cohort__store **out,
                                cohort__store_place *place) {
   snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
