@@ -164,10 +164,18 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   return COHORT_OK;
 }
 
-/* Without overlap and with the plain average: the buckets are one arena, so one blocking allreduce on this thread
- * averages them all (the alignment gaps between buckets are zero on every rank and stay zero). This is the fastest
- * schedule when no CPU is free to run the progress thread during backward. */
-static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
+/* The reduction of a step, one of two schedules (chosen by the options, fixed for the engine's life):
+ *
+ * reduce_arena: without overlap and with the plain average, the buckets are one arena, so one blocking collective on
+ * this thread averages them all (the alignment gaps between buckets are zero on every rank and stay zero): an
+ * allreduce, or under ZeRO-1 a reduce-scatter that leaves each rank the average of its shard (zero.c). This is the
+ * fastest schedule when no CPU is free to run the progress thread during backward.
+ *
+ * reduce_buckets: every bucket's reduction through the comm hook (started during backward with overlap, else here),
+ * waited for in bucket order, then completed by the hook (compression widens the bucket back there).
+ *
+ * Each returns the time the reductions ran in *comm_busy. */
+static cohort_status reduce_arena(cohort_ddp *ddp, int64_t *comm_busy) {
   int64_t start_ns = cohort__now_ns();
   for (int b = 0; b < ddp->num_buckets; b++)
     cohort__stall_progress(ddp->stall, ddp->step, b);
@@ -190,25 +198,14 @@ static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
     cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, ddp->opt.zero_stage ? "reduce_scatter" : "allreduce",
                           start_ns, end_ns, -1, 0);
   ddp->next_launch = ddp->num_buckets;
-  cohort__ddp_rescale(ddp);
-  return end_step(ddp, enter_ns, end_ns - start_ns);
+  *comm_busy = end_ns - start_ns;
+  return COHORT_OK;
 }
 
-cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
-  if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
-  if (ddp->failure.status != COHORT_OK) return failed(ddp);
-  const int64_t enter_ns = cohort__now_ns();
-  cohort_ddp_span_end(ddp, COHORT_SPAN_BACKWARD);
-  if (!ddp->sync) {
-    reset_step(ddp);
-    return COHORT_OK;
-  }
-  COHORT_CHECK(settle_unused(ddp));
-  if (!ddp->overlap && ddp->hook_is_average) return finish_fused(ddp, enter_ns);
+static cohort_status reduce_buckets(cohort_ddp *ddp, int64_t *comm_busy) {
   cohort_status st = launch_ready(ddp);
   if (st != COHORT_OK) return st;
-
-  int64_t comm_busy = 0;
+  *comm_busy = 0;
   for (int b = 0; b < ddp->num_buckets; b++) {
     ddp_bucket *bk = &ddp->buckets[b];
     int64_t start_ns = bk->launch_ns, end_ns = bk->launch_ns;
@@ -235,8 +232,26 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
     if (ddp->timeline && end_ns > start_ns)
       cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, b,
                             (int64_t)(bk->view.count * sizeof(float)));
-    comm_busy += end_ns - start_ns;
+    *comm_busy += end_ns - start_ns;
   }
+  return COHORT_OK;
+}
+
+/* The end of a step, in the order of ddp_internal.h's "A step": accumulation, the gradients nobody produced, the
+ * reduction, uneven inputs' rescaling, then the statistics and the next step (with the rebuild after the first). */
+cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
+  if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
+  const int64_t enter_ns = cohort__now_ns();
+  cohort_ddp_span_end(ddp, COHORT_SPAN_BACKWARD);
+  if (!ddp->sync) { /* accumulating (no_sync): nothing moves */
+    reset_step(ddp);
+    return COHORT_OK;
+  }
+  COHORT_CHECK(settle_unused(ddp));
+  int64_t comm_busy = 0;
+  const int one_collective = !ddp->overlap && ddp->hook_is_average;
+  COHORT_CHECK(one_collective ? reduce_arena(ddp, &comm_busy) : reduce_buckets(ddp, &comm_busy));
   cohort__ddp_rescale(ddp);
   return end_step(ddp, enter_ns, comm_busy);
 }
