@@ -13,7 +13,6 @@ error at once, and the job should end (cohortrun stops the others).
 """
 import atexit
 import builtins
-import contextlib
 import ctypes
 import os
 import pickle
@@ -111,9 +110,8 @@ def _op(op):
 
 # ---- the communicator ----
 
-_state = threading.local()  # comm: the process set a call of this thread runs on (_on), else the job's
 _lock = threading.RLock()
-_comm = None  # c_void_p
+_comm = None  # c_void_p: the job's communicator (a process set holds its own: ProcessSet._comm)
 _pid = None
 _engines = weakref.WeakSet()  # DDP engines (cohort.torch), destroyed before the communicator
 _handles = weakref.WeakSet()  # outstanding async work, freed before the communicator
@@ -247,24 +245,19 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
     return add_process_set(range(_c.cohort_size(world)) if ranks is None else ranks)
 
 
-@contextlib.contextmanager
-def _on(process_set, what):
-    """Runs the calls of this thread inside on process_set's communicator (None or global: the job's)."""
+def _comm_of(process_set, what):
+    """The communicator a call of what with process_set= runs on: the job's (None, global_process_set) or the set's.
+    Every call takes its communicator from here and passes it down, so that calls on different sets (a process group
+    each) run side by side, on any thread."""
     if process_set is None or process_set is global_process_set:
-        yield
-        return
+        return _get_comm()
     if not isinstance(process_set, ProcessSet):
         raise TypeError(f"{what}: process_set must be a ProcessSet (add_process_set), got {type(process_set).__name__}")
     if process_set.process_set_id is None:
         raise ValueError(f"{what}: {process_set} has not been added (add_process_set) or was removed")
     if process_set._comm is None:
         raise ValueError(f"{what}: this rank ({process_set._world_rank()}) is not in {process_set}")
-    prev = getattr(_state, "comm", None)
-    _state.comm = process_set._comm
-    try:
-        yield
-    finally:
-        _state.comm = prev
+    return process_set._comm
 
 
 def _forget_after_fork():
@@ -284,9 +277,7 @@ def is_initialized():
 
 
 def _get_comm():
-    c = getattr(_state, "comm", None)  # inside _on(process_set): the set's communicator
-    if c is not None:
-        return c
+    """The job's communicator (cohort.init)."""
     if _comm is None:
         raise RuntimeError("cohort has not been initialized: call cohort.init() (hvd.init()) first")
     return _comm
@@ -576,8 +567,7 @@ def _scale_ok(a, prescale, postscale, what):
         raise ValueError(f"{what}: prescale_factor/postscale_factor apply to floating-point data only")
 
 
-def _np_allreduce(a, out, op, prescale, postscale, async_):
-    comm = _get_comm()
+def _np_allreduce(comm, a, out, op, prescale, postscale, async_):
     if prescale != 1.0:
         a = (a * a.dtype.type(prescale)).astype(a.dtype)
     src = np.ascontiguousarray(a)
@@ -602,7 +592,8 @@ def allreduce(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=Non
     """A new array: op over the ranks of x, element by element (Average of integers rounds toward zero)."""
     a = _as_array(x, what="cohort.allreduce")
     _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce")
-    return _np_allreduce(a, np.empty(a.shape, a.dtype), _op(op), prescale_factor, postscale_factor, False)
+    out = np.empty(a.shape, a.dtype)
+    return _np_allreduce(_get_comm(), a, out, _op(op), prescale_factor, postscale_factor, False)
 
 
 def allreduce_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
@@ -616,23 +607,25 @@ def allreduce_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=No
             return x
     a = _as_array(x, writable=True, what="cohort.allreduce_")
     _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_")
-    return _np_allreduce(a, a, _op(op), prescale_factor, postscale_factor, False)
+    return _np_allreduce(_get_comm(), a, a, _op(op), prescale_factor, postscale_factor, False)
 
 
 def allreduce_async(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
     a = _as_array(x, what="cohort.allreduce_async")
     _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_async")
-    return _np_allreduce(a, np.empty(a.shape, a.dtype), _op(op), prescale_factor, postscale_factor, True)
+    out = np.empty(a.shape, a.dtype)
+    return _np_allreduce(_get_comm(), a, out, _op(op), prescale_factor, postscale_factor, True)
 
 
 def allreduce_async_(x, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
     a = _as_array(x, writable=True, what="cohort.allreduce_async_")
     _scale_ok(a, prescale_factor, postscale_factor, "cohort.allreduce_async_")
-    return _np_allreduce(a, a, _op(op), prescale_factor, postscale_factor, True)
+    return _np_allreduce(_get_comm(), a, a, _op(op), prescale_factor, postscale_factor, True)
 
 
 def grouped_allreduce(xs, op=Average, name=None):
     """A list of new arrays, reduced as one fused allreduce per dtype."""
+    comm = _get_comm()
     arrays = [_as_array(x, what="cohort.grouped_allreduce") for x in _list_arg(xs, "cohort.grouped_allreduce")]
     out = [None] * len(arrays)
     for dt in sorted({a.dtype.str for a in arrays}):
@@ -641,10 +634,10 @@ def grouped_allreduce(xs, op=Average, name=None):
         numel = sum(p.size for p in parts)
         # Over 1 MiB the fused buffer lies in the shared arena: zero copy (_ArenaPool; cohort.torch's threshold).
         nbytes = numel * np.dtype(dt).itemsize
-        buf = _arena_buffer(_get_comm(), nbytes) if nbytes > 1 << 20 else None
+        buf = _arena_buffer(comm, nbytes) if nbytes > 1 << 20 else None
         flat = np.frombuffer(buf, dtype=dt) if buf is not None else np.empty(numel, dt)
         np.concatenate(parts, out=flat)
-        _np_allreduce(flat, flat, _op(op), 1.0, 1.0, False)
+        _np_allreduce(comm, flat, flat, _op(op), 1.0, 1.0, False)
         off = 0
         for i in idx:
             n = arrays[i].size
@@ -662,10 +655,11 @@ def _list_arg(xs, what):
 
 
 def broadcast_(x, root_rank, name=None):
+    comm = _get_comm()
     a = _as_array(x, writable=True, what="cohort.broadcast_")
-    _root(root_rank, "cohort.broadcast_")
+    _root(comm, root_rank, "cohort.broadcast_")
     buf = a if a.flags.c_contiguous else np.ascontiguousarray(a)
-    _check(_c.cohort_broadcast(_get_comm(), _ptr(buf), buf.size, _NP_DTYPES[a.dtype], root_rank))
+    _check(_c.cohort_broadcast(comm, _ptr(buf), buf.size, _NP_DTYPES[a.dtype], root_rank))
     if buf is not a:
         a[...] = buf
     return a
@@ -676,10 +670,10 @@ def broadcast(x, root_rank, name=None):
     return broadcast_(np.array(a, copy=True), root_rank)
 
 
-def _root(root_rank, what):
+def _root(comm, root_rank, what):
     if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
         raise TypeError(f"{what}: root_rank must be an int, got {type(root_rank).__name__}")
-    n = size()
+    n = _c.cohort_size(comm)
     if not 0 <= root_rank < n:
         raise ValueError(f"{what}: root_rank {root_rank} is out of range (the job has {n} ranks)")
 
@@ -689,7 +683,7 @@ def _root(root_rank, what):
 _MAX_NDIM = 8
 
 
-def _gather_headers(shape, dtype_code, what):
+def _gather_headers(comm, shape, dtype_code, what):
     if len(shape) > _MAX_NDIM:
         raise ValueError(f"{what}: at most {_MAX_NDIM} dimensions")
     if len(shape) == 0:
@@ -697,10 +691,9 @@ def _gather_headers(shape, dtype_code, what):
     hdr = np.full(2 + _MAX_NDIM, -1, np.int64)
     hdr[0], hdr[1] = dtype_code, len(shape)
     hdr[2:2 + len(shape)] = shape
-    n = size()
+    n, me = _c.cohort_size(comm), _c.cohort_rank(comm)
     allh = np.empty((n, hdr.size), np.int64)
-    _check(_c.cohort_allgather(_get_comm(), _ptr(hdr), _ptr(allh), hdr.size, _lib.I64), what)
-    me = rank()
+    _check(_c.cohort_allgather(comm, _ptr(hdr), _ptr(allh), hdr.size, _lib.I64), what)
     for r in range(n):
         h = allh[r]
         if h[0] != hdr[0] or h[1] != hdr[1] or np.any(h[3:2 + h[1]] != hdr[3:2 + hdr[1]]):
@@ -717,9 +710,8 @@ def _lib_dtype_name(code):
             _lib.I32: "int32", _lib.I64: "int64", _lib.U8: "uint8"}.get(int(code), f"code {int(code)}")
 
 
-def _allgatherv_bytes(src, firsts, row_bytes, dst):
+def _allgatherv_bytes(comm, src, firsts, row_bytes, dst):
     """src: a contiguous uint8 view of this rank's rows; dst: uint8 of sum(firsts) rows. Pads when uneven."""
-    comm = _get_comm()
     n = len(firsts)
     if len(set(firsts)) == 1:
         _check(_c.cohort_allgather(comm, _ptr(src), _ptr(dst), src.size, _lib.U8), "cohort.allgather")
@@ -738,11 +730,12 @@ def _allgatherv_bytes(src, firsts, row_bytes, dst):
 
 def allgather(x, name=None):
     """Concatenates every rank's x along dimension 0; the first dimensions may differ between ranks."""
+    comm = _get_comm()
     a = np.ascontiguousarray(_as_array(x, what="cohort.allgather"))
-    firsts = _gather_headers(a.shape, _NP_DTYPES[a.dtype], "cohort.allgather")
+    firsts = _gather_headers(comm, a.shape, _NP_DTYPES[a.dtype], "cohort.allgather")
     out = np.empty((sum(firsts),) + a.shape[1:], a.dtype)
     row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
-    _allgatherv_bytes(a.reshape(-1).view(np.uint8), firsts, row, out.reshape(-1).view(np.uint8))
+    _allgatherv_bytes(comm, a.reshape(-1).view(np.uint8), firsts, row, out.reshape(-1).view(np.uint8))
     return out
 
 
@@ -772,8 +765,8 @@ def barrier():
 
 def broadcast_object(obj, root_rank=0, name=None):
     """root_rank's obj (pickled) on every rank."""
-    _root(root_rank, "cohort.broadcast_object")
     comm = _get_comm()
+    _root(comm, root_rank, "cohort.broadcast_object")
     data = pickle.dumps(obj) if rank() == root_rank else b""
     n = np.array([len(data)], np.int64)
     _check(_c.cohort_broadcast(comm, _ptr(n), 1, _lib.I64, root_rank), "cohort.broadcast_object")
@@ -791,7 +784,7 @@ def allgather_object(obj, name=None):
     _check(_c.cohort_allgather(_get_comm(), _ptr(mine), _ptr(sizes), 1, _lib.I64),
            "cohort.allgather_object")
     out = np.empty(int(sizes.sum()), np.uint8)
-    _allgatherv_bytes(data, [int(s) for s in sizes], 1, out)
+    _allgatherv_bytes(_get_comm(), data, [int(s) for s in sizes], 1, out)
     objs, off = [], 0
     for s in sizes:
         objs.append(pickle.loads(out[off:off + int(s)].tobytes()))

@@ -11,17 +11,14 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t,
   ctx->t = t;
   ctx->rank = t->rank;
   ctx->size = t->size;
+  /* The algorithms that COHORT_ALGO may force on allreduce. */
+  static const cohort__algo forcible[] = {COHORT__ALGO_AUTO, COHORT__ALGO_RING, COHORT__ALGO_RD, COHORT__ALGO_HIER};
   const char *algo = cfg->algo;
-  if (strcmp(algo, "auto") == 0)
-    ctx->forced_algo = COHORT__ALGO_AUTO;
-  else if (strcmp(algo, "ring") == 0)
-    ctx->forced_algo = COHORT__ALGO_RING;
-  else if (strcmp(algo, "rd") == 0)
-    ctx->forced_algo = COHORT__ALGO_RD;
-  else if (strcmp(algo, "hier") == 0)
-    ctx->forced_algo = COHORT__ALGO_HIER;
-  else
-    return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
+  size_t i = 0, n = sizeof forcible / sizeof forcible[0];
+  while (i < n && strcmp(algo, cohort__algo_name(forcible[i])) != 0)
+    i++;
+  if (i == n) return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
+  ctx->forced_algo = forcible[i];
   ctx->small_bytes = (size_t)cfg->small_bytes;
   ctx->segment_bytes = (size_t)cfg->segment_bytes;
   ctx->layers = cohort__layers_of(t);
@@ -64,45 +61,31 @@ void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes) {
   return ctx->scratch[slot];
 }
 
-static const char *coll_api_name(cohort__coll c) {
-  switch (c) {
-  case COHORT__COLL_ALLREDUCE:
-    return "cohort_allreduce";
-  case COHORT__COLL_BROADCAST:
-    return "cohort_broadcast";
-  case COHORT__COLL_ALLGATHER:
-    return "cohort_allgather";
-  case COHORT__COLL_REDUCE_SCATTER:
-    return "cohort_reduce_scatter";
-  default:
-    return "cohort_barrier";
-  }
-}
-
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a) {
-  const char *fn = coll_api_name(a->coll);
-  if (a->coll == COHORT__COLL_BARRIER) return COHORT_OK;
+  const char *fn = cohort__coll_api_name(a->coll);
+  unsigned f = cohort__coll_flags(a->coll);
+  if (!fn) return cohort__error(COHORT_ERR_INVALID, "unknown collective %d", (int)a->coll);
+  if (f & COHORT__CALL_NO_DATA) return COHORT_OK;
   if ((unsigned)a->dtype >= COHORT_DTYPE_COUNT)
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)a->dtype);
-  if ((a->coll == COHORT__COLL_ALLREDUCE || a->coll == COHORT__COLL_REDUCE_SCATTER) &&
-      (unsigned)a->op >= COHORT_OP_COUNT)
+  if ((f & COHORT__CALL_OP) && (unsigned)a->op >= COHORT_OP_COUNT)
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown op %d", fn, (int)a->op);
-  if (a->coll == COHORT__COLL_BROADCAST && (a->root < 0 || a->root >= ctx->size))
+  if ((f & COHORT__CALL_ROOT) && (a->root < 0 || a->root >= ctx->size))
     return cohort__error(COHORT_ERR_INVALID, "%s: root %d is not a rank of this %d-rank communicator", fn, a->root,
                          ctx->size);
   size_t es = cohort_dtype_size(a->dtype);
   size_t total = a->count;
-  if (a->coll == COHORT__COLL_ALLGATHER || a->coll == COHORT__COLL_REDUCE_SCATTER) total *= (size_t)ctx->size;
+  if (f & (COHORT__CALL_SEND_PER_RANK | COHORT__CALL_RECV_PER_RANK)) total *= (size_t)ctx->size;
   if (a->count > ((size_t)1 << 62) / es / (size_t)ctx->size)
     return cohort__error(COHORT_ERR_INVALID, "%s: count %zu is too large", fn, a->count);
   if (a->count > 0) {
     if (!a->recvbuf)
-      return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn,
-                           a->coll == COHORT__COLL_BROADCAST ? "buf" : "recvbuf");
-    if (!a->sendbuf && a->coll != COHORT__COLL_BROADCAST)
+      return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, f & COHORT__CALL_ONE_BUFFER ? "buf" : "recvbuf");
+    if (!a->sendbuf && !(f & COHORT__CALL_ONE_BUFFER))
       return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
   }
-  if (a->coll == COHORT__COLL_REDUCE_SCATTER && a->count && ctx->size > 1) {
+  /* Each rank's block of the send buffer is read while the result is written. */
+  if ((f & COHORT__CALL_SEND_PER_RANK) && a->count && ctx->size > 1) {
     const char *s = a->sendbuf, *r = a->recvbuf;
     if (r < s + total * es && s < r + a->count * es)
       return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf overlaps sendbuf (use separate buffers)", fn);
@@ -128,7 +111,8 @@ static cohort__algo choose(const cohort__coll_ctx *ctx, const cohort__coll_args 
 /* A 1-rank communicator: the result is the input (AVG of one value is the value). */
 static void run_alone(const cohort__coll_args *a) {
   size_t bytes = a->count * cohort_dtype_size(a->dtype);
-  if (a->coll != COHORT__COLL_BROADCAST && a->coll != COHORT__COLL_BARRIER && bytes && a->recvbuf != a->sendbuf)
+  unsigned f = cohort__coll_flags(a->coll);
+  if (!(f & (COHORT__CALL_ONE_BUFFER | COHORT__CALL_NO_DATA)) && bytes && a->recvbuf != a->sendbuf)
     memmove(a->recvbuf, a->sendbuf, bytes);
 }
 
@@ -145,16 +129,7 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   int hier = a->coll == COHORT__COLL_ALLREDUCE && ctx->across &&
              (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
   cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
-  cohort__call call = {.seq = seq,
-                       .coll = (uint8_t)a->coll,
-                       .dtype = (uint8_t)a->dtype,
-                       .op = (uint8_t)a->op,
-                       .algo = (uint8_t)algo,
-                       .root = a->root,
-                       .count = a->count};
-  if (a->coll == COHORT__COLL_BARRIER) call.dtype = call.op = 0, call.count = 0, call.root = 0;
-  if (a->coll == COHORT__COLL_BROADCAST || a->coll == COHORT__COLL_ALLGATHER) call.op = 0;
-  if (a->coll != COHORT__COLL_BROADCAST) call.root = -1;
+  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count);
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:

@@ -1,6 +1,7 @@
 /*
  * coll.h: collective algorithms, written against the transport interface (transport/transport.h) and knowing
- * nothing of sockets or training.
+ * nothing of sockets or training. The collectives and algorithms they are named by (cohort__coll, cohort__algo) are
+ * the call's vocabulary, in transport/call.h: frames carry them.
  *
  *   ring.c       bandwidth-optimal pipelined ring: allreduce (reduce-scatter + allgather), reduce-scatter, allgather
  *   rd.c         recursive doubling allreduce for small messages (any world size: extra ranks fold in and out)
@@ -22,18 +23,6 @@
 #include "cohort/cohort.h"
 #include "core/config.h"
 #include "transport/transport.h"
-
-typedef enum cohort__algo {
-  COHORT__ALGO_AUTO = 0,
-  COHORT__ALGO_RING = 1,
-  COHORT__ALGO_RD = 2,
-  COHORT__ALGO_HD = 3,
-  COHORT__ALGO_TREE = 4,
-  COHORT__ALGO_CHAIN = 5,
-  COHORT__ALGO_DISSEMINATION = 6,
-  COHORT__ALGO_HIER = 7,
-  COHORT__ALGO_DEVICE = 8, /* device buffers: one of the GPU paths (src/gpu/) */
-} cohort__algo;
 
 typedef struct cohort__coll_args {
   cohort__coll coll;

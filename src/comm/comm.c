@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/board.h"
 #include "comm/comm.h"
 #include "comm/heartbeat.h"
 #include "comm/launch_env.h"
-#include "comm/stall_board.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "transport/inproc.h"
 
 void *cohort__progress_main(void *arg); /* work.c */
 
@@ -115,7 +116,7 @@ void cohort_comm_destroy(cohort_comm *c) {
   if (c->transport) c->transport->ops->destroy(c->transport);
   if (c->store) cohort__store_close(c->store);
   cohort__store_server_stop(c->store_server);
-  cohort__stall_board_release(c->stall_board);
+  cohort__board_release(c->board);
   cohort__split_registry_release(c->hubs);
   free(c->place);
   free(c->parent_ranks);
@@ -158,7 +159,7 @@ int cohort_in_arena(const cohort_comm *c, const void *ptr, size_t bytes) {
 struct cohort_inproc_group {
   cohort__inproc_hub *hub;
   int size;
-  struct cohort__stall_board *stall_board;
+  struct cohort__board *board;         /* the notice board its communicators share (board.h) */
   struct cohort__split_registry *hubs; /* where the members of a split of the group meet (split.c) */
 };
 
@@ -168,14 +169,14 @@ cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
   cohort_inproc_group *g = calloc(1, sizeof *g);
   if (!g) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   g->size = size;
-  if (!(g->stall_board = cohort__stall_board_create(size)) || !(g->hubs = cohort__split_registry_create())) {
-    cohort__stall_board_release(g->stall_board);
+  if (!(g->board = cohort__board_create(size)) || !(g->hubs = cohort__split_registry_create())) {
+    cohort__board_release(g->board);
     free(g);
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   }
   cohort_status st = cohort__inproc_hub_create(size, &g->hub);
   if (st != COHORT_OK) {
-    cohort__stall_board_release(g->stall_board);
+    cohort__board_release(g->board);
     cohort__split_registry_release(g->hubs);
     free(g);
     return st;
@@ -187,7 +188,7 @@ cohort_status cohort_inproc_group_create(int size, cohort_inproc_group **out) {
 void cohort_inproc_group_destroy(cohort_inproc_group *g) {
   if (!g) return;
   cohort__inproc_hub_release(g->hub);
-  cohort__stall_board_release(g->stall_board);
+  cohort__board_release(g->board);
   cohort__split_registry_release(g->hubs);
   free(g);
 }
@@ -214,8 +215,8 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   if (st == COHORT_OK) st = cohort__comm_create(t, rank, g->size, cfg, &c);
   free(cfg);
   if (st != COHORT_OK) return fail_group(g, rank, st);
-  cohort__stall_board_retain(g->stall_board);
-  c->stall_board = g->stall_board;
+  cohort__board_retain(g->board);
+  c->board = g->board;
   cohort__split_registry_retain(g->hubs);
   c->hubs = g->hubs;
   st = cohort_barrier(c); /* returns once all ranks have joined */

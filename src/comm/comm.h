@@ -6,7 +6,7 @@
  * work runs on the communicator's progress thread. `busy` says that some thread is driving the transport; whoever
  * sets it owns the transport until it clears it.
  *
- * After a failure the communicator is dead: `failed` keeps the first status and message, and every later call
+ * After a failure the communicator is dead: `failure` keeps the first status and message, and every later call
  * returns them at once.
  */
 #ifndef COHORT_COMM_COMM_H
@@ -19,6 +19,7 @@
 #include "coll/coll.h"
 #include "comm/launch_env.h"
 #include "core/config.h"
+#include "core/failure.h"
 #include "gpu/gpu.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -52,8 +53,8 @@ struct cohort_comm {
   uint32_t seq;         /* number of the next collective; the same on every rank */
   cohort__store *store; /* the job's key space (a view owning the store connection); NULL for 1-rank and in-process */
   cohort__store_server *store_server;
-  pthread_mutex_t store_mu;                /* a store handle serves one thread at a time (e.g. the stall inspector) */
-  struct cohort__stall_board *stall_board; /* in-process groups: stands in for the store's stall keys (stall.c) */
+  pthread_mutex_t store_mu;    /* a store handle serves one thread at a time (the board's readers, abort notes) */
+  struct cohort__board *board; /* in-process groups: the notice board in memory, in place of the store (board.h) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -63,8 +64,7 @@ struct cohort_comm {
   int thread_started;
   pthread_t thread;
 
-  cohort_status failed;
-  char failure[COHORT__MESSAGE_MAX];
+  cohort__failure failure; /* under mu: the first failure, which every later call returns */
 
   /* Sub-communicators (split.c). */
   cohort__store_place *place;          /* NULL when there is no store (1-rank and in-process communicators) */
@@ -89,6 +89,15 @@ void cohort__split_registry_release(struct cohort__split_registry *reg);
 /* Makes the communicator around a connected transport (takes ownership of it) and starts the progress thread. */
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
                                   const cohort__config *config, cohort_comm **out);
+
+/* The job's store (job.c): opens it (serving it on rank 0 unless the launcher does or it is a file store), checks that
+ * a store rank 0 serves belongs to this job, and returns the job's key space in *store (a view under
+ * "cohort/<run id>/<generation>/" that owns the connection: the one place that names that prefix) and the server
+ * this rank runs (or NULL) in *server, both the caller's; place says where it is (for sub-communicators), where
+ * (where_len bytes) how messages name it. deadline bounds the wait for rank 0's word on whose store it is. */
+cohort_status cohort__job_open(const cohort__launch_env *env, const cohort__config *cfg, int64_t deadline,
+                               cohort__store **store, cohort__store_server **server, cohort__store_place *place,
+                               char *where, size_t where_len);
 
 /* Joins the job (rendezvous.c): opens the store (serving it on rank 0 unless the launcher does), chooses the
  * transport by COHORT_TRANSPORT and where the ranks are (shm on one host, tcp, or tcp+shm for several nodes of

@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "transport/transport.h"
+#include "transport/call.h"
 
 #define COHORT_HEARTBEAT_MAGIC 0x4348423150414745ull /* "CHB1PAGE" */
 #define COHORT_HEARTBEAT_PAGE_BYTES 4096
@@ -29,7 +29,7 @@ typedef struct cohort__heartbeat_page {
   _Atomic uint64_t started;   /* collectives started by this process (all its communicators) */
   _Atomic uint64_t completed; /* ... and completed (with success or not) */
   _Atomic uint64_t last_seq;  /* the number of the last collective started (its communicator's seq) */
-  _Atomic uint32_t last_kind; /* its kind (COHORT__COLL_* of transport/transport.h) */
+  _Atomic uint32_t last_kind; /* its kind (a cohort__coll of transport/call.h) */
   _Atomic int32_t last_rank;  /* the rank of its communicator */
 } cohort__heartbeat_page;
 

@@ -16,10 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/board.h"
 #include "comm/comm.h"
-#include "comm/stall_board.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "transport/inproc.h"
 #include "transport/shm.h"
 
 /* ---- the in-process registry ---- */
@@ -30,7 +31,7 @@ typedef struct split_entry {
   int color;
   int left; /* members still to take it */
   cohort__inproc_hub *hub;
-  struct cohort__stall_board *board;
+  struct cohort__board *board;
   struct cohort__split_registry *hubs; /* the new communicator's own registry, for its splits */
 } split_entry;
 
@@ -56,7 +57,7 @@ void cohort__split_registry_retain(struct cohort__split_registry *reg) {
 
 static void entry_free(split_entry *e) {
   cohort__inproc_hub_release(e->hub);
-  cohort__stall_board_release(e->board);
+  cohort__board_release(e->board);
   cohort__split_registry_release(e->hubs);
   free(e);
 }
@@ -76,11 +77,11 @@ void cohort__split_registry_release(struct cohort__split_registry *reg) {
   free(reg);
 }
 
-/* Joins split n's color: the first member to arrive makes its hub (and stall board, and registry), the last one to
+/* Joins split n's color: the first member to arrive makes its hub (and notice board, and registry), the last one to
  * join removes the entry. The transport is made under the registry's lock, so that the hub outlives the entry. The
  * caller gets references of its own to the board and the registry. */
 static cohort_status registry_join(struct cohort__split_registry *reg, uint32_t n, int color, int rank, int size,
-                                   double op_timeout_s, cohort__transport **t, struct cohort__stall_board **board,
+                                   double op_timeout_s, cohort__transport **t, struct cohort__board **board,
                                    struct cohort__split_registry **hubs) {
   cohort_status st = COHORT_OK;
   pthread_mutex_lock(&reg->mu);
@@ -91,7 +92,7 @@ static cohort_status registry_join(struct cohort__split_registry *reg, uint32_t 
   if (!e) {
     e = calloc(1, sizeof *e);
     if (!e || (st = cohort__inproc_hub_create(size, &e->hub)) != COHORT_OK ||
-        !(e->board = cohort__stall_board_create(size)) || !(e->hubs = cohort__split_registry_create())) {
+        !(e->board = cohort__board_create(size)) || !(e->hubs = cohort__split_registry_create())) {
       if (e) entry_free(e);
       pthread_mutex_unlock(&reg->mu);
       return st != COHORT_OK ? st : cohort__error(COHORT_ERR_SYSTEM, "out of memory");
@@ -103,7 +104,7 @@ static cohort_status registry_join(struct cohort__split_registry *reg, uint32_t 
   }
   st = cohort__inproc_create(e->hub, rank, op_timeout_s, t);
   if (st == COHORT_OK) {
-    cohort__stall_board_retain(e->board);
+    cohort__board_retain(e->board);
     cohort__split_registry_retain(e->hubs);
     *board = e->board, *hubs = e->hubs;
     if (--e->left == 0) {
@@ -169,7 +170,7 @@ static cohort_status make_sub(cohort_comm *c, uint32_t n, int color, int rank, i
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_place *place = NULL;
-  struct cohort__stall_board *board = NULL;
+  struct cohort__board *board = NULL;
   struct cohort__split_registry *hubs = NULL;
   char suffix[64];
   snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
@@ -202,11 +203,11 @@ static cohort_status make_sub(cohort_comm *c, uint32_t n, int color, int rank, i
   if (st != COHORT_OK) {
     if (store) cohort__store_close(store);
     free(place);
-    cohort__stall_board_release(board);
+    cohort__board_release(board);
     cohort__split_registry_release(hubs);
     return st;
   }
-  sub->store = store, sub->place = place, sub->stall_board = board, sub->hubs = hubs;
+  sub->store = store, sub->place = place, sub->board = board, sub->hubs = hubs;
   *out = sub;
   return COHORT_OK;
 }

@@ -15,13 +15,9 @@
 /* Runs one collective; the caller owns the transport (busy is set). */
 static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_t seq) {
   pthread_mutex_lock(&c->mu); /* cohort_comm_abort() may set it from another thread */
-  cohort_status failed = c->failed;
-  if (failed != COHORT_OK) {
-    cohort__error(failed, "%s", c->failure);
-    pthread_mutex_unlock(&c->mu);
-    return failed;
-  }
+  cohort_status failed = cohort__failure_raise(&c->failure);
   pthread_mutex_unlock(&c->mu);
+  if (failed != COHORT_OK) return failed;
   cohort__heartbeat_enter(c->rank, seq, (int)a->coll); /* the launcher's hang detection (COHORT_HEARTBEAT_S) */
   cohort_status st;
   if (a->on_device) {
@@ -47,10 +43,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     cohort__gpu_abort(c->gpu); /* nothing on the device waits any longer for the peers */
     cohort__comm_name_parent_ranks(c, message, sizeof message); /* after abort: peers name the ranks themselves */
     pthread_mutex_lock(&c->mu);
-    if (c->failed == COHORT_OK) {
-      c->failed = st;
-      snprintf(c->failure, sizeof c->failure, "%s", message);
-    }
+    cohort__failure_keep(&c->failure, st, "%s", message);
     pthread_mutex_unlock(&c->mu);
     cohort__error_set_text(message);
   }
@@ -99,10 +92,10 @@ static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stre
   COHORT_CHECK(cohort__gpu_classify(a, stream_call));
   a->stream_ordered = stream_call;
   pthread_mutex_lock(&c->mu);
-  if (c->failed != COHORT_OK) {
-    cohort_status st = cohort__error(c->failed, "%s", c->failure);
+  cohort_status failed = cohort__failure_raise(&c->failure);
+  if (failed != COHORT_OK) {
     pthread_mutex_unlock(&c->mu);
-    return st;
+    return failed;
   }
   if (!c->busy && !c->queue_head) { /* the fast path: nothing queued, run here */
     c->busy = 1;
@@ -192,11 +185,8 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
   char message[COHORT__MESSAGE_MAX];
   snprintf(message, sizeof message, "rank %d aborted the job: %s", c->rank, reason ? reason : "(no reason given)");
   pthread_mutex_lock(&c->mu);
-  if (c->failed == COHORT_OK) {
-    c->failed = COHORT_ERR_REMOTE;
-    snprintf(c->failure, sizeof c->failure, "%s", message);
-    cohort__comm_name_parent_ranks(c, c->failure, sizeof c->failure);
-  }
+  if (cohort__failure_keep(&c->failure, COHORT_ERR_REMOTE, "%s", message))
+    cohort__comm_name_parent_ranks(c, c->failure.message, sizeof c->failure.message);
   pthread_mutex_unlock(&c->mu);
   cohort__comm_leave_abort_note(c, COHORT_ERR_REMOTE, message);
   cohort__gpu_abort(c->gpu); /* NCCL's kernels stop waiting for the peers */

@@ -13,6 +13,27 @@
  * State of a step: `ready[i]` says parameter i's gradient is final; a bucket's `pending` counts its parameters not
  * yet ready; `next_launch` is the first bucket not yet started. Buckets start strictly in index order, so every
  * rank issues the same collectives in the same order. finish() ends the step and clears all of it.
+ *
+ * A step, and where each mode acts, in this order (every rank issues the same collectives in the same order):
+ *   prepare      1. uneven_inputs (join.c): one allreduce counts the ranks still training; first, so that a joined
+ *                   rank learns there whether anyone still trains (0: its shadowing ends) before anything else.
+ *                2. broadcast_buffers: rank 0's buffers.
+ *   mark_ready   3. sync off (no_sync, accumulation): nothing is tracked and nothing moves, here or in finish.
+ *                4. until the rebuild: the order in which gradients become ready is recorded.
+ *                5. overlap: each bucket whose gradients are all ready is launched, in bucket order.
+ *   finish       6. find_unused_params: gradients nobody produced are zeroed and marked ready (else: fail, naming
+ * them).
+ *                7. the reduction (reducer.c), one of two schedules fixed at creation: one collective over the whole
+ *                   arena on this thread when overlap is off and the hook is the plain average (ZeRO-1: a
+ *                   reduce-scatter, zero.c's cohort__ddp_zero_reduce, instead of the allreduce), else every bucket
+ *                   through the comm hook (compression is a hook) and its completion, in bucket order.
+ *                8. uneven_inputs: the world's average rescaled to the average over the ranks that trained.
+ *                9. statistics, step + 1 (trained_steps too, unless joining), and after the first synchronized step
+ *                   the rebuild of the buckets in rank 0's ready order (layout.c), unless the order is static.
+ *   after        ZeRO-1: the caller's cohort_ddp_zero_step steps this rank's shard and allgathers the parameters.
+ * The options are made consistent once, at creation (ddp.c): ZeRO-1 means overlap off, a static bucket order, and no
+ * hook, compression or uneven inputs; uneven inputs mean a static bucket order. cohort_ddp_join (join.c) runs whole
+ * steps (prepare, mark_ready in bucket order, finish) with zero gradients until the count of step 1 is 0.
  */
 #ifndef COHORT_DDP_INTERNAL_H
 #define COHORT_DDP_INTERNAL_H
@@ -20,6 +41,7 @@
 #include <stdint.h>
 
 #include "cohort/ddp.h"
+#include "core/failure.h"
 #include "ddp/stall.h"
 #include "ddp/timeline.h"
 
@@ -100,8 +122,7 @@ struct cohort_ddp {
   double *zero_sums;               /* LARS: sum(w^2), sum(g^2) of each parameter over all shards (2 per param) */
   float *zero_gathered;            /* every rank's (size * zero_shard floats, from cohort_alloc) */
 
-  cohort_status failed;
-  char failure[COHORT__DDP_MESSAGE_MAX];
+  cohort__failure failure; /* the first failure: every later call returns it */
 
   cohort_ddp_stats stats;
   int64_t span_begin_ns[COHORT_SPAN_COUNT];

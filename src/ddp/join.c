@@ -70,7 +70,7 @@ static cohort_status sync_from_longest(cohort_ddp *ddp, int *source) {
 
 int cohort_ddp_join(cohort_ddp *ddp) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_join: ddp is NULL"), -1;
-  if (ddp->failed != COHORT_OK) return cohort__error(ddp->failed, "%s", ddp->failure), -1;
+  if (ddp->failure.status != COHORT_OK) return cohort__failure_raise(&ddp->failure), -1;
   if (!ddp->opt.uneven_inputs)
     return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_join: the engine was made without uneven_inputs (set it in "
                                              "cohort_ddp_options on every rank)"),

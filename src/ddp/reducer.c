@@ -18,21 +18,18 @@
 static const char *const span_names[COHORT_SPAN_COUNT] = {"forward", "backward", "optimizer"};
 
 cohort_status cohort__ddp_fail(cohort_ddp *ddp, cohort_status status) {
-  if (ddp->failed == COHORT_OK) {
-    ddp->failed = status;
-    snprintf(ddp->failure, sizeof ddp->failure, "%s", cohort_last_error());
-  }
+  cohort__failure_keep(&ddp->failure, status, "%s", cohort_last_error());
   return status;
 }
 
-static cohort_status failed(const cohort_ddp *ddp) { return cohort__error(ddp->failed, "%s", ddp->failure); }
+static cohort_status failed(const cohort_ddp *ddp) { return cohort__failure_raise(&ddp->failure); }
 
 /* A failure only this rank knows about (a missing gradient, a bad call): the others are, or soon will be, waiting
  * in a collective for this rank, so abort the communicator to turn their wait into an error naming this rank. */
 static cohort_status fail_local(cohort_ddp *ddp, cohort_status status) {
   cohort__ddp_fail(ddp, status);
-  if (ddp->size > 1) cohort_comm_abort(ddp->comm, ddp->failure);
-  return cohort__error(status, "%s", ddp->failure);
+  if (ddp->size > 1) cohort_comm_abort(ddp->comm, ddp->failure.message);
+  return cohort__error(status, "%s", ddp->failure.message);
 }
 
 static void reset_step(cohort_ddp *ddp) {
@@ -74,7 +71,7 @@ void cohort_ddp_set_sync(cohort_ddp *ddp, int sync) {
 
 cohort_status cohort_ddp_prepare(cohort_ddp *ddp) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_prepare: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
   if (ddp->next_launch > 0 || ddp->first_ready_ns != 0)
     return fail_local(ddp, cohort__error(COHORT_ERR_INVALID, "cohort_ddp_prepare: the previous step has gradients "
                                                              "marked ready but was never finished (call "
@@ -100,7 +97,7 @@ cohort_status cohort_ddp_prepare(cohort_ddp *ddp) {
 
 cohort_status cohort_ddp_mark_ready(cohort_ddp *ddp, int i) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_mark_ready: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
   if (i < 0 || i >= ddp->num_params)
     return fail_local(ddp, cohort__error(COHORT_ERR_INVALID,
                                          "cohort_ddp_mark_ready: parameter %d is out of range "
@@ -179,10 +176,18 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   return COHORT_OK;
 }
 
-/* Without overlap and with the plain average: the buckets are one arena, so one blocking allreduce on this thread
- * averages them all (the alignment gaps between buckets are zero on every rank and stay zero). This is the fastest
- * schedule when no CPU is free to run the progress thread during backward. */
-static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
+/* The reduction of a step, one of two schedules (chosen by the options, fixed for the engine's life):
+ *
+ * reduce_arena: without overlap and with the plain average, the buckets are one arena, so one blocking collective on
+ * this thread averages them all (the alignment gaps between buckets are zero on every rank and stay zero): an
+ * allreduce, or under ZeRO-1 a reduce-scatter that leaves each rank the average of its shard (zero.c). This is the
+ * fastest schedule when no CPU is free to run the progress thread during backward.
+ *
+ * reduce_buckets: every bucket's reduction through the comm hook (started during backward with overlap, else here),
+ * waited for in bucket order, then completed by the hook (compression widens the bucket back there).
+ *
+ * Each returns the time the reductions ran in *comm_busy. */
+static cohort_status reduce_arena(cohort_ddp *ddp, int64_t *comm_busy) {
   int64_t start_ns = cohort__now_ns();
   for (int b = 0; b < ddp->num_buckets; b++)
     cohort__stall_progress(ddp->stall, ddp->step, b);
@@ -205,25 +210,14 @@ static cohort_status finish_fused(cohort_ddp *ddp, int64_t enter_ns) {
     cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, ddp->opt.zero_stage ? "reduce_scatter" : "allreduce",
                           start_ns, end_ns, -1, 0);
   ddp->next_launch = ddp->num_buckets;
-  cohort__ddp_rescale(ddp);
-  return end_step(ddp, enter_ns, end_ns - start_ns);
+  *comm_busy = end_ns - start_ns;
+  return COHORT_OK;
 }
 
-cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
-  if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
-  if (ddp->failed != COHORT_OK) return failed(ddp);
-  const int64_t enter_ns = cohort__now_ns();
-  cohort_ddp_span_end(ddp, COHORT_SPAN_BACKWARD);
-  if (!ddp->sync) {
-    reset_step(ddp);
-    return COHORT_OK;
-  }
-  COHORT_CHECK(settle_unused(ddp));
-  if (!ddp->overlap && ddp->hook_is_average) return finish_fused(ddp, enter_ns);
+static cohort_status reduce_buckets(cohort_ddp *ddp, int64_t *comm_busy) {
   cohort_status st = launch_ready(ddp);
   if (st != COHORT_OK) return st;
-
-  int64_t comm_busy = 0;
+  *comm_busy = 0;
   for (int b = 0; b < ddp->num_buckets; b++) {
     ddp_bucket *bk = &ddp->buckets[b];
     int64_t start_ns = bk->launch_ns, end_ns = bk->launch_ns;
@@ -250,8 +244,26 @@ cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
     if (ddp->timeline && end_ns > start_ns)
       cohort__timeline_span(ddp->timeline, COHORT__LANE_COMM, "allreduce", start_ns, end_ns, b,
                             (int64_t)(bk->view.count * sizeof(float)));
-    comm_busy += end_ns - start_ns;
+    *comm_busy += end_ns - start_ns;
   }
+  return COHORT_OK;
+}
+
+/* The end of a step, in the order of ddp_internal.h's "A step": accumulation, the gradients nobody produced, the
+ * reduction, uneven inputs' rescaling, then the statistics and the next step (with the rebuild after the first). */
+cohort_status cohort_ddp_finish(cohort_ddp *ddp) {
+  if (!ddp) return cohort__error(COHORT_ERR_INVALID, "cohort_ddp_finish: ddp is NULL");
+  if (ddp->failure.status != COHORT_OK) return failed(ddp);
+  const int64_t enter_ns = cohort__now_ns();
+  cohort_ddp_span_end(ddp, COHORT_SPAN_BACKWARD);
+  if (!ddp->sync) { /* accumulating (no_sync): nothing moves */
+    reset_step(ddp);
+    return COHORT_OK;
+  }
+  COHORT_CHECK(settle_unused(ddp));
+  int64_t comm_busy = 0;
+  const int one_collective = !ddp->overlap && ddp->hook_is_average;
+  COHORT_CHECK(one_collective ? reduce_arena(ddp, &comm_busy) : reduce_buckets(ddp, &comm_busy));
   cohort__ddp_rescale(ddp);
   return end_step(ddp, enter_ns, comm_busy);
 }

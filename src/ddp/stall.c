@@ -5,10 +5,10 @@
  * every min(stall_s / 4, 1 s), publishes this rank's progress when it changed, and, once the current wait is older
  * than stall_s, compares the other ranks' published progress with the bucket waited for and logs who is missing.
  *
- * Where progress is published: the job's key space in the store (key "stall/<rank>", value "<step> <bucket>") for
- * communicators made by cohort_init(); for in-process groups, which have no store, a board in memory shared by the
- * group's communicators (comm/stall_board.h). The publication lags by at most one wake-up period, so a rank that
- * submitted the bucket just before the check may still be named; the warning repeats, and the next one is right.
+ * Where progress is published: the communicator's notice board (comm/board.h), topic "stall", this rank's record
+ * {step, bucket} as "<step> <bucket>": in the job's key space in the store for communicators made by cohort_init(),
+ * in memory for in-process groups. The publication lags by at most one wake-up period, so a rank that submitted the
+ * bucket just before the check may still be named; the warning repeats, and the next one is right.
  */
 #include "ddp/stall.h"
 
@@ -20,8 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm.h"
-#include "comm/stall_board.h"
+#include "comm/board.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -63,9 +62,8 @@ typedef struct stall_seen {
   int bucket;
 } stall_seen;
 
-static void stall_key(int rank, char *key, size_t len) {
-  snprintf(key, len, "stall/%d", rank); /* in the job's key space: the communicator's store is a view of it */
-}
+/* The board's topic, and the record this rank publishes there. */
+#define STALL_TOPIC "stall"
 
 /* A store failure is logged once: the inspector is advisory and must not drown the log. */
 static void stall_store_failed(cohort__stall *s, const char *what) {
@@ -78,25 +76,12 @@ static void stall_store_failed(cohort__stall *s, const char *what) {
 static void stall_publish(cohort__stall *s, int64_t step, int bucket) {
   if (bucket < 0) return;
   if (s->published && s->published_step == step && s->published_bucket == bucket) return;
-  cohort_comm *c = s->comm;
-  if (c->stall_board) {
-    struct cohort__stall_board *b = c->stall_board;
-    pthread_mutex_lock(&b->mu);
-    if (c->rank < b->size) b->slot[c->rank] = (cohort__stall_slot){.step = step, .bucket = bucket, .set = 1};
-    pthread_mutex_unlock(&b->mu);
-  } else if (c->store) {
-    char key[COHORT_STORE_KEY_MAX], value[48];
-    stall_key(c->rank, key, sizeof key);
-    int n = snprintf(value, sizeof value, "%" PRId64 " %d", step, bucket);
-    pthread_mutex_lock(&c->store_mu);
-    cohort_status st = cohort__store_set(c->store, key, value, (size_t)n);
-    pthread_mutex_unlock(&c->store_mu);
-    if (st != COHORT_OK) {
-      stall_store_failed(s, "publish");
-      return; /* not marked published: tried again at the next wake-up */
-    }
-  } else {
-    return;
+  if (!cohort__board_available(s->comm)) return;
+  char value[48];
+  snprintf(value, sizeof value, "%" PRId64 " %d", step, bucket);
+  if (cohort__board_publish(s->comm, STALL_TOPIC, value) != COHORT_OK) {
+    stall_store_failed(s, "publish");
+    return; /* not marked published: tried again at the next wake-up */
   }
   s->published = 1;
   s->published_step = step;
@@ -106,40 +91,21 @@ static void stall_publish(cohort__stall *s, int64_t step, int bucket) {
 /* Fills seen[0..size) with every rank's last published progress. Returns 0 when there is nowhere to read it. */
 static int stall_read_all(cohort__stall *s, stall_seen *seen) {
   cohort_comm *c = s->comm;
-  if (c->stall_board) {
-    struct cohort__stall_board *b = c->stall_board;
-    pthread_mutex_lock(&b->mu);
-    for (int r = 0; r < c->size; r++)
-      seen[r] = r < b->size && b->slot[r].set
-                    ? (stall_seen){.known = 1, .step = b->slot[r].step, .bucket = b->slot[r].bucket}
-                    : (stall_seen){0};
-    pthread_mutex_unlock(&b->mu);
-    return 1;
-  }
-  if (!c->store) return 0;
-  for (int r = 0; r < c->size; r++) {
+  if (!cohort__board_available(c)) return 0;
+  int size = cohort_size(c), me = cohort_rank(c);
+  for (int r = 0; r < size; r++) {
     seen[r] = (stall_seen){0};
-    if (r == c->rank) continue;
-    char key[COHORT_STORE_KEY_MAX];
-    stall_key(r, key, sizeof key);
-    int exists = 0;
-    void *value = NULL;
-    size_t len = 0;
-    pthread_mutex_lock(&c->store_mu);
-    cohort_status st = cohort__store_check(c->store, key, &exists);
-    /* The key exists, so this returns at once; the timeout only bounds a store that stops answering. */
-    if (st == COHORT_OK && exists) st = cohort__store_get(c->store, key, 1.0, &value, &len);
-    pthread_mutex_unlock(&c->store_mu);
-    if (st != COHORT_OK) {
+    if (r == me) continue;
+    char value[COHORT__BOARD_VALUE_MAX];
+    int found = 0;
+    if (cohort__board_read(c, STALL_TOPIC, r, value, sizeof value, &found) != COHORT_OK) {
       stall_store_failed(s, "read");
-      free(value);
       return 0;
     }
     long long step;
     int bucket;
-    if (value && sscanf(value, "%lld %d", &step, &bucket) == 2)
+    if (found && sscanf(value, "%lld %d", &step, &bucket) == 2)
       seen[r] = (stall_seen){.known = 1, .step = step, .bucket = bucket};
-    free(value);
   }
   return 1;
 }
@@ -155,16 +121,17 @@ static void stall_warn(cohort__stall *s, int64_t step, int bucket, int64_t waite
   char list[1100];
   size_t len = 0;
   list[0] = '\0';
-  stall_seen *seen = calloc((size_t)c->size, sizeof *seen);
+  int size = cohort_size(c), me = cohort_rank(c);
+  stall_seen *seen = calloc((size_t)size, sizeof *seen);
   if (!seen || !stall_read_all(s, seen)) {
     snprintf(list, sizeof list, "unknown (%s)",
-             !seen      ? "out of memory"
-             : c->store ? "the store could not be read"
-                        : "no store to compare progress with");
+             !seen                        ? "out of memory"
+             : cohort__board_available(c) ? "the store could not be read"
+                                          : "no store to compare progress with");
   } else {
     int named = 0, more = 0;
-    for (int r = 0; r < c->size; r++) {
-      if (r == c->rank || !stall_is_missing(&seen[r], step, bucket)) continue;
+    for (int r = 0; r < size; r++) {
+      if (r == me || !stall_is_missing(&seen[r], step, bucket)) continue;
       if (named == STALL_NAMED_MAX) {
         more++;
         continue;
@@ -231,7 +198,7 @@ static void *stall_main(void *arg) {
 cohort_status cohort__stall_create(cohort_comm *comm, double stall_s, cohort__stall **out) {
   if (!comm || !out) return cohort__error(COHORT_ERR_INVALID, "cohort__stall_create: comm and out must be given");
   *out = NULL;
-  if (!(stall_s > 0) || comm->size <= 1) return COHORT_OK; /* off; one rank can never miss another */
+  if (!(stall_s > 0) || cohort_size(comm) <= 1) return COHORT_OK; /* off; one rank can never miss another */
   if (stall_s > 1e6)
     return cohort__error(COHORT_ERR_INVALID, "stall inspector: %g s is beyond the 1e6 s the inspector accepts",
                          stall_s);

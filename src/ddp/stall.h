@@ -6,9 +6,9 @@
  * It warns again every COHORT_STALL_S while the wait lasts; it never aborts anything (the op timeout does that).
  *
  * How ranks learn about each other: each rank's watchdog thread publishes this rank's progress (step, bucket
- * submitted) to the job's key space in the store, under "stall/<rank>", at most every stall_s / 4 seconds and only
- * when it changed; a stalled rank reads every other rank's key. So the store sees a handful of small writes per
- * minute, not one per bucket. In-process communicators (no store) share a progress table in memory instead.
+ * submitted) on the communicator's notice board (comm/board.h: the job's key space in the store, "stall/<rank>", or
+ * an in-process group's board in memory), at most every stall_s / 4 seconds and only when it changed; a stalled rank
+ * reads every other rank's. So the store sees a handful of small writes per minute, not one per bucket.
  *
  * Thread-safety: progress/wait_begin/wait_end are called from the training thread and are cheap (a mutex, no I/O);
  * the store traffic happens on the inspector's own thread.

@@ -105,7 +105,7 @@ cohort_status cohort_ddp_zero_attach(cohort_ddp *ddp, cohort_optim *optim) {
 
 static cohort_status check_attached(cohort_ddp *ddp, const char *who) {
   if (!ddp) return cohort__error(COHORT_ERR_INVALID, "%s: ddp is NULL", who);
-  if (ddp->failed != COHORT_OK) return cohort__error(ddp->failed, "%s", ddp->failure);
+  if (ddp->failure.status != COHORT_OK) return cohort__failure_raise(&ddp->failure);
   if (!ddp->zero_optim)
     return cohort__error(COHORT_ERR_INVALID, "%s: no optimizer is attached (cohort_ddp_zero_attach)", who);
   return COHORT_OK;

@@ -56,7 +56,7 @@ typedef struct cohort__cuda_host {
 
 /* One device collective. Counts as in cohort.h (per rank for allgather and reduce_scatter). */
 typedef struct cohort__cuda_call {
-  int coll; /* cohort__coll (transport/transport.h): allreduce, broadcast, allgather, reduce_scatter */
+  int coll; /* cohort__coll (transport/call.h): allreduce, broadcast, allgather, reduce_scatter */
   const void *sendbuf;
   void *recvbuf;
   size_t count;

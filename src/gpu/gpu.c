@@ -14,7 +14,6 @@
 #include "gpu/cuda_plugin.h"
 #include "transport/frame.h"
 
-_Static_assert(COHORT__ALGO_DEVICE == COHORT__FRAME_ALGO_DEVICE, "frame.c lets the device control frames through");
 _Static_assert(sizeof(cohort__cuda_rank_info) <= COHORT__FRAME_CONTROL_MAX, "a rank's description fits a frame");
 
 struct cohort__gpu {
@@ -106,26 +105,11 @@ static int driver_says_device(const void *ptr) {
   return type == 2 && !managed;
 }
 
-static const char *coll_fn(const cohort__coll_args *a) {
-  switch (a->coll) {
-  case COHORT__COLL_ALLREDUCE:
-    return "cohort_allreduce";
-  case COHORT__COLL_BROADCAST:
-    return "cohort_broadcast";
-  case COHORT__COLL_ALLGATHER:
-    return "cohort_allgather";
-  case COHORT__COLL_REDUCE_SCATTER:
-    return "cohort_reduce_scatter";
-  default:
-    return "cohort_barrier";
-  }
-}
-
 cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
   a->on_device = 0;
   a->device = -1;
-  if (a->coll == COHORT__COLL_BARRIER) return COHORT_OK;
-  const char *fn = coll_fn(a);
+  if (cohort__coll_flags(a->coll) & COHORT__CALL_NO_DATA) return COHORT_OK;
+  const char *fn = cohort__coll_api_name(a->coll);
   if (!cuda_in_process()) {
     if (stream_call)
       return cohort__error(COHORT_ERR_INVALID,
@@ -344,14 +328,7 @@ static cohort_status staged(cohort__gpu *g, cohort__coll_ctx *coll, const cohort
 
 cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__coll_ctx *coll, const cohort__config *cfg,
                               const cohort__coll_args *a, uint32_t seq) {
-  cohort__call call = {
-      .seq = seq,
-      .coll = (uint8_t)a->coll,
-      .dtype = (uint8_t)a->dtype,
-      .op = (uint8_t)(a->coll == COHORT__COLL_ALLREDUCE || a->coll == COHORT__COLL_REDUCE_SCATTER ? a->op : 0),
-      .algo = COHORT__ALGO_DEVICE,
-      .root = a->coll == COHORT__COLL_BROADCAST ? a->root : -1,
-      .count = a->count};
+  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, COHORT__ALGO_DEVICE, a->root, a->count);
   t->ops->set_call(t, &call);
   if (!*gp) COHORT_CHECK(setup(gp, t, cfg, a->device));
   cohort__gpu *g = *gp;
@@ -359,7 +336,7 @@ cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__co
     return cohort__error(COHORT_ERR_INVALID,
                          "%s: the buffers are on device %d, but this communicator's device collectives run on device "
                          "%d (its first one chose it)",
-                         coll_fn(a), a->device, g->device);
+                         cohort__coll_api_name(a->coll), a->device, g->device);
   if (g->path == COHORT__CUDA_PATH_STAGED) return staged(g, coll, a, seq);
   cohort__cuda_call dc = {.coll = (int)a->coll,
                           .sendbuf = a->coll == COHORT__COLL_BROADCAST ? a->recvbuf : a->sendbuf,

@@ -3,7 +3,9 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 static cohort_status check_key(const cohort__store *store, const char *key, const char *call) {
@@ -96,4 +98,32 @@ cohort_status cohort__store_add(cohort__store *store, const char *key, int64_t d
 cohort_status cohort__store_delete(cohort__store *store, const char *key) {
   COHORT_CHECK(check_key(store, key, "store delete"));
   return store->ops->del(store, key);
+}
+
+cohort_status cohort__store_count_in(cohort__store *store, const char *key, int64_t count, int64_t deadline_ns,
+                                     cohort_status (*check)(void *arg), void *arg, int64_t *joined) {
+  int64_t n = 0;
+  cohort_status st = cohort__store_add(store, key, 1, &n);
+  while (st == COHORT_OK && n < count) {
+    if (check && (st = check(arg)) != COHORT_OK) break;
+    if (cohort__now_ns() > deadline_ns) {
+      st = cohort__error(COHORT_ERR_TIMEOUT, "only %lld of %lld ranks counted in under '%s' in time", (long long)n,
+                         (long long)count, key);
+      break;
+    }
+    usleep(1000);
+    st = cohort__store_add(store, key, 0, &n);
+  }
+  if (joined) *joined = n;
+  return st;
+}
+
+cohort_status cohort__store_await(cohort__store *store, const char *key, int64_t deadline_ns,
+                                  cohort_status (*check)(void *arg), void *arg, void **value, size_t *len) {
+  for (;;) {
+    double left = (double)(deadline_ns - cohort__now_ns()) * 1e-9;
+    cohort_status st = cohort__store_get(store, key, left > 0.05 ? 0.05 : left > 0 ? left : 0.001, value, len);
+    if (st != COHORT_ERR_TIMEOUT || left <= 0) return st;
+    if (check) COHORT_CHECK(check(arg));
+  }
 }

@@ -41,6 +41,18 @@ cohort_status cohort__store_add(cohort__store *store, const char *key, int64_t d
 /* Removes key; removing a missing key is not an error. */
 cohort_status cohort__store_delete(cohort__store *store, const char *key);
 
+/* GETs key as cohort__store_get does, waiting until it exists or deadline_ns (cohort__now_ns()) passes
+ * (COHORT_ERR_TIMEOUT), in waits of at most 50 ms between which check(arg) (NULL: none) may end the wait with the
+ * failure it returns (the rank that should publish key runs something else, say). */
+cohort_status cohort__store_await(cohort__store *store, const char *key, int64_t deadline_ns,
+                                  cohort_status (*check)(void *arg), void *arg, void **value, size_t *len);
+/* The store as a barrier: counts this rank in under the counter key (adds 1), then waits until count ranks have,
+ * reading the counter every millisecond. While it waits, check(arg) (NULL: none) may end the wait with the failure
+ * it returns (a peer that reported one, say); past deadline_ns (cohort__now_ns()) the wait ends with
+ * COHORT_ERR_TIMEOUT, and *joined (NULL: not wanted) says how many ranks had counted in, for the caller's message. */
+cohort_status cohort__store_count_in(cohort__store *store, const char *key, int64_t count, int64_t deadline_ns,
+                                     cohort_status (*check)(void *arg), void *arg, int64_t *joined);
+
 /* A view of inner in which every key is prefix + key (Gloo's PrefixStore): a part of the setup gets a key space of
  * its own without knowing the job's key names. Closing the view leaves inner open; inner must outlive the view, and
  * the view shares inner's thread (one thread at a time for both). */

@@ -37,7 +37,7 @@ cohort_status cohort__frame_check_size(const cohort__frame *hdr, int peer, char 
    * it, so that a corrupt header cannot make a rank reserve 2^40 bytes for an early frame. */
   size_t es = cohort_dtype_size((cohort_dtype)hdr->dtype);
   /* The device paths' control frames (descriptors, outcomes: src/gpu, src/cuda) are small and of any size. */
-  if (hdr->algo == COHORT__FRAME_ALGO_DEVICE && es != 0 && hdr->bytes <= COHORT__FRAME_CONTROL_MAX) return COHORT_OK;
+  if (hdr->algo == COHORT__ALGO_DEVICE && es != 0 && hdr->bytes <= COHORT__FRAME_CONTROL_MAX) return COHORT_OK;
   if (es == 0 || hdr->bytes / es > hdr->count || hdr->bytes % es != 0) {
     snprintf(msg, len, "malformed frame from rank %d: %llu bytes for a call of %llu elements of dtype %u", peer,
              (unsigned long long)hdr->bytes, (unsigned long long)hdr->count, hdr->dtype);

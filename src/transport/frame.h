@@ -21,10 +21,13 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "core/failure.h"
 #include "transport/transport.h"
 
 #define COHORT__FRAME_MAGIC 0x54524843u /* "CHRT" */
 #define COHORT__ABORT_TEXT_MAX 1024
+_Static_assert(COHORT__FAILURE_TEXT_MAX == COHORT__ABORT_TEXT_MAX,
+               "a transport's kept failure (core/failure.h) is what its ABORT frames and abort slot carry");
 
 /* The message of a failure heard of from peer P: text + " (reported by rank P)". A text that already has that
  * suffix came through another relay; it keeps the first one, the rank that saw the failure, and gets no second. */
@@ -37,9 +40,8 @@ static inline void cohort__relayed_failure(char *out, size_t len, const char *te
 
 enum { COHORT__FRAME_DATA = 1, COHORT__FRAME_ABORT = 2 };
 
-/* Frames of the device collectives' control plane (algorithm 8, "device": src/coll/coll.h's COHORT__ALGO_DEVICE) may
- * carry up to this many bytes whatever the call's count and dtype. */
-#define COHORT__FRAME_ALGO_DEVICE 8
+/* Frames of the device collectives' control plane (algorithm COHORT__ALGO_DEVICE) may carry up to this many bytes
+ * whatever the call's count and dtype. */
 #define COHORT__FRAME_CONTROL_MAX 4096
 
 typedef struct cohort__frame {
@@ -91,11 +93,6 @@ cohort_status cohort__frame_check_size(const cohort__frame *hdr, int peer, char 
  * agree for the frame sizes to match). */
 cohort_status cohort__frame_match(const cohort__call *mine, int my_rank, int peer, const cohort__frame *hdr,
                                   size_t expect_bytes, const char *size_hint, char *msg, size_t len);
-
-static inline int cohort__call_equal(const cohort__call *a, const cohort__call *b) {
-  return a->seq == b->seq && a->coll == b->coll && a->dtype == b->dtype && a->op == b->op && a->algo == b->algo &&
-         a->root == b->root && a->count == b->count;
-}
 
 /* ---- links ---- */
 

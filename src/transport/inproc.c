@@ -19,8 +19,9 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/failure.h"
 #include "transport/frame.h"
-#include "transport/transport.h"
+#include "transport/inproc.h"
 
 typedef struct queue {
   cohort__req *head, *tail;
@@ -30,12 +31,11 @@ struct cohort__inproc_hub {
   int size;
   atomic_int refs;
   pthread_mutex_t mu;
-  pthread_cond_t *cv;    /* one per rank */
-  queue *sends;          /* [src * size + dst] unmatched sends */
-  queue *recvs;          /* [src * size + dst] unmatched receives, posted by dst */
-  unsigned char *joined; /* [rank]: a transport was made for it (a rank may join once) */
-  cohort_status status;
-  char message[COHORT__ABORT_TEXT_MAX];
+  pthread_cond_t *cv;      /* one per rank */
+  queue *sends;            /* [src * size + dst] unmatched sends */
+  queue *recvs;            /* [src * size + dst] unmatched receives, posted by dst */
+  unsigned char *joined;   /* [rank]: a transport was made for it (a rank may join once) */
+  cohort__failure failure; /* the hub's first failure: every member's */
 };
 
 typedef struct inproc_transport {
@@ -65,16 +65,13 @@ static cohort__req *pop(queue *q) {
 
 /* Fails the hub (caller holds mu) and wakes everyone. */
 static cohort_status hub_fail(cohort__inproc_hub *hub, cohort_status status, const char *fmt, ...) {
-  if (hub->status == COHORT_OK) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(hub->message, sizeof hub->message, fmt, ap);
-    va_end(ap);
-    hub->status = status;
-    for (int r = 0; r < hub->size; r++)
-      pthread_cond_broadcast(&hub->cv[r]);
-  }
-  return cohort__error(hub->status, "%s", hub->message);
+  va_list ap;
+  va_start(ap, fmt);
+  int first = cohort__failure_vkeep(&hub->failure, status, fmt, ap);
+  va_end(ap);
+  for (int r = 0; first && r < hub->size; r++)
+    pthread_cond_broadcast(&hub->cv[r]);
+  return cohort__failure_raise(&hub->failure);
 }
 
 /* Copies send into recv if their calls agree (caller holds mu). */
@@ -108,10 +105,8 @@ static cohort_status inproc_isend(cohort__transport *base, int peer, const void 
   int me = base->rank;
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
   pthread_mutex_lock(&hub->mu);
-  cohort_status st = hub->status;
-  if (st != COHORT_OK) {
-    st = cohort__error(st, "%s", hub->message);
-  } else {
+  cohort_status st = cohort__failure_raise(&hub->failure);
+  if (st == COHORT_OK) {
     cohort__req *recv = pop(&hub->recvs[me * hub->size + peer]);
     if (recv)
       st = match(hub, req, me, recv, peer);
@@ -128,10 +123,8 @@ static cohort_status inproc_irecv(cohort__transport *base, int peer, void *buf, 
   int me = base->rank;
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
   pthread_mutex_lock(&hub->mu);
-  cohort_status st = hub->status;
-  if (st != COHORT_OK) {
-    st = cohort__error(st, "%s", hub->message);
-  } else {
+  cohort_status st = cohort__failure_raise(&hub->failure);
+  if (st == COHORT_OK) {
     cohort__req *send = pop(&hub->sends[peer * hub->size + me]);
     if (send)
       st = match(hub, send, peer, req, me);
@@ -158,7 +151,7 @@ static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
   deadline.tv_sec += (time_t)t->op_timeout_s;
   cohort_status st = COHORT_OK;
   pthread_mutex_lock(&hub->mu);
-  while (hub->status == COHORT_OK && !(req ? req->complete : all_done(hub, me))) {
+  while (hub->failure.status == COHORT_OK && !(req ? req->complete : all_done(hub, me))) {
     if (pthread_cond_timedwait(&hub->cv[me], &hub->mu, &deadline) == ETIMEDOUT) {
       char call[256];
       cohort__call_describe(&t->call, call, sizeof call);
@@ -170,7 +163,7 @@ static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
   /* What completed did complete: a failure that came after (another call of faster ranks, say) is reported by this
    * rank's next call, not by one that already finished. */
   int done = req ? req->complete : all_done(hub, me);
-  if (!done && hub->status != COHORT_OK) st = cohort__error(hub->status, "%s", hub->message);
+  if (!done && hub->failure.status != COHORT_OK) st = cohort__failure_raise(&hub->failure);
   pthread_mutex_unlock(&hub->mu);
   return st;
 }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "transport/layered.h"
 #include "transport/shm.h"
+#include "transport/tcp.h"
 #include "transport/view.h"
 
 typedef struct layered {

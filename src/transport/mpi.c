@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/failure.h"
 #include "core/log.h"
 #include "transport/frame.h"
 
@@ -63,13 +64,8 @@ typedef struct mpi_transport {
   double op_timeout_s;
   op *head, *tail; /* in posting order */
   int pending;
-  cohort_status status;
-  char message[COHORT__ABORT_TEXT_MAX];
-  /* interrupt(): any thread asks, the driving thread fails */
-  atomic_flag abort_claimed;
-  atomic_int abort_requested;
-  cohort_status requested_status;
-  char requested_message[COHORT__ABORT_TEXT_MAX];
+  cohort__failure failure;           /* the first failure, final */
+  cohort__failure_request interrupt; /* interrupt(): any thread asks, the driving thread fails */
   /* the ABORT messages this rank sent: they must stay alive until MPI is done with them */
   char *abort_out;
   MPI_Request *abort_reqs;
@@ -136,26 +132,23 @@ static void send_aborts(mpi_transport *t);
 static cohort_status fail(mpi_transport *t, cohort_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static cohort_status fail(mpi_transport *t, cohort_status status, const char *fmt, ...) {
-  if (t->status == COHORT_OK) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->message, sizeof t->message, fmt, ap);
-    va_end(ap);
-    t->status = status;
-    send_aborts(t);
-  }
-  return cohort__error(t->status, "%s", t->message);
+  va_list ap;
+  va_start(ap, fmt);
+  int first = cohort__failure_vkeep(&t->failure, status, fmt, ap);
+  va_end(ap);
+  if (first) send_aborts(t);
+  return cohort__failure_raise(&t->failure);
 }
 
 /* An ABORT is [int32 status][text]; a peer that already failed sends none back (its own failure came first). */
 static void send_aborts(mpi_transport *t) {
-  const int n = t->base.size, len = 4 + (int)strlen(t->message) + 1;
+  const int n = t->base.size, len = 4 + (int)strlen(t->failure.message) + 1;
   t->abort_out = malloc((size_t)len);
   t->abort_reqs = calloc((size_t)n, sizeof *t->abort_reqs);
   if (!t->abort_out || !t->abort_reqs) return;
-  int32_t code = (int32_t)t->status;
+  int32_t code = (int32_t)t->failure.status;
   memcpy(t->abort_out, &code, 4);
-  memcpy(t->abort_out + 4, t->message, (size_t)len - 4);
+  memcpy(t->abort_out + 4, t->failure.message, (size_t)len - 4);
   for (int p = 0; p < n; p++) {
     t->abort_reqs[p] = MPI_REQUEST_NULL;
     if (p != t->base.rank) MPI_Isend(t->abort_out, len, MPI_BYTE, p, TAG_ABORT, t->comm, &t->abort_reqs[p]);
@@ -230,7 +223,7 @@ static void mpi_set_call(cohort__transport *base, const cohort__call *call) { ((
 
 static cohort_status mpi_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
   mpi_transport *t = (mpi_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
   op *o = new_op(t, req, 1 + pieces(bytes));
   if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a send to rank %d", peer);
@@ -243,7 +236,7 @@ static cohort_status mpi_isend(cohort__transport *base, int peer, const void *bu
 
 static cohort_status mpi_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
   mpi_transport *t = (mpi_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
   op *o = new_op(t, req, 1 + pieces(bytes));
   if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a receive from rank %d", peer);
@@ -327,8 +320,8 @@ static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
   const int64_t timeout_ns = (int64_t)(t->op_timeout_s * 1e9);
   for (;;) {
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
-    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
+    if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+    if (cohort__failure_requested(&t->interrupt)) return fail(t, t->interrupt.status, "%s", t->interrupt.message);
     int progressed = 0;
     COHORT_CHECK(progress_once(t, &progressed));
     COHORT_CHECK(check_aborts(t));
@@ -360,10 +353,7 @@ static void mpi_abort(cohort__transport *base, cohort_status status, const char 
 
 static void mpi_interrupt(cohort__transport *base, cohort_status status, const char *message) {
   mpi_transport *t = (mpi_transport *)base;
-  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
-  t->requested_status = status;
-  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
-  atomic_store(&t->abort_requested, 1);
+  cohort__failure_request_make(&t->interrupt, status, message);
 }
 
 static void mpi_destroy(cohort__transport *base) {
@@ -418,7 +408,7 @@ cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort
   t->base = (cohort__transport){.ops = &mpi_ops, .rank = rank, .size = size};
   t->op_timeout_s = op_timeout_s;
   t->comm = MPI_COMM_NULL;
-  atomic_flag_clear(&t->abort_claimed);
+  cohort__failure_request_init(&t->interrupt);
   if (MPI_Comm_dup(MPI_COMM_WORLD, &t->comm) != MPI_SUCCESS) {
     free(t);
     return cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Comm_dup failed");

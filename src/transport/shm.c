@@ -89,22 +89,21 @@ static void wake(seg_hdr *s) {
 /* Fails the transport once (later failures keep the first message, the root cause) and tells every peer through
  * the abort slot of our segment. */
 cohort_status cohort__shm_fail(shm_transport *t, cohort_status status, const char *fmt, ...) {
-  if (t->status == COHORT_OK) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->message, sizeof t->message, fmt, ap);
-    va_end(ap);
-    t->status = status;
-    COHORT_LOG_INFO("transport failed: %s", t->message);
+  va_list ap;
+  va_start(ap, fmt);
+  int first = cohort__failure_vkeep(&t->failure, status, fmt, ap);
+  va_end(ap);
+  if (first) {
+    COHORT_LOG_INFO("transport failed: %s", t->failure.message);
     if (t->me) {
       t->me->abort_status = (int32_t)status;
-      memcpy(t->me->abort_text, t->message, sizeof t->me->abort_text);
+      memcpy(t->me->abort_text, t->failure.message, sizeof t->me->abort_text);
       atomic_store_explicit(&t->me->aborted, 1, memory_order_release);
       for (int p = 0; p < t->base.size; p++)
         if (p != t->base.rank && t->peers[p].seg) wake(t->peers[p].seg);
     }
   }
-  return cohort__error(t->status, "%s", t->message);
+  return cohort__failure_raise(&t->failure);
 }
 
 /* A peer's abort slot, if it has written one: its status and message become ours. */
@@ -353,8 +352,9 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
       if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
       cpu_relax();
     }
-    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+    if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+    if (cohort__failure_requested(&t->interrupt))
+      return cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
     COHORT_CHECK(check_peer_aborts(t));
     int64_t now = cohort__now_ns();
     if (now >= next_check) {
@@ -389,7 +389,7 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
     atomic_store_explicit(&t->me->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     uint32_t seen = atomic_load(&t->me->futex);
-    if (atomic_load_explicit(flag, memory_order_acquire) < want && !atomic_load(&t->abort_requested)) {
+    if (atomic_load_explicit(flag, memory_order_acquire) < want && !cohort__failure_requested(&t->interrupt)) {
       struct timespec ts = {.tv_sec = 0, .tv_nsec = SLEEP_NS};
       futex(&t->me->futex, FUTEX_WAIT, seen, &ts);
     }
@@ -403,8 +403,9 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
   for (;;) {
     /* What completed did complete; a failure read after it belongs to a later call (as in tcp.c). */
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
-    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+    if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+    if (cohort__failure_requested(&t->interrupt))
+      return cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
     int progressed = 0;
     COHORT_CHECK(progress_once(t, &progressed));
     if (progressed) {
@@ -438,7 +439,7 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
     atomic_thread_fence(memory_order_seq_cst);
     uint32_t seen = atomic_load(&t->me->futex);
     cohort_status st = progress_once(t, &progressed);
-    if (st == COHORT_OK && !progressed && !atomic_load(&t->abort_requested)) {
+    if (st == COHORT_OK && !progressed && !cohort__failure_requested(&t->interrupt)) {
       struct timespec ts = {.tv_sec = 0, .tv_nsec = SLEEP_NS};
       futex(&t->me->futex, FUTEX_WAIT, seen, &ts);
     }
@@ -452,8 +453,9 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
  * the GPU while their peers' kernels may wait on them). */
 static cohort_status shm_poll(cohort__transport *base) {
   shm_transport *t = (shm_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-  if (atomic_load(&t->abort_requested)) return cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+  if (cohort__failure_requested(&t->interrupt))
+    return cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
   COHORT_CHECK(check_peer_aborts(t));
   int again = 0;
   COHORT_CHECK(check_liveness(t, &again));
@@ -480,7 +482,7 @@ static cohort_status check_peer(shm_transport *t, int p) {
 
 static cohort_status shm_isend(cohort__transport *base, int p, const void *buf, size_t bytes, cohort__req *req) {
   shm_transport *t = (shm_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = p, .is_send = 1, .call = t->call};
@@ -490,7 +492,7 @@ static cohort_status shm_isend(cohort__transport *base, int p, const void *buf, 
 
 static cohort_status shm_irecv(cohort__transport *base, int p, void *buf, size_t bytes, cohort__req *req) {
   shm_transport *t = (shm_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   COHORT_CHECK(check_peer(t, p));
   peer *pe = &t->peers[p];
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = p, .call = t->call};
@@ -504,18 +506,15 @@ static void shm_abort(cohort__transport *base, cohort_status status, const char 
 
 static void shm_interrupt(cohort__transport *base, cohort_status status, const char *message) {
   shm_transport *t = (shm_transport *)base;
-  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
-  t->requested_status = status;
-  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
-  atomic_store(&t->abort_requested, 1);
+  cohort__failure_request_make(&t->interrupt, status, message);
   if (t->me) wake(t->me); /* the driving thread may be asleep on our futex */
 }
 
 void cohort__shm_destroy(cohort__transport *base) {
   shm_transport *t = (shm_transport *)base;
   if (!t) return;
-  if (atomic_load(&t->abort_requested) && t->status == COHORT_OK)
-    cohort__shm_fail(t, t->requested_status, "%s", t->requested_message);
+  if (cohort__failure_requested(&t->interrupt) && t->failure.status == COHORT_OK)
+    cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
   for (int p = 0; t->peers && p < t->base.size; p++) {
     peer *pe = &t->peers[p];
     if (pe->seg) munmap(pe->seg, pe->seg_len);

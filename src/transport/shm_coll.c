@@ -236,7 +236,7 @@ static void slice(size_t m, size_t es, int q, int n, size_t *lo, size_t *hi) {
 cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *sendbuf, void *recvbuf, size_t count,
                                          cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg) {
   shm_transport *t = (shm_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   int n = t->base.size, r = t->base.rank;
   size_t es = cohort_dtype_size(dtype);
   if (count * es <= COHORT__SHM_SMALL_BYTES)

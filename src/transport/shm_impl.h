@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/failure.h"
 #include "transport/frame.h"
 #include "transport/transport.h"
 
@@ -109,13 +110,9 @@ typedef struct shm_transport {
   void *idle_arg;
   int64_t spin_ns, timeout_ns;
   double op_timeout_s;
-  size_t pending; /* posted requests not yet complete */
-  cohort_status status;
-  char message[COHORT__ABORT_TEXT_MAX];
-  atomic_int abort_requested; /* set once the requested_* fields are written */
-  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
-  cohort_status requested_status;
-  char requested_message[COHORT__ABORT_TEXT_MAX];
+  size_t pending;                    /* posted requests not yet complete */
+  cohort__failure failure;           /* the first failure, final; also in our abort slot for the peers */
+  cohort__failure_request interrupt; /* interrupt(): any thread asks, the driving thread fails */
 } shm_transport;
 
 /* Rank p of this transport as the job numbers it (differs when the transport spans one node of several). */

@@ -83,6 +83,12 @@ static cohort_status peer_setup_failure(cohort__store *store, const char *err_ke
   return st;
 }
 
+/* For cohort__store_count_in: a setup failure some rank has reported under ERROR_KEY (arg is the store). */
+static cohort_status any_setup_failure(void *arg) {
+  int found = 0;
+  return peer_setup_failure(arg, ERROR_KEY, &found);
+}
+
 /* Waits for key (rank p's), failing early if some rank has reported a setup failure under "error", or when the
  * caller's peer_elsewhere check fails (p runs another transport while we run COHORT_TRANSPORT=shm). */
 static cohort_status await_key(cohort__store *store, const cohort__shm_options *opt, int p, const char *key,
@@ -311,20 +317,12 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   }
 
   /* Once every rank has mapped every segment, the names can go: the mappings keep the memory alive. */
-  snprintf(key, sizeof key, "mapped");
   int64_t joined = 0;
-  if ((st = cohort__store_add(store, key, 1, &joined)) != COHORT_OK) goto fail;
-  while (joined < size) {
-    int failed = 0;
-    if ((st = peer_setup_failure(store, err_key, &failed)) != COHORT_OK) goto fail;
-    if (cohort__now_ns() > deadline_ns) {
-      st = cohort__error(COHORT_ERR_TIMEOUT, "shm rendezvous: only %lld of %d ranks mapped the segments in time",
-                         (long long)joined, size);
-      goto fail;
-    }
-    usleep(1000);
-    if ((st = cohort__store_add(store, key, 0, &joined)) != COHORT_OK) goto fail;
-  }
+  st = cohort__store_count_in(store, "mapped", size, deadline_ns, any_setup_failure, store, &joined);
+  if (st == COHORT_ERR_TIMEOUT)
+    st =
+        cohort__error(st, "shm rendezvous: only %lld of %d ranks mapped the segments in time", (long long)joined, size);
+  if (st != COHORT_OK) goto fail;
   shm_unlink(name);
   *out = &t->base;
   return COHORT_OK;

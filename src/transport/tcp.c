@@ -40,7 +40,6 @@
 #include "store/auth.h"
 #include "transport/frame.h"
 #include "transport/tcp_impl.h"
-#include "transport/transport.h"
 
 #define LOST_GRACE_NS 200000000LL
 
@@ -48,20 +47,19 @@
 
 static void send_abort_frames(tcp_transport *t);
 
-/* Fails the transport once; later failures keep the first message (the root cause). */
+/* Fails the transport once and tells the peers; later failures keep the first message (the root cause). */
 static cohort_status fail(tcp_transport *t, cohort_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static cohort_status fail(tcp_transport *t, cohort_status status, const char *fmt, ...) {
-  if (t->status == COHORT_OK) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->message, sizeof t->message, fmt, ap);
-    va_end(ap);
-    t->status = status;
-    COHORT_LOG_INFO("transport failed: %s", t->message);
+  va_list ap;
+  va_start(ap, fmt);
+  int first = cohort__failure_vkeep(&t->failure, status, fmt, ap);
+  va_end(ap);
+  if (first) {
+    COHORT_LOG_INFO("transport failed: %s", t->failure.message);
     send_abort_frames(t);
   }
-  return cohort__error(t->status, "%s", t->message);
+  return cohort__failure_raise(&t->failure);
 }
 
 /* Best effort, bounded: finish any frame half-written on channel 0 of each peer, then an ABORT frame, then FIN. */
@@ -72,14 +70,14 @@ static void send_abort_frames(tcp_transport *t) {
     int32_t status;
     char text[COHORT__ABORT_TEXT_MAX];
   } msg;
-  size_t text_len = strlen(t->message);
+  size_t text_len = strlen(t->failure.message);
   memset(&msg, 0, sizeof msg);
   msg.hdr = (cohort__frame){.magic = COHORT__FRAME_MAGIC,
                             .kind = COHORT__FRAME_ABORT,
                             .seq = t->call.seq,
                             .bytes = sizeof(int32_t) + text_len};
-  msg.status = (int32_t)t->status;
-  memcpy(msg.text, t->message, text_len);
+  msg.status = (int32_t)t->failure.status;
+  memcpy(msg.text, t->failure.message, text_len);
   for (int p = 0; p < t->base.size; p++) {
     if (p == t->base.rank) continue;
     for (int c = 0; c < t->k; c++) {
@@ -226,8 +224,8 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
     /* What completed did complete, even if a failure was read right after it: that failure belongs to a later call
      * and is reported by it. */
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
-    if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
-    if (atomic_load(&t->abort_requested)) return fail(t, t->requested_status, "%s", t->requested_message);
+    if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+    if (cohort__failure_requested(&t->interrupt)) return fail(t, t->interrupt.status, "%s", t->interrupt.message);
     if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
       return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
     int progressed = 0;
@@ -269,7 +267,7 @@ void cohort__tcp_set_idle_check(cohort__transport *base, cohort_status (*check)(
 
 cohort_status cohort__tcp_poll(cohort__transport *base) {
   tcp_transport *t = (tcp_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
     return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
   int progressed = 0;
@@ -284,7 +282,7 @@ static void tcp_set_call(cohort__transport *base, const cohort__call *call) { ((
 
 static cohort_status tcp_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
   tcp_transport *t = (tcp_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   channel *ch = chan_at(t, peer, (int)(t->send_frames[peer]++ % (uint64_t)t->k));
   *req = (cohort__req){.buf = (void *)buf, .bytes = bytes, .peer = peer, .is_send = 1, .call = t->call};
   t->pending++;
@@ -293,7 +291,7 @@ static cohort_status tcp_isend(cohort__transport *base, int peer, const void *bu
 
 static cohort_status tcp_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
   tcp_transport *t = (tcp_transport *)base;
-  if (t->status != COHORT_OK) return cohort__error(t->status, "%s", t->message);
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   channel *ch = chan_at(t, peer, (int)(t->recv_frames[peer]++ % (uint64_t)t->k));
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
   t->pending++;
@@ -309,17 +307,14 @@ static void tcp_abort(cohort__transport *base, cohort_status status, const char 
 
 static void tcp_interrupt(cohort__transport *base, cohort_status status, const char *message) {
   tcp_transport *t = (tcp_transport *)base;
-  if (atomic_flag_test_and_set(&t->abort_claimed)) return;
-  t->requested_status = status;
-  snprintf(t->requested_message, sizeof t->requested_message, "%s", message);
-  atomic_store(&t->abort_requested, 1);
+  cohort__failure_request_make(&t->interrupt, status, message);
 }
 
 void cohort__tcp_destroy(cohort__transport *base) {
   tcp_transport *t = (tcp_transport *)base;
   if (!t) return;
-  if (atomic_load(&t->abort_requested) && t->status == COHORT_OK)
-    fail(t, t->requested_status, "%s", t->requested_message);
+  if (cohort__failure_requested(&t->interrupt) && t->failure.status == COHORT_OK)
+    fail(t, t->interrupt.status, "%s", t->interrupt.message);
   for (int i = 0; t->chans && i < t->base.size * t->k; i++) {
     channel *ch = &t->chans[i];
     if (ch->fd >= 0) close(ch->fd);

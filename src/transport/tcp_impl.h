@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/failure.h"
 #include "transport/frame.h"
-#include "transport/transport.h"
+#include "transport/tcp.h"
 
 typedef struct channel {
   cohort__link l; /* its frames both ways (frame.c); first, so that a link is its channel; l.peer is the peer */
@@ -30,13 +31,9 @@ typedef struct tcp_transport {
   cohort__links links; /* the channels' frame machine (frame.h) */
   cohort__call call;
   cohort__tcp_options opt;
-  cohort_status status;
-  char message[COHORT__ABORT_TEXT_MAX];
-  atomic_int abort_requested; /* set once the requested_* fields are written */
-  atomic_flag abort_claimed;  /* the one interrupt() caller that writes them */
-  cohort_status requested_status;
-  char requested_message[COHORT__ABORT_TEXT_MAX];
-  size_t pending; /* posted requests not yet complete */
+  cohort__failure failure;           /* the first failure, final */
+  cohort__failure_request interrupt; /* interrupt(): any thread asks, the driving thread fails */
+  size_t pending;                    /* posted requests not yet complete */
   /* A link that broke while we still needed it. Its failure is reported after a short grace, in which the other
    * links are still read: if an ABORT with the real cause (a mismatch, say) is on its way, that wins. */
   int64_t lost_deadline_ns;

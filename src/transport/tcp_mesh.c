@@ -1,7 +1,7 @@
 /*
- * tcp_mesh.c: connecting the TCP transport's full mesh (tcp_listen, tcp_create in transport.h). Each rank dials every
- * lower rank and accepts from every higher one, COHORT_SOCKETS_PER_PEER links per pair. Dialing runs on the calling
- * thread, accepting on a thread of its own, and every incoming connection is authenticated on its own thread
+ * tcp_mesh.c: connecting the TCP transport's full mesh (cohort__tcp_listen, cohort__tcp_create: tcp.h). Each rank dials
+ * every lower rank and accepts from every higher one, COHORT_SOCKETS_PER_PEER links per pair. Dialing runs on the
+ * calling thread, accepting on a thread of its own, and every incoming connection is authenticated on its own thread
  * (auth.h, purpose "cohort-peer-v1"), so a stranger that says nothing or speaks garbage only ever holds its own
  * thread; a handshake has HANDSHAKE_S. Once every link is up, the sockets go non-blocking into one epoll set.
  */

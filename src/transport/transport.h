@@ -22,50 +22,7 @@
 #include <stdint.h>
 
 #include "cohort/cohort.h"
-
-typedef enum cohort__coll {
-  COHORT__COLL_NONE = 0,
-  COHORT__COLL_ALLREDUCE = 1,
-  COHORT__COLL_BROADCAST = 2,
-  COHORT__COLL_ALLGATHER = 3,
-  COHORT__COLL_REDUCE_SCATTER = 4,
-  COHORT__COLL_BARRIER = 5,
-  COHORT__COLL_INTERNAL = 6, /* setup traffic of the library itself */
-} cohort__coll;
-
-/* "allreduce", "broadcast", ... or NULL for a value that is no collective. Inline: cohortrun names the collectives
- * in heartbeat pages without linking the transports. */
-static inline const char *cohort__coll_name(uint32_t coll) {
-  switch (coll) {
-  case COHORT__COLL_ALLREDUCE:
-    return "allreduce";
-  case COHORT__COLL_BROADCAST:
-    return "broadcast";
-  case COHORT__COLL_ALLGATHER:
-    return "allgather";
-  case COHORT__COLL_REDUCE_SCATTER:
-    return "reduce_scatter";
-  case COHORT__COLL_BARRIER:
-    return "barrier";
-  case COHORT__COLL_INTERNAL:
-    return "internal";
-  }
-  return NULL;
-}
-
-/* What a frame belongs to; all ranks must agree on every field for the same seq. */
-typedef struct cohort__call {
-  uint32_t seq;
-  uint8_t coll;  /* cohort__coll */
-  uint8_t dtype; /* cohort_dtype */
-  uint8_t op;    /* cohort_op */
-  uint8_t algo;  /* cohort__algo (src/coll/coll.h) */
-  int32_t root;
-  uint64_t count;
-} cohort__call;
-
-/* "allreduce(count=10, f32, sum, ring)" into buf. */
-void cohort__call_describe(const cohort__call *call, char *buf, size_t len);
+#include "transport/call.h"
 
 /* A posted send or receive. Caller-owned; must stay alive (and untouched) until it completes. */
 typedef struct cohort__req {
@@ -143,37 +100,5 @@ struct cohort__transport {
 static inline const cohort__layers *cohort__layers_of(const cohort__transport *t) {
   return t && t->ops->layers ? t->ops->layers(t) : NULL;
 }
-
-/* The TCP transport: see tcp.c. Connects the full mesh given every rank's "host:port" listening address. */
-typedef struct cohort__tcp_options {
-  const char *secret;
-  int sockets_per_peer;
-  int socket_buffer;
-  int spin_us;
-  double op_timeout_s;
-  int64_t connect_deadline_ns;
-} cohort__tcp_options;
-
-/* Opens this rank's listening socket first (its address is published before the mesh is connected). */
-cohort_status cohort__tcp_listen(const char *bind_addr, int *listen_fd, char *addr, size_t addr_len);
-/* Connects the mesh; takes ownership of listen_fd (closed once every peer is connected). */
-cohort_status cohort__tcp_create(int rank, int size, int listen_fd, char *const *peer_addrs,
-                                 const cohort__tcp_options *options, cohort__transport **out);
-/* Optional: check(arg) runs whenever a wait of t finds nothing to do; a failure it returns fails the wait (and the
- * transport). The layered transport uses it to see node peers that run another collective over shared memory. */
-void cohort__tcp_set_idle_check(cohort__transport *t, cohort_status (*check)(void *arg), void *arg);
-/* Reads what has arrived on t without waiting (frames of the current call stay held for their receives, as in a
- * wait): an ABORT from a peer, or a link lost while something was expected of it, fails t. Returns t's status. For
- * the thread that drives t while it waits on something else (the node layer of the layered transport). */
-cohort_status cohort__tcp_poll(cohort__transport *t);
-
-/* The in-process transport: see inproc.c. */
-typedef struct cohort__inproc_hub cohort__inproc_hub;
-cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out);
-void cohort__inproc_hub_release(cohort__inproc_hub *hub);
-/* Makes rank's transport; a rank may join a hub once. op_timeout_s: COHORT_OP_TIMEOUT. */
-cohort_status cohort__inproc_create(cohort__inproc_hub *hub, int rank, double op_timeout_s, cohort__transport **out);
-/* Fails every member's current and later calls with status and message (a rank that could not join). */
-void cohort__inproc_hub_abort(cohort__inproc_hub *hub, cohort_status status, const char *message);
 
 #endif

@@ -1,9 +1,11 @@
-/* test_core.c: status names, error text, dtype/op names, env knob parsing, and docs/env.md covering every knob. */
+/* test_core.c: status names, error text, kept failures, dtype/op names, env knob parsing, and docs/env.md covering
+ * every knob. */
 #include <stdlib.h>
 
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/failure.h"
 #include "test.h"
 
 TEST(strerror_names_every_status) {
@@ -20,6 +22,26 @@ TEST(error_text_is_kept_per_thread_and_formatted) {
   ASSERT_STREQ(cohort_last_error(), "rank 3 is late");
   ASSERT_EQ(cohort__error_errno(COHORT_ERR_SYSTEM, 2, "open %s", "x"), COHORT_ERR_SYSTEM);
   ASSERT_STREQ(cohort_last_error(), "open x: No such file or directory");
+}
+
+TEST(a_failure_keeps_the_first_and_a_request_the_first) {
+  cohort__failure f = {0};
+  cohort__error_clear();
+  ASSERT_EQ(cohort__failure_raise(&f), COHORT_OK);
+  ASSERT_STREQ(cohort_last_error(), "");
+  ASSERT_EQ(cohort__failure_keep(&f, COHORT_ERR_MISMATCH, "rank %d called %s", 2, "barrier"), 1);
+  ASSERT_EQ(cohort__failure_keep(&f, COHORT_ERR_REMOTE, "rank 2 closed its connection"), 0); /* a consequence */
+  ASSERT_EQ(cohort__failure_raise(&f), COHORT_ERR_MISMATCH);
+  ASSERT_STREQ(cohort_last_error(), "rank 2 called barrier");
+
+  cohort__failure_request r;
+  cohort__failure_request_init(&r);
+  ASSERT_EQ(cohort__failure_requested(&r), 0);
+  cohort__failure_request_make(&r, COHORT_ERR_REMOTE, "communicator destroyed");
+  cohort__failure_request_make(&r, COHORT_ERR_TIMEOUT, "too late");
+  ASSERT_EQ(cohort__failure_requested(&r), 1);
+  ASSERT_EQ(r.status, COHORT_ERR_REMOTE);
+  ASSERT_STREQ(r.message, "communicator destroyed");
 }
 
 TEST(dtype_and_op_names_round_trip) {
@@ -146,5 +168,6 @@ TEST(docs_env_md_lists_every_knob) {
 }
 
 COHORT_TEST_MAIN(TEST_CASE(strerror_names_every_status), TEST_CASE(error_text_is_kept_per_thread_and_formatted),
-                 TEST_CASE(dtype_and_op_names_round_trip), TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
+                 TEST_CASE(a_failure_keeps_the_first_and_a_request_the_first), TEST_CASE(dtype_and_op_names_round_trip),
+                 TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
                  TEST_CASE(config_parses_every_knob_by_its_type_and_range), TEST_CASE(docs_env_md_lists_every_knob))

@@ -555,6 +555,37 @@ TEST(prefix_views_nest_and_the_owning_one_closes_the_store) {
   remove_tree(base);
 }
 
+static cohort_status refuse_after_two(void *arg) {
+  int *calls = arg;
+  return ++*calls < 2 ? COHORT_OK : cohort__error(COHORT_ERR_REMOTE, "rank 1 gave up");
+}
+
+TEST(count_in_waits_for_every_rank_times_out_and_stops_at_a_check) {
+  char base[64] = "/tmp/cohort-test-count-XXXXXX";
+  ASSERT_TRUE(mkdtemp(base) != NULL);
+  cohort__store *a = NULL, *b = NULL;
+  ASSERT_OK(cohort__store_open_file(base, &a));
+  ASSERT_OK(cohort__store_open_file(base, &b));
+  int64_t joined = -1;
+  /* Alone of two: the deadline passes with one rank counted in. */
+  ASSERT_STATUS(cohort__store_count_in(a, "done", 2, cohort__now_ns() + 20000000, NULL, NULL, &joined),
+                COHORT_ERR_TIMEOUT);
+  ASSERT_EQ(joined, 1);
+  /* The second rank makes two: it returns at once. */
+  ASSERT_OK(cohort__store_count_in(b, "done", 2, cohort__now_ns(), NULL, NULL, &joined));
+  ASSERT_EQ(joined, 2);
+  /* A check's failure ends the wait before the deadline. */
+  int calls = 0;
+  ASSERT_STATUS(
+      cohort__store_count_in(a, "other", 2, cohort__now_ns() + 60000000000LL, refuse_after_two, &calls, &joined),
+      COHORT_ERR_REMOTE);
+  ASSERT_EQ(calls, 2);
+  ASSERT_STREQ(cohort_last_error(), "rank 1 gave up");
+  cohort__store_close(a);
+  cohort__store_close(b);
+  remove_tree(base);
+}
+
 COHORT_TEST_MAIN(TEST_CASE(round_trips_tcp), TEST_CASE(round_trips_file), TEST_CASE(get_blocks_until_set_tcp),
                  TEST_CASE(get_blocks_until_set_file), TEST_CASE(get_times_out_tcp), TEST_CASE(get_times_out_file),
                  TEST_CASE(concurrent_add_exact_total_tcp), TEST_CASE(concurrent_add_exact_total_file),
@@ -562,4 +593,5 @@ COHORT_TEST_MAIN(TEST_CASE(round_trips_tcp), TEST_CASE(round_trips_file), TEST_C
                  TEST_CASE(secret_on_client_only_is_refused), TEST_CASE(connect_waits_for_a_server_that_starts_later),
                  TEST_CASE(connect_timeout_names_the_store), TEST_CASE(stopping_the_server_releases_a_waiting_client),
                  TEST_CASE(file_store_creates_nested_directories),
-                 TEST_CASE(prefix_views_nest_and_the_owning_one_closes_the_store))
+                 TEST_CASE(prefix_views_nest_and_the_owning_one_closes_the_store),
+                 TEST_CASE(count_in_waits_for_every_rank_times_out_and_stops_at_a_check))

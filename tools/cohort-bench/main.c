@@ -20,11 +20,10 @@
 #include <time.h>
 
 #include "cohort/cohort.h"
-
-typedef enum { B_ALLREDUCE, B_BROADCAST, B_ALLGATHER, B_REDUCE_SCATTER, B_BARRIER } bench_kind;
+#include "transport/call.h" /* the collectives' names and what their buffers hold */
 
 typedef struct options {
-  bench_kind kind;
+  cohort__coll kind;
   const char *kind_name;
   size_t min_bytes, max_bytes;
   double factor;
@@ -92,10 +91,11 @@ static int parse_args(int argc, char **argv, options *o) {
     usage(stdout);
     exit(0);
   }
-  static const char *names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
+  static const cohort__coll benched[] = {COHORT__COLL_ALLREDUCE, COHORT__COLL_BROADCAST, COHORT__COLL_ALLGATHER,
+                                         COHORT__COLL_REDUCE_SCATTER, COHORT__COLL_BARRIER};
   int found = 0;
-  for (int i = 0; i < 5; i++)
-    if (!strcmp(argv[1], names[i])) o->kind = (bench_kind)i, found = 1;
+  for (size_t i = 0; i < sizeof benched / sizeof benched[0]; i++)
+    if (!strcmp(argv[1], cohort__coll_name(benched[i]))) o->kind = benched[i], found = 1;
   if (!found)
     return bad_usage("unknown collective '%s' (allreduce, broadcast, allgather, reduce_scatter or barrier)", argv[1]);
   o->kind_name = argv[1];
@@ -161,13 +161,13 @@ typedef struct buffers {
 
 static cohort_status run_once(cohort_comm *c, const options *o, buffers *b) {
   switch (o->kind) {
-  case B_ALLREDUCE:
+  case COHORT__COLL_ALLREDUCE:
     return cohort_allreduce(c, o->in_place ? b->recv : b->send, b->recv, b->count, o->dtype, o->op);
-  case B_BROADCAST:
+  case COHORT__COLL_BROADCAST:
     return cohort_broadcast(c, b->recv, b->count, o->dtype, 0);
-  case B_ALLGATHER:
+  case COHORT__COLL_ALLGATHER:
     return cohort_allgather(c, b->send, b->recv, b->count, o->dtype);
-  case B_REDUCE_SCATTER:
+  case COHORT__COLL_REDUCE_SCATTER:
     return cohort_reduce_scatter(c, b->send, b->recv, b->count, o->dtype, o->op);
   default:
     return cohort_barrier(c);
@@ -247,12 +247,12 @@ static double get(const void *buf, size_t i, cohort_dtype d) {
 
 static double expected(const options *o, int n, int rank, size_t block_count, size_t i) {
   switch (o->kind) {
-  case B_BROADCAST:
+  case COHORT__COLL_BROADCAST:
     return input_value(0, i);
-  case B_ALLGATHER:
+  case COHORT__COLL_ALLGATHER:
     return input_value((int)(i / block_count), i % block_count);
   default: {
-    size_t idx = o->kind == B_REDUCE_SCATTER ? (size_t)rank * block_count + i : i;
+    size_t idx = o->kind == COHORT__COLL_REDUCE_SCATTER ? (size_t)rank * block_count + i : i;
     double acc = input_value(0, idx);
     for (int r = 1; r < n; r++) {
       double v = input_value(r, idx);
@@ -274,23 +274,24 @@ static double expected(const options *o, int n, int rank, size_t block_count, si
 
 static int check(cohort_comm *c, const options *o, buffers *b) {
   int n = cohort_size(c), r = cohort_rank(c);
-  size_t send_n = o->kind == B_REDUCE_SCATTER ? b->count * (size_t)n : b->count;
-  size_t recv_n = o->kind == B_ALLGATHER ? b->count * (size_t)n : b->count;
+  unsigned f = cohort__coll_flags(o->kind);
+  size_t send_n = f & COHORT__CALL_SEND_PER_RANK ? b->count * (size_t)n : b->count;
+  size_t recv_n = f & COHORT__CALL_RECV_PER_RANK ? b->count * (size_t)n : b->count;
   for (size_t i = 0; i < send_n; i++) {
-    size_t idx = o->kind == B_REDUCE_SCATTER ? i : i;
+    size_t idx = o->kind == COHORT__COLL_REDUCE_SCATTER ? i : i;
     put(b->send, i, o->dtype, input_value(r, idx));
   }
-  if (o->kind == B_BROADCAST)
+  if (o->kind == COHORT__COLL_BROADCAST)
     for (size_t i = 0; i < recv_n; i++)
       put(b->recv, i, o->dtype, r == 0 ? input_value(0, i) : 99);
-  if (o->kind == B_ALLREDUCE && o->in_place) memcpy(b->recv, b->send, send_n * cohort_dtype_size(o->dtype));
+  if (o->kind == COHORT__COLL_ALLREDUCE && o->in_place) memcpy(b->recv, b->send, send_n * cohort_dtype_size(o->dtype));
   cohort_status st = run_once(c, o, b);
   if (st != COHORT_OK) {
     fprintf(stderr, "rank %d: %s failed: %s\n", r, o->kind_name, cohort_last_error());
     return 1;
   }
   double tol = (o->dtype == COHORT_F16 || o->dtype == COHORT_BF16) ? 0.02 : 1e-6;
-  for (size_t i = 0; i < recv_n && o->kind != B_BARRIER; i++) {
+  for (size_t i = 0; i < recv_n && !(f & COHORT__CALL_NO_DATA); i++) {
     double want = expected(o, n, r, b->count, i), got = get(b->recv, i, o->dtype);
     if (fabs(got - want) > tol * fmax(1.0, fabs(want))) {
       fprintf(stderr, "rank %d: %s check failed at element %zu: got %g, expected %g\n", r, o->kind_name, i, got, want);
@@ -312,13 +313,14 @@ int main(int argc, char **argv) {
   }
   int n = cohort_size(c), r = cohort_rank(c);
   size_t es = cohort_dtype_size(o.dtype);
-  double bus_factor = o.kind == B_ALLREDUCE                                   ? 2.0 * (n - 1) / n
-                      : (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? (double)(n - 1) / n
-                                                                              : 1.0;
+  double bus_factor = o.kind == COHORT__COLL_ALLREDUCE ? 2.0 * (n - 1) / n
+                      : (o.kind == COHORT__COLL_ALLGATHER || o.kind == COHORT__COLL_REDUCE_SCATTER)
+                          ? (double)(n - 1) / n
+                          : 1.0;
   if (r == 0) {
     printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s%s, %s\n", o.kind_name, n, n == 1 ? "" : "s",
            n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
-           o.in_place && o.kind == B_ALLREDUCE ? "in place" : "out of place",
+           o.in_place && o.kind == COHORT__COLL_ALLREDUCE ? "in place" : "out of place",
            o.zero_copy ? ", zero copy (cohort_alloc)" : "",
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
@@ -326,18 +328,20 @@ int main(int argc, char **argv) {
   }
   int failed = 0;
   size_t last = 0;
+  /* A buffer that holds a block per rank (allgather's output, reduce_scatter's input) is a whole number of blocks. */
+  int per_rank = (cohort__coll_flags(o.kind) & (COHORT__CALL_SEND_PER_RANK | COHORT__CALL_RECV_PER_RANK)) != 0;
   int outside_told = 0; /* the zero-copy fallback was reported */
   /* Sizes from min to max, multiplied by factor each line (from 0, the next size is one element). */
   for (double sz = (double)o.min_bytes; sz <= (double)o.max_bytes * 1.0000001 && !failed;
        sz = sz * o.factor > sz ? sz * o.factor : sz + (double)es) {
     size_t bytes = (size_t)sz / es * es;
-    if (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) bytes = bytes / ((size_t)n * es) * (size_t)n * es;
-    if (o.kind == B_BARRIER) bytes = 0;
+    if (per_rank) bytes = bytes / ((size_t)n * es) * (size_t)n * es;
+    if (cohort__coll_flags(o.kind) & COHORT__CALL_NO_DATA) bytes = 0;
     if (bytes == last && sz > (double)o.min_bytes) continue;
     last = bytes;
     buffers b = {0};
     size_t total = bytes / es;
-    b.count = (o.kind == B_ALLGATHER || o.kind == B_REDUCE_SCATTER) ? total / (size_t)n : total;
+    b.count = per_rank ? total / (size_t)n : total;
     if (o.zero_copy) {
       b.send = cohort_alloc(c, total * es);
       b.recv = cohort_alloc(c, total * es);
@@ -400,7 +404,7 @@ int main(int argc, char **argv) {
       free(b.send);
       free(b.recv);
     }
-    if (o.kind == B_BARRIER) break;
+    if (o.kind == COHORT__COLL_BARRIER) break;
   }
   if (r == 0 && !failed && o.check) printf("# check: every result correct\n");
   cohort_comm_destroy(c);

@@ -11,10 +11,6 @@ as it is (no copy); a non-contiguous one is made contiguous first (and the resul
 forms); a CUDA tensor is staged through pinned host memory and the result put back on its device. docs/torch.md
 has the API table against Horovod and torch.distributed, and what differs.
 """
-import ctypes
-import functools
-import inspect
-
 import numpy as np
 import torch
 
@@ -26,26 +22,9 @@ from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, Mismat
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
-
-def _in_process_set(fn):
-    """fn's process_set= argument: the call runs on that set's communicator (cohort._on).
-
-    The argument is found by its position, not by inspect's bind_partial: that cost 12 us a call, four times the
-    rest of a one-float allreduce_ (bench/torch_vs_gloo.sh's binding overhead)."""
-    at = list(inspect.signature(fn).parameters).index("process_set")
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        ps = args[at] if len(args) > at else kwargs.get("process_set")
-        if ps is None:
-            return fn(*args, **kwargs)
-        with _core._on(ps, fn.__name__):
-            return fn(*args, **kwargs)
-    return wrapper
-
-
-_TORCH_DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
-                 torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
+from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
+                                   FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
+                                   _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream)
 
 
 def nccl_built():
@@ -78,135 +57,7 @@ def gloo_enabled():
     return False
 
 
-# ---- compression (Horovod's Compression.none / fp16, plus bf16) ----
-
-
-class Compressor:
-    """compress(tensor) -> (tensor to send, context); decompress(tensor, context) -> tensor in the original dtype."""
-    ddp_code = _lib.COMPRESS_NONE
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    pass
-
-
-class _CastCompressor(Compressor):
-    wire = None
-
-    @classmethod
-    def compress(cls, tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire:
-            return tensor.to(cls.wire), tensor.dtype
-        return tensor, None
-
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class FP16Compressor(_CastCompressor):
-    """Floating-point tensors travel as IEEE half; the sums are computed in float32 by the library."""
-    wire = torch.float16
-    ddp_code = _lib.COMPRESS_F16
-
-
-class BF16Compressor(_CastCompressor):
-    """Floating-point tensors travel as bfloat16 (float32's range, 8 bits of mantissa)."""
-    wire = torch.bfloat16
-    ddp_code = _lib.COMPRESS_BF16
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
-
-
-# ---- tensors to pointers ----
-
-
-def _check_tensor(tensor, what):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype not in _TORCH_DTYPES:
-        raise TypeError(f"{what}: unsupported dtype {tensor.dtype} (supported: float32, float64, float16, "
-                        f"bfloat16, int32, int64, uint8)")
-    if tensor.is_sparse:
-        raise TypeError(f"{what}: sparse tensors are not supported")
-
-
-def _direct(tensor):
-    """True for a CUDA tensor that the library takes as it is (its device collectives: docs/gpu.md)."""
-    return tensor.is_cuda and _cuda_direct()
-
-
-_CUDA_DIRECT = None
-
-
-def _cuda_direct():
-    global _CUDA_DIRECT
-    if _CUDA_DIRECT is None:
-        _CUDA_DIRECT = bool(torch.cuda.is_available() and _c.cohort_cuda_available())
-    return _CUDA_DIRECT
-
-
-def _host(tensor):
-    """A contiguous tensor the library can take: tensor itself when it already is one (no copy). CUDA tensors stay
-    on their device when the library has its device collectives, else they are staged through host memory."""
-    if tensor.device.type == "cpu" or _direct(tensor):
-        return tensor if tensor.is_contiguous() else tensor.contiguous()
-    # A device tensor without the device collectives: staged through pinned host memory.
-    staged = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=torch.cuda.is_available())
-    staged.copy_(tensor)
-    return staged
-
-
-def _stream(t):
-    """The cudaStream_t of torch's current stream on t's device: the library orders the collective on it."""
-    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
-
-
-def _allreduce_call(comm, src, dst, dt, op):
-    if src.is_cuda:
-        return _c.cohort_allreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src))
-    return _c.cohort_allreduce(comm, _p(src), _p(dst), src.numel(), dt, op)
-
-
-def _iallreduce_call(comm, src, dst, dt, op, w):
-    if src.is_cuda:
-        return _c.cohort_iallreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src), w)
-    return _c.cohort_iallreduce(comm, _p(src), _p(dst), src.numel(), dt, op, w)
-
-
-def _put_back(result, dest):
-    """Writes result into dest (in place) unless they are the same memory."""
-    if result.data_ptr() != dest.data_ptr() or result.device != dest.device or not dest.is_contiguous():
-        dest.copy_(result)
-    return dest
-
-
-def _like(tensor):
-    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-
-
-def _p(t):
-    return ctypes.c_void_p(t.data_ptr())
-
-
-def _bytes(t):
-    """A numpy uint8 array over a contiguous CPU tensor's memory (no copy)."""
-    n = t.numel() * t.element_size()
-    if n == 0:
-        return np.empty(0, np.uint8)
-    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(t.data_ptr()))
+# ---- arguments ----
 
 
 def _scales(tensor, prescale_factor, postscale_factor, what):
@@ -225,11 +76,10 @@ def _resolve_op(op, average, what):
 # ---- allreduce ----
 
 
-def _allreduce_start(tensor, output, op, prescale_factor, postscale_factor, compression, what, async_):
-    """Reduces tensor into output (which may be tensor itself); returns a Handle (async_) or output."""
+def _allreduce_start(comm, tensor, output, op, prescale_factor, postscale_factor, compression, what, async_):
+    """Reduces tensor into output (which may be tensor itself) over comm; returns a Handle (async_) or output."""
     _check_tensor(tensor, what)
     _scales(tensor, prescale_factor, postscale_factor, what)
-    comm = _core._get_comm()
     compression = compression or Compression.none
     with torch.no_grad():
         wire, ctx = compression.compress(tensor)
@@ -264,25 +114,19 @@ class _AllreduceFunction(torch.autograd.Function):
     the incoming gradients, scaled by the same factors."""
 
     @staticmethod
-    def forward(ctx, tensor, op, prescale_factor, postscale_factor, compression):
-        ctx.args = (op, prescale_factor, postscale_factor, compression)
-        ctx.comm = _core._get_comm()  # the process set it ran on: backward reduces over the same ranks
-        return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+    def forward(ctx, tensor, comm, op, prescale_factor, postscale_factor, compression):
+        ctx.args = (comm, op, prescale_factor, postscale_factor, compression)  # backward reduces over the same ranks
+        return _allreduce_start(comm, tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                                 "allreduce", False)
 
     @staticmethod
     def backward(ctx, grad):
-        op, pre, post, compression = ctx.args
+        comm, op, pre, post, compression = ctx.args
         if op not in (Average, Sum):
             raise RuntimeError("allreduce: only Average and Sum are differentiable")
         g = grad.contiguous()
-        prev = getattr(_core._state, "comm", None)
-        _core._state.comm = ctx.comm
-        try:
-            return (_allreduce_start(g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
-                    None, None, None, None)
-        finally:
-            _core._state.comm = prev
+        return (_allreduce_start(comm, g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
+                None, None, None, None, None)
 
 
 _OPS = frozenset(_core._OP_NAMES)
@@ -301,7 +145,6 @@ def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
     return None
 
 
-@_in_process_set
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
@@ -314,15 +157,15 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         if st != _lib.OK:
             raise _core._error(st)
         return out
+    comm = _core._comm_of(process_set, "allreduce")
     op = _resolve_op(op, average, "allreduce")
     _check_tensor(tensor, "allreduce")
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllreduceFunction.apply(tensor, op, prescale_factor, postscale_factor, compression)
-    return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+        return _AllreduceFunction.apply(tensor, comm, op, prescale_factor, postscale_factor, compression)
+    return _allreduce_start(comm, tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                             "allreduce", False)
 
 
-@_in_process_set
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None, compression=Compression.none):
     """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
@@ -335,30 +178,32 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
         if st != _lib.OK:
             raise _core._error(st)
         return tensor
+    comm = _core._comm_of(process_set, "allreduce_")
     op = _resolve_op(op, average, "allreduce_")
-    return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression, "allreduce_", False)
+    return _allreduce_start(comm, tensor, tensor, op, prescale_factor, postscale_factor, compression, "allreduce_",
+                            False)
 
 
-@_in_process_set
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None, compression=Compression.none):
     """Starts allreduce and returns a handle; synchronize(handle) returns the new tensor."""
+    comm = _core._comm_of(process_set, "allreduce_async")
     op = _resolve_op(op, average, "allreduce_async")
     _check_tensor(tensor, "allreduce_async")
-    return _allreduce_start(tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
+    return _allreduce_start(comm, tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                             "allreduce_async", True)
 
 
-@_in_process_set
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None, compression=Compression.none):
     """Starts an in-place allreduce; synchronize(handle) returns tensor. Do not touch tensor until then."""
+    comm = _core._comm_of(process_set, "allreduce_async_")
     op = _resolve_op(op, average, "allreduce_async_")
-    return _allreduce_start(tensor, tensor, op, prescale_factor, postscale_factor, compression,
+    return _allreduce_start(comm, tensor, tensor, op, prescale_factor, postscale_factor, compression,
                             "allreduce_async_", True)
 
 
-def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, compression, what, async_):
+def _grouped_start(comm, tensors, outputs, op, prescale_factor, postscale_factor, compression, what, async_):
     tensors = _core._list_arg(tensors, what)
     for t in tensors:
         _check_tensor(t, what)
@@ -367,7 +212,6 @@ def _grouped_start(tensors, outputs, op, prescale_factor, postscale_factor, comp
     if len(devices) > 1:
         raise ValueError(f"{what}: the tensors are on different devices ({', '.join(map(str, devices))})")
     compression = compression or Compression.none
-    comm = _core._get_comm()
     # One fused buffer per wire dtype (in order of first appearance, the same on every rank).
     groups = {}
     with torch.no_grad():
@@ -472,52 +316,51 @@ def synchronize(handle):
     return _core.synchronize(handle)
 
 
-@_in_process_set
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """New tensors: each of tensors reduced over the ranks, in one fused allreduce per dtype."""
+    comm = _core._comm_of(process_set, "grouped_allreduce")
     op = _resolve_op(op, average, "grouped_allreduce")
     outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
             for t in _core._list_arg(tensors, "grouped_allreduce")]
-    return _grouped_start(tensors, outs, op, prescale_factor, postscale_factor, compression, "grouped_allreduce",
+    return _grouped_start(comm, tensors, outs, op, prescale_factor, postscale_factor, compression, "grouped_allreduce",
                           False)
 
 
-@_in_process_set
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None, compression=Compression.none):
+    comm = _core._comm_of(process_set, "grouped_allreduce_")
     op = _resolve_op(op, average, "grouped_allreduce_")
     tensors = _core._list_arg(tensors, "grouped_allreduce_")
-    return _grouped_start(tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
+    return _grouped_start(comm, tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
                           "grouped_allreduce_", False)
 
 
-@_in_process_set
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None, compression=Compression.none):
+    comm = _core._comm_of(process_set, "grouped_allreduce_async")
     op = _resolve_op(op, average, "grouped_allreduce_async")
     outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
             for t in _core._list_arg(tensors, "grouped_allreduce_async")]
-    return _grouped_start(tensors, outs, op, prescale_factor, postscale_factor, compression,
+    return _grouped_start(comm, tensors, outs, op, prescale_factor, postscale_factor, compression,
                           "grouped_allreduce_async", True)
 
 
-@_in_process_set
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None, compression=Compression.none):
+    comm = _core._comm_of(process_set, "grouped_allreduce_async_")
     op = _resolve_op(op, average, "grouped_allreduce_async_")
     tensors = _core._list_arg(tensors, "grouped_allreduce_async_")
-    return _grouped_start(tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
+    return _grouped_start(comm, tensors, list(tensors), op, prescale_factor, postscale_factor, compression,
                           "grouped_allreduce_async_", True)
 
 
 # ---- broadcast, allgather, reducescatter ----
 
 
-def _broadcast_start(tensor, output, root_rank, what, async_):
+def _broadcast_start(comm, tensor, output, root_rank, what, async_):
     _check_tensor(tensor, what)
-    _core._root(root_rank, what)
-    comm = _core._get_comm()
+    _core._root(comm, root_rank, what)
     with torch.no_grad():
         src = _host(tensor)
         buf = src if (src is tensor and output is tensor) else src.clone()
@@ -541,66 +384,64 @@ def _broadcast_start(tensor, output, root_rank, what, async_):
     return finish()
 
 
-@_in_process_set
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """A new tensor holding root_rank's tensor."""
-    return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast", False)
+    comm = _core._comm_of(process_set, "broadcast")
+    return _broadcast_start(comm, tensor, _output_for(tensor), root_rank, "broadcast", False)
 
 
-@_in_process_set
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """In place: tensor becomes root_rank's tensor. Returns tensor."""
-    return _broadcast_start(tensor, tensor, root_rank, "broadcast_", False)
+    comm = _core._comm_of(process_set, "broadcast_")
+    return _broadcast_start(comm, tensor, tensor, root_rank, "broadcast_", False)
 
 
-@_in_process_set
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return _broadcast_start(tensor, _output_for(tensor), root_rank, "broadcast_async", True)
+    comm = _core._comm_of(process_set, "broadcast_async")
+    return _broadcast_start(comm, tensor, _output_for(tensor), root_rank, "broadcast_async", True)
 
 
-@_in_process_set
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _broadcast_start(tensor, tensor, root_rank, "broadcast_async_", True)
+    comm = _core._comm_of(process_set, "broadcast_async_")
+    return _broadcast_start(comm, tensor, tensor, root_rank, "broadcast_async_", True)
 
 
-@_in_process_set
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along dimension 0 (ranks may pass different first dimensions)."""
+    comm = _core._comm_of(process_set, "allgather")
     _check_tensor(tensor, "allgather")
     with torch.no_grad():
         src = _host(tensor)
-        firsts = _core._gather_headers(tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather")
+        firsts = _core._gather_headers(comm, tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather")
         if src.is_cuda and len(set(firsts)) == 1:  # equal parts: the device allgather, on the device
             out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
-            _core._check(_c.cohort_allgather_stream(_core._get_comm(), _p(src), _p(out), src.numel(),
+            _core._check(_c.cohort_allgather_stream(comm, _p(src), _p(out), src.numel(),
                                                     _TORCH_DTYPES[src.dtype], _stream(src)), "allgather")
             return out
         if src.is_cuda:
             src = src.cpu()
         out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype)
         row = src.element_size() * (src[0].numel() if src.shape[0] > 0 else int(np.prod(src.shape[1:])))
-        _core._allgatherv_bytes(_bytes(src), firsts, row, _bytes(out))
+        _core._allgatherv_bytes(comm, _bytes(src), firsts, row, _bytes(out))
         return out.to(tensor.device) if tensor.device.type != "cpu" else out
 
 
-@_in_process_set
 def allgather_async(tensor, name=None, process_set=None):
     """allgather, run now; the handle returns its result (the uneven case needs the sizes first)."""
-    return _core._completed(allgather(tensor, name))
+    return _core._completed(allgather(tensor, name, process_set=process_set))
 
 
-@_in_process_set
 def reducescatter(tensor, op=Average, name=None, compression=Compression.none, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
     """tensor reduced over the ranks, then split along dimension 0: rank r gets its part (the first
     dim % size ranks get one row more, as in Horovod)."""
+    comm = _core._comm_of(process_set, "reducescatter")
     _check_tensor(tensor, "reducescatter")
     op = _core._op(op)
     if tensor.dim() == 0:
         raise ValueError("reducescatter: a scalar cannot be scattered along dimension 0")
     _scales(tensor, prescale_factor, postscale_factor, "reducescatter")
-    comm = _core._get_comm()
-    n, r = size(), rank()
+    n, r = _c.cohort_size(comm), _c.cohort_rank(comm)
     with torch.no_grad():
         wire, ctx = (compression or Compression.none).compress(tensor)
         if prescale_factor != 1.0:

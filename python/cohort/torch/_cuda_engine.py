@@ -32,10 +32,10 @@ class _Bucket:
 
 
 class CudaEngine:
-    """The buckets of one module's CUDA parameters, reduced over the communicator of the current process set."""
+    """The buckets of one module's CUDA parameters, reduced over comm (the job's communicator, or a process set's)."""
 
-    def __init__(self, named_params, named_buffers, owner, bucket_bytes, broadcast_buffers, what):
-        self._comm = _core._get_comm()
+    def __init__(self, comm, named_params, named_buffers, owner, bucket_bytes, broadcast_buffers, what):
+        self._comm = comm
         self.what = what
         self._owner = weakref.ref(owner)
         self.params = [(n, p) for n, p in named_params if p.requires_grad]

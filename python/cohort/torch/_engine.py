@@ -23,6 +23,7 @@ import torch
 import cohort as _core
 from cohort import _lib
 from cohort._lib import lib as _c
+from cohort.torch._tensors import _TORCH_DTYPES, Compression
 
 
 # Engines are made with uneven_inputs (see _Engine); bench/torch_join_cost.py turns it off to measure its cost.
@@ -41,7 +42,6 @@ def _float_view(ptr, numel, shape):
 
 
 def _ddp_tensor(name, t, what):
-    from cohort.torch import _TORCH_DTYPES
     if t.device.type != "cpu":
         raise ValueError(f"{what}: '{name}' is on {t.device}; the engine works on CPU tensors (reduce CUDA "
                          f"gradients with allreduce/grouped_allreduce)")
@@ -65,12 +65,12 @@ def _ddp_tensor(name, t, what):
 
 
 class _Engine:
-    """One cohort_ddp over a list of (name, parameter) and (name, buffer); owner gets the backward callbacks."""
+    """One cohort_ddp over a list of (name, parameter) and (name, buffer) on comm (the job's communicator, or a process
+    set's: DistributedDataParallel's process_group); owner gets the backward callbacks."""
 
-    def __init__(self, named_params, named_buffers, owner, bucket_bytes=0, find_unused=False, broadcast_buffers=True,
-                 compression=_lib.COMPRESS_NONE, op=_lib.AVG, what="DistributedDataParallel"):
-        comm = _core._get_comm()
-        self._comm = comm  # the job's, or a process set's (DistributedDataParallel's process_group)
+    def __init__(self, comm, named_params, named_buffers, owner, bucket_bytes=0, find_unused=False,
+                 broadcast_buffers=True, compression=_lib.COMPRESS_NONE, op=_lib.AVG, what="DistributedDataParallel"):
+        self._comm = comm
         self.ddp = None
         self._owner = weakref.ref(owner)
         self.params = []
@@ -330,6 +330,7 @@ class DistributedDataParallel(torch.nn.Module):
         code = compression.ddp_code if compression is not None else _lib.COMPRESS_NONE
         # process_group (new_group, or a ProcessSet): the engine averages over those ranks, on their communicator.
         self.process_group = process_group
+        comm = _core._comm_of(process_group, "DistributedDataParallel")
         self.joined_from = None  # after join(): the rank whose parameters and buffers every rank took
         self._throw_on_early = False  # inside join(throw_on_early_termination=True)
         self._cuda = on_cuda
@@ -337,15 +338,12 @@ class DistributedDataParallel(torch.nn.Module):
             from cohort.torch._cuda_engine import CudaEngine
             if compression is not None and compression.ddp_code != _lib.COMPRESS_NONE:
                 raise ValueError("DistributedDataParallel: compression is not available for CUDA modules yet")
-            with _core._on(process_group, "DistributedDataParallel"):
-                self._engine = CudaEngine(list(module.named_parameters()), list(module.named_buffers()), self,
-                                          int(bucket_cap_mb * 1024 * 1024), broadcast_buffers,
-                                          "DistributedDataParallel")
+            self._engine = CudaEngine(comm, list(module.named_parameters()), list(module.named_buffers()), self,
+                                      int(bucket_cap_mb * 1024 * 1024), broadcast_buffers, "DistributedDataParallel")
             return
-        with _core._on(process_group, "DistributedDataParallel"):
-            self._engine = _Engine(list(module.named_parameters()), list(module.named_buffers()), self,
-                                   bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
-                                   broadcast_buffers=broadcast_buffers, compression=code)
+        self._engine = _Engine(comm, list(module.named_parameters()), list(module.named_buffers()), self,
+                               bucket_bytes=int(bucket_cap_mb * 1024 * 1024), find_unused=find_unused_parameters,
+                               broadcast_buffers=broadcast_buffers, compression=code)
 
     def forward(self, *inputs, **kwargs):
         if self._cuda:
@@ -486,7 +484,6 @@ def join(device=-1):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op):
         super(self.__class__, self).__init__(params)
-        from cohort.torch import Compression
         compression = compression or Compression.none
         if op not in (_lib.AVG, _lib.SUM):
             raise ValueError("DistributedOptimizer: op must be Average or Sum (Adasum is not supported)")
@@ -515,7 +512,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pending = False
         self._should_synchronize = True
         self._synchronized = False
-        self._engine = _Engine(named, [], self, find_unused=True, broadcast_buffers=False,
+        self._engine = _Engine(_core._get_comm(), named, [], self, find_unused=True, broadcast_buffers=False,
                                compression=compression.ddp_code, op=op, what="DistributedOptimizer")
 
     def _backward_begins(self):
