@@ -28,8 +28,11 @@
  *                   reduce-scatter, zero.c's cohort__ddp_zero_reduce, instead of the allreduce), else every bucket
  *                   through the comm hook (compression is a hook) and its completion, in bucket order.
  *                8. uneven_inputs: the world's average rescaled to the average over the ranks that trained.
- *                9. statistics, step + 1 (trained_steps too, unless joining), and after the first synchronized step
- *                   the rebuild of the buckets in rank 0's ready order (layout.c), unless the order is static.
+ *                9. statistics; the live counters (COHORT_METRICS_DIR, counters.c: no collective); the metrics
+ *                   (COHORT_METRICS, metrics.c): this step's gather is started (an allgather on the progress thread)
+ *                   and the last step's is read; step + 1 (trained_steps too, unless joining), and after the first
+ *                   synchronized step the rebuild of the buckets in rank 0's ready order (layout.c), unless the
+ *                   order is static.
  *   after        ZeRO-1: the caller's cohort_ddp_zero_step steps this rank's shard and allgathers the parameters.
  * The options are made consistent once, at creation (ddp.c): ZeRO-1 means overlap off, a static bucket order, and no
  * hook, compression or uneven inputs; uneven inputs mean a static bucket order. cohort_ddp_join (join.c) runs whole
