@@ -138,3 +138,9 @@ foreach(np 4 5)
   set_tests_properties(python.process_sets.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
                        ENVIRONMENT "${COHORT_PY_ENV}")
 endforeach()
+
+# COHORT_HEARTBEAT_S names the rank that hangs in a plain torch program too, which maps no heartbeat page: cohortrun
+# judges it by its CPU time, I/O and output (/proc, tools/cohortrun/watch.c). Run by test_launcher_waits.sh.
+add_test(NAME python.plain_hang COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fault/test_launcher_waits.sh hang-torch)
+set_tests_properties(python.plain_hang PROPERTIES LABELS "python;fault" TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT
+                     "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON};COHORT_TEST_PLAIN_HANG=${CMAKE_CURRENT_LIST_DIR}/plain_hang.py")

@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -138,6 +139,18 @@ const char *cohort__relay_tail(const cohort__relay *relay, size_t *len);
 cohort_status cohort__relay_pump(cohort__relay *relay, int *open);
 /* The pipe descriptor, or -1 once closed. */
 int cohort__relay_fd(const cohort__relay *relay);
+/* Bytes read from the pipe so far (0 for NULL). */
+uint64_t cohort__relay_bytes(const cohort__relay *relay);
+
+/* watch.c: how a program that does not count its collectives for cohortrun (the heartbeat page) shows progress: the
+ * CPU time and the system-call I/O of the worker and everything it started, read from /proc. */
+/* A number that grows whenever pid or one of its descendants (at most 256 processes, found through
+ * /proc/PID/task/TID/children) uses CPU (utime + stime, in ticks) or reads or writes bytes (rchar + wchar); 0 when
+ * pid is gone. */
+uint64_t cohort__launch_tree_activity(pid_t pid);
+/* Where pid's main thread waits in the kernel (/proc/PID/wchan: "futex_wait_queue", "hrtimer_nanosleep", ...), or ""
+ * when it is running or that cannot be read; for a shell waiting for its child, where that child waits. */
+void cohort__launch_wchan(pid_t pid, char *out, size_t len);
 /* Writes a held partial line (if any), closes the pipe and frees. Safe on NULL. */
 void cohort__relay_destroy(cohort__relay *relay);
 
@@ -148,15 +161,29 @@ cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts
 cohort_status cohort__launch_ssh_node(const cohort__launch_opts *opts, int node, int port, const char *secret,
                                       pid_t *pid_out);
 
+/* What every wait of cohortrun outside its poll loop answers to (joining the cluster, restarts, regroups, the end):
+ * check() is called at least every COHORT_LAUNCH_WAIT_SLICE_S; a non-zero return ends the wait at once, with that
+ * code as cohortrun's exit code and why[] saying what stopped it ("interrupted by SIGINT", "the ssh that starts node
+ * 1 on host h exited with code 255"). A NULL check never stops a wait. */
+#define COHORT_LAUNCH_WAIT_SLICE_S 0.2
+typedef struct cohort__launch_waiter {
+  int (*check)(void *arg, char *why, size_t len);
+  void *arg;
+} cohort__launch_waiter;
+
 /* A multi-node job (cluster.c): every node's cohortrun joins node 0's store, announces itself, checks that all
  * agree on --nnodes and --nproc-per-node, and then watches the others (heartbeats, a shared root cause). */
 typedef struct cohort__cluster cohort__cluster;
 /* Connects (within timeout_s), announces this node and waits for all nnodes (elastic: for a generation that takes
  * it in; one that ends the job first is COHORT_ERR_REMOTE with the job's exit code in *end_code, else 1). A wrong
- * secret, an unreachable store, a node that never comes, and mismatched --nnodes are each one clear error. */
+ * secret, an unreachable store, a node that never comes, and mismatched --nnodes are each one clear error. Every
+ * wait, in the join and in the calls below, answers waiter (copied; may be NULL): a stop is COHORT_ERR_REMOTE with
+ * the waiter's code in *end_code, naming what was waited for. */
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
-                                   const cohort__launch_opts *opts, const char *host, int *end_code,
-                                   cohort__cluster **out);
+                                   const cohort__launch_opts *opts, const char *host,
+                                   const cohort__launch_waiter *waiter, int *end_code, cohort__cluster **out);
+/* The waiter's code once a wait was stopped by it (0 otherwise). */
+int cohort__cluster_stopped_by_waiter(const cohort__cluster *c);
 /* The current generation: this node's place among its nodes, how many nodes, and its number (COHORT_RESTART_COUNT).
  * With a fixed --nnodes: --node-rank, --nnodes and the restarts so far. */
 int cohort__cluster_rank(const cohort__cluster *c);

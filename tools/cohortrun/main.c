@@ -76,8 +76,10 @@ int main(int argc, char **argv) {
     rc = cohort__job_end_cluster(&j, rc);
   }
 
+  int formed = j.cluster != NULL;
   cohort__cluster_leave(j.cluster);
-  cohort__job_wait_nodes(&j, ssh_pids);
+  j.cluster = NULL;
+  cohort__job_wait_nodes(&j, !formed);
   free(j.remote_report);
   if (j.workers) {
     cohort__job_free_relays(&j);
