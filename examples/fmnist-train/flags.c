@@ -40,7 +40,8 @@ void train_flags_usage(FILE *f) {
           "  --resume auto           continue from --checkpoint if it exists, else start fresh (for cohortrun\n"
           "                          --max-restarts: the first generation starts, later ones resume)\n"
           "  --data DIR              Fashion-MNIST files (default %s)\n"
-          "  --threads N             BLAS threads per rank (default 1)\n"
+          "  --threads N             BLAS threads per rank (default 1; in a task of a Slurm step,\n"
+          "                          SLURM_CPUS_PER_TASK: srun --cpus-per-task=C gives each task C CPUs)\n"
           "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
           "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
           "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
@@ -123,6 +124,9 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   cfg->max_steps = -1;
   cfg->data_dir = COHORT_FMNIST_DEFAULT_DIR;
   cfg->threads = 1;
+  const char *slurm_cpus = getenv("SLURM_CPUS_PER_TASK"), *slurm_step = getenv("SLURM_STEP_ID");
+  if (slurm_cpus && slurm_step && slurm_step[0] && atoi(slurm_cpus) >= 1 && atoi(slurm_cpus) <= 256)
+    cfg->threads = atoi(slurm_cpus);
   cfg->log_every = 50;
   cfg->eval_batch = 1000;
   cfg->sync = TRAIN_SYNC_DDP;

@@ -14,6 +14,7 @@ has the API table against Horovod and torch.distributed, and what differs.
 import ctypes
 import functools
 import inspect
+import os
 
 import numpy as np
 import torch
@@ -22,10 +23,19 @@ import cohort as _core
 from cohort import _lib
 from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
-                    broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                    broadcast_object, cross_rank, cross_size, is_initialized, local_rank, local_size,
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
+
+
+def init(comm=None):
+    """cohort.init(), and, for a task of a Slurm step started with --cpus-per-task=C (and no OMP_NUM_THREADS of the
+    user's), torch.set_num_threads(C): the CPUs Slurm gave the task, where torch would take every CPU of the node."""
+    _core.init(comm)
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if cpus.isdigit() and int(cpus) > 0 and os.environ.get("SLURM_STEP_ID") and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(cpus))
 
 def _in_process_set(fn):
     """fn's process_set= argument: the call runs on that set's communicator (cohort._on).
