@@ -144,3 +144,8 @@ endforeach()
 add_test(NAME python.plain_hang COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fault/test_launcher_waits.sh hang-torch)
 set_tests_properties(python.plain_hang PROPERTIES LABELS "python;fault" TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT
                      "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON};COHORT_TEST_PLAIN_HANG=${CMAKE_CURRENT_LIST_DIR}/plain_hang.py")
+
+# torch's @record under cohortrun, cohortrun's own TORCHELASTIC_ERROR_FILE, and torchrun over cohortrun reading it.
+add_test(NAME python.torchrun_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fault/test_torchrun_cli.sh errors)
+set_tests_properties(python.torchrun_errors PROPERTIES LABELS "python;fault" TIMEOUT 180 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")

@@ -74,6 +74,10 @@ typedef struct job {
   int joining;      /* the cluster is being formed: an ssh that exits now means its node never comes */
   int in_loop;      /* inside cohort__job_run_loop: a signal a wait reads is the loop's to handle */
   int signals_read; /* SIGINT and SIGTERM read by cohort__job_wait_check outside the loop */
+  /* TORCHELASTIC_ERROR_FILE: where each worker's torch @record writes its error (errors.c) */
+  char err_dir[4200];
+  int err_dir_owned; /* a temporary directory of cohortrun's, removed at the end (else --log-dir) */
+  int devnull;       /* --local-ranks-filter: the console of the ranks left out; -1 until needed */
 } job;
 
 /* How often a node's cohortrun bumps its heartbeat and looks at the others: 5 per second keeps a full stop of
@@ -133,6 +137,22 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
 /* Multi-node: tells the other nodes this one is done with rc and, on node 0, keeps the store up until they are
  * done too; returns the exit code (a failure elsewhere makes a success a failure). */
 int cohort__job_end_cluster(job *j, int rc);
+
+/* errors.c: torchrun's error files. */
+/* Makes the directory the workers' error files go in (--log-dir, else a fresh temporary one). */
+int cohort__job_error_files_begin(job *j, int *rc);
+/* Local rank r's TORCHELASTIC_ERROR_FILE (into out); "" when there is none. */
+void cohort__job_error_file(const job *j, int local_rank, char *out, size_t len);
+/* The message and the Python call stack torch's @record wrote for local rank r (malloc'd; returns 0 when it wrote
+ * none or the file is not torch's JSON). */
+int cohort__job_read_error_file(const job *j, int local_rank, char **message, char **callstack);
+/* At the end: a failed job copies its root cause's error file (or, without one, its own words) to cohortrun's own
+ * TORCHELASTIC_ERROR_FILE when it has one (cohortrun under another agent), as torchrun does, with the exit code as
+ * errorCode; removes a temporary directory. */
+void cohort__job_error_files_end(job *j, int rc);
+/* Warns once for every COHORT_* variable of the environment that no knob declares, as cohort_init does (a typo in a
+ * knob only cohortrun reads would otherwise pass silently). */
+void cohort__job_warn_unknown_knobs(void);
 
 /* report.c */
 const char *cohort__job_signal_name(int sig, char *buf, size_t len);

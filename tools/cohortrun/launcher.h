@@ -54,15 +54,39 @@ typedef struct cohort__launch_opts {
   int master_addr_given;
   int bind; /* --bind: COHORT_LAUNCH_BIND_NONE, _CORE or _SOCKET (bind.c) */
   int help;
-  char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
+  int version;
+  char **argv; /* the program and its arguments, NULL-terminated; into main()'s argv, or python_argv */
+  /* torchrun's command line (flags.c): */
+  int python;             /* the program runs under the interpreter (PYTHON_EXEC, else python3): a .py script, -m
+                           * (COHORT_LAUNCH_PYTHON_MODULE) or --run-path; --no-python turns it off */
+  char **python_argv;     /* malloc'd: interpreter, -u, [-m], the script and its arguments; NULL unless python */
+  const char *role;       /* --role: ROLE_NAME */
+  const char *run_id;     /* --rdzv-id: TORCHELASTIC_RUN_ID ("none"; --standalone: a fresh uuid) */
+  char run_id_buf[40];    /* --standalone's uuid */
+  const char *local_addr; /* --local-addr: the workers' COHORT_BIND_ADDR */
+  double join_timeout_s;  /* --rdzv-conf join_timeout: how long the nodes wait for each other; < 0: COHORT_TIMEOUT */
+  int console_filter;     /* --local-ranks-filter given: only the local ranks in console_ranks print to the console */
+  unsigned char console_ranks[COHORT_LAUNCH_NP_MAX];
 } cohort__launch_opts;
+#define COHORT_LAUNCH_PYTHON_SCRIPT 1
+#define COHORT_LAUNCH_PYTHON_MODULE 2
 
-/* Parses argv into opts. A bad command line is COHORT_ERR_INVALID with a one-line message. */
+/* The version of cohort that cohortrun (and the library) comes from, e.g. "0.4.0". */
+#ifndef COHORT_VERSION_STRING
+#define COHORT_VERSION_STRING "unknown"
+#endif
+
+/* Parses argv into opts: cohortrun's flags and the whole of torchrun's (torch 1.13's and 2.x's, with '-' or '_'),
+ * with torchrun's meanings. A bad command line is COHORT_ERR_INVALID with a one-line message. Free with the call
+ * below. */
 cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *opts);
+void cohort__launch_opts_free(cohort__launch_opts *opts);
 void cohort__launch_usage(FILE *out);
 /* Finds the program as execvp would (a name with a '/' is a path, else it is searched in PATH) and checks that it
  * is an executable regular file. *path_out is malloc'd; the caller frees it. */
 cohort_status cohort__launch_resolve_program(const char *name, char **path_out);
+/* A Python script the interpreter is to run (torchrun's way) must be a readable regular file. */
+cohort_status cohort__launch_check_script(const char *path);
 
 /* What one worker is told about the job. */
 typedef struct cohort__launch_worker_env {
@@ -72,9 +96,13 @@ typedef struct cohort__launch_worker_env {
   int master_port;         /* MASTER_PORT: a free port for the program's own store, kept free by cohortrun */
   int store_port;          /* COHORT_STORE_PORT: cohortrun's store */
   const char *secret;
-  int restart_count; /* COHORT_RESTART_COUNT: the generation, 0 for the first */
-  int max_restarts;  /* TORCHELASTIC_MAX_RESTARTS */
-  int heartbeat_fd;  /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
+  int restart_count;      /* COHORT_RESTART_COUNT: the generation, 0 for the first */
+  int max_restarts;       /* TORCHELASTIC_MAX_RESTARTS */
+  int heartbeat_fd;       /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
+  const char *role;       /* ROLE_NAME (--role; NULL: "default") */
+  const char *run_id;     /* TORCHELASTIC_RUN_ID (--rdzv-id; NULL: "none", torchrun's default) */
+  const char *error_file; /* TORCHELASTIC_ERROR_FILE, where torch's @record writes the worker's error; NULL: none */
+  const char *local_addr; /* --local-addr: COHORT_BIND_ADDR unless the environment has one; NULL: none */
 } cohort__launch_worker_env;
 
 /* The parent's environment with the job variables (RANK, ..., COHORT_SECRET) replacing any inherited ones.
