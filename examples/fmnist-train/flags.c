@@ -64,7 +64,7 @@ void train_flags_usage(FILE *f) {
           "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
           "  --uneven                uneven shards: rank r of W trains only (W - r)/W of each epoch's steps, then\n"
           "                          joins (the others average over the ranks still training; cohort_ddp_join)\n"
-          "  --help                  this text\n"
+          "  --help                  this text;   --version   the version\n"
           "The last line on rank 0's stdout is machine-readable:\n"
           "  final: steps=N loss=X test_acc=Y img_per_s=Z param_sha256=H\n"
           "Exit codes: 0 success, 1 failure while running, 2 bad command line.\n",
@@ -146,8 +146,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     name[len] = '\0';
     if (eq) value = eq + 1;
 
-    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile") || !strcmp(name, "--uneven");
+    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--version") ||
+                  !strcmp(name, "--quiet") || !strcmp(name, "--profile") || !strcmp(name, "--uneven");
     static const char *const known[] = {"--model",
                                         "--epochs",
                                         "--steps",
@@ -186,6 +186,10 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if (value) return usage_error("%s takes no value, got '%s'", name, value);
       if (!strcmp(name, "--help")) {
         train_flags_usage(stdout);
+        return -1;
+      }
+      if (!strcmp(name, "--version")) {
+        printf("fmnist-train (cohort) %s\n", cohort_version());
         return -1;
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;

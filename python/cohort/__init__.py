@@ -25,6 +25,9 @@ import numpy as np
 from cohort import _lib
 from cohort._lib import lib as _c
 
+# The version of the libcohort.so this package binds (cohort_version()).
+__version__ = _c.cohort_version().decode()
+
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "transport",
     "Average", "Sum", "Min", "Max", "Product", "Adasum",

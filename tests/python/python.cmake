@@ -62,11 +62,14 @@ foreach(ex horovod ddp)
                        PASS_REGULAR_EXPRESSION "final: steps=20 loss=[0-9.]+ test_acc=0\\.[0-9]+ img_per_s=[0-9]+")
 endforeach()
 
-# cmake --install into a scratch prefix: the installed package imports and binds the installed library.
+# cmake --install into a virtual environment (with the system's torch): its python imports the package with no
+# PYTHONPATH (it was put in lib/python3/dist-packages before, which no Python of that prefix searches), binds the
+# installed library, and says its version.
 add_test(NAME python.install COMMAND sh -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && \
-${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d >/dev/null && \
-PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
+${COHORT_PYTHON} -m venv --without-pip --system-site-packages $d/venv && \
+${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d/venv >/dev/null && env -u PYTHONPATH $d/venv/bin/python -c \
 'import cohort, cohort.torch as hvd, sys; hvd.init(); assert cohort._lib.lib.path.startswith(sys.argv[1]), cohort._lib.lib.path; \
+assert cohort.__version__ == hvd.__version__ == \"${PROJECT_VERSION}\", cohort.__version__; \
 assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
 set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
 

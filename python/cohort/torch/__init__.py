@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import cohort as _core
+from cohort import __version__  # noqa: F401
 from cohort import _lib
 from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
