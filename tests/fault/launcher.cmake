@@ -10,7 +10,7 @@ set_tests_properties(fault.launcher PROPERTIES LABELS "fault;sanitize" TIMEOUT 1
 
 # cohortrun never waits forever: signals during every wait outside the poll loop, a failed ssh, a store that cannot
 # answer, an interrupted node stopping the others (test_launcher_waits.sh). Loopback only, a few seconds each.
-foreach(case ssh-fails join-signals silent-store interrupted end-wait hang-any)
+foreach(case ssh-fails join-signals silent-store silent-peer interrupted end-wait hang-any)
   add_test(NAME fault.launcher_waits.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_launcher_waits.sh ${case})
   set_tests_properties(fault.launcher_waits.${case} PROPERTIES LABELS "fault" TIMEOUT 90
                        ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>")

@@ -10,6 +10,8 @@
 #                  node 0's store; elastic node 0; an elastic node 1): exit 128+signal within 1.5 s, naming the wait
 #   silent-store   node 0's cohortrun is stopped (SIGSTOP: its store accepts but never answers); SIGTERM to node 1
 #                  ends it within 4 s (before: 300 s, the store request's timeout)
+#   silent-peer    node 1's cohortrun is stopped (SIGSTOP: silent, its connections open); SIGTERM to node 0 ends it
+#                  within 4 s
 #   interrupted    Ctrl-C to node 0 of a running 2-node job: node 1 stops too, within 3 s, naming node 0's SIGINT,
 #                  and both exit 130
 #   end-wait       node 0 has finished and waits for node 1; SIGINT ends that wait within 1.5 s
@@ -20,7 +22,7 @@
 #   hang-torch     the same for a plain torch program (tests/python/plain_hang.py; COHORT_TEST_PYTHON, skipped
 #                  without torch): rank 1 sleeps after 5 allreduces, the others wait in the 6th
 set -u
-CASE=${1:?usage: test_launcher_waits.sh ssh-fails|join-signals|silent-store|interrupted|end-wait|hang-any|hang-torch}
+CASE=${1:?usage: test_launcher_waits.sh ssh-fails|join-signals|silent-store|silent-peer|interrupted|end-wait|hang-any|hang-torch}
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_launcher_waits.XXXXXX")
 PIDS=()
@@ -120,6 +122,27 @@ silent-store)
   echo "ok: node 1 ended $TOOK s after SIGTERM with its node 0 stopped (exit $RC): $(tail -n 1 "$TMP/err1")"
   kill -CONT "$p0"
   wait_end "$p0" 10
+  ;;
+silent-peer)
+  COHORT_TIMEOUT=20 "$RUN" --nnodes 2 --node-rank 0 -np 1 --master-port "$PORT" sleep "$NAP" >"$TMP/out0" 2>"$TMP/err0" &
+  p0=$!
+  PIDS+=("$p0")
+  COHORT_TIMEOUT=20 "$RUN" --nnodes 2 --node-rank 1 -np 1 --master-port "$PORT" sleep "$NAP" >"$TMP/out1" 2>"$TMP/err1" &
+  p1=$!
+  PIDS+=("$p1")
+  for _ in $(seq 1 200); do
+    [ "$(pgrep -c -f "^sleep $NAP\$")" -ge 2 ] && break
+    sleep 0.05
+  done
+  sleep 0.5
+  kill -STOP "$p1"
+  sleep 0.3
+  kill -TERM "$p0"
+  wait_end "$p0" 20
+  within 4
+  echo "ok: node 0 ended $TOOK s after SIGTERM with node 1 silent (exit $RC): $(tail -n 1 "$TMP/err0")"
+  kill -CONT "$p1"
+  wait_end "$p1" 10
   ;;
 interrupted)
   COHORT_TIMEOUT=20 "$RUN" --nnodes 2 --node-rank 0 -np 1 --master-port "$PORT" sleep "$NAP" >"$TMP/out0" 2>"$TMP/err0" &

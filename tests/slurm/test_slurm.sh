@@ -14,7 +14,8 @@
 #            alone (-w node02) finds its master there; --mpi=pmi2 runs on Slurm's variables, not MPI's
 #   sbatch   a batch script with srun steps (C and Python), two steps at once in one allocation (each its own port);
 #            a batch script that runs the program itself (no srun, --ntasks=2) fails at once and says why
-#   salloc   salloc -N2 --ntasks-per-node=2 with steps of 4 tasks and of 2 on node02, and cohortrun --nnodes 2 started by srun
+#   salloc   salloc -N2 --ntasks-per-node=2 with steps of 4 tasks (C and Python) and of 2 on node02, and cohortrun
+#            --nnodes 2 started by srun
 #   faults   scancel of a running step: every task gone within 5 s, nothing left in /dev/shm; kill -9 of a task:
 #            the other tasks name it and exit within 10 s, srun fails
 #
@@ -247,14 +248,15 @@ EOF
   echo "ok: a batch script without srun fails in $took s: $(grep -o 'this process runs in the batch script[^;]*' "$TMP/direct.err" | head -n 1)"
   ;;
 salloc)
-  in_cluster timeout 180 salloc -N2 --ntasks-per-node=2 sh -c "srun -n4 '$PY' '$TASK' && srun -N1 -n2 -w node02 '$PY' '$TASK' &&
+  in_cluster timeout 180 salloc -N2 --ntasks-per-node=2 sh -c "srun -n4 '$COLL' --quick > '$TMP/salloc.coll' &&
+    srun -n4 '$PY' '$TASK' && srun -N1 -n2 -w node02 '$PY' '$TASK' &&
     srun -N2 -n2 --ntasks-per-node=1 sh -c 'exec \"\$0\" --nnodes 2 --node-rank \$SLURM_NODEID --nproc-per-node 2 \
       --master-addr node01 --master-port $((BASE + 3)) \"\$1\" \"\$2\"' '$RUN' '$PY' '$TASK'" >"$TMP/out.salloc" \
     2>"$TMP/err.salloc" || fail "salloc failed"
   layout_ok "$TMP/out.salloc" "0 size 4 local 0/2 cross 0/2 node node01" "3 size 4 local 1/2 cross 1/2 node node02" \
     "1 size 2 local 1/2 cross 0/1 node node02"
   expect_line "$TMP/out.salloc" "^\[3\] task rank 3 size 4 local 1/2 cross 1/2 node node02" "cohortrun under srun"
-  echo "ok: salloc -N2 --ntasks-per-node=2: steps of 4 and of 2 on node02, cohortrun --nnodes 2 under srun"
+  echo "ok: salloc -N2 --ntasks-per-node=2: test_collectives and cohort.torch on 4 tasks, 2 on node02, cohortrun under srun"
   ;;
 faults)
   mkdir -p "$TMP/pids"
