@@ -124,7 +124,13 @@ NodeName=node02 NodeAddr=$NET.2 CPUs=8 State=UNKNOWN
 PartitionName=debug Nodes=node01,node02 Default=YES MaxTime=INFINITE State=UP
 EOF
 : >"$TMP/plugstack.conf"
-printf 'CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n' >"$TMP/cgroup.conf"
+# slurmd initializes a cgroup plugin whatever the proctrack and task plugins; without systemd it must make its
+# hierarchy itself. cgroup v1 (or hybrid, as on this CI machine) or v2, as the host has it.
+if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; then
+  printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nIgnoreSystemdOnFailure=yes\n' >"$TMP/cgroup.conf"
+else
+  printf 'CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n' >"$TMP/cgroup.conf"
+fi
 export SLURM_CONF=$TMP/slurm.conf
 # daemon NODE NS ARGS...: runs one daemon in namespace NS with host name NODE, in the foreground of a background job.
 daemon() {
