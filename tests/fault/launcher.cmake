@@ -12,7 +12,7 @@ set_tests_properties(fault.launcher PROPERTIES LABELS "fault;sanitize" TIMEOUT 1
 # answer, an interrupted node stopping the others (test_launcher_waits.sh). Loopback only, a few seconds each.
 foreach(case ssh-fails join-signals silent-store silent-peer interrupted end-wait hang-any)
   add_test(NAME fault.launcher_waits.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_launcher_waits.sh ${case})
-  set_tests_properties(fault.launcher_waits.${case} PROPERTIES LABELS "fault" TIMEOUT 90
+  set_tests_properties(fault.launcher_waits.${case} PROPERTIES LABELS "fault;sanitize" TIMEOUT 90
                        ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>")
 endforeach()
 
@@ -20,6 +20,6 @@ endforeach()
 # @record (tests/python/python.cmake runs it with COHORT_PYTHON).
 foreach(case flags python nodes)
   add_test(NAME fault.torchrun_cli.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_torchrun_cli.sh ${case})
-  set_tests_properties(fault.torchrun_cli.${case} PROPERTIES LABELS "fault" TIMEOUT 120
+  set_tests_properties(fault.torchrun_cli.${case} PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
                        ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")
 endforeach()

@@ -110,6 +110,11 @@ typedef struct cohort__launch_worker_env {
 cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out);
 void cohort__launch_env_free(char **envp);
 
+/* Passes SIGINT, SIGTERM and SIGCHLD that reach a thread other than the main one on to the main thread, which
+ * blocks them and reads them through its signalfd (spawn.c says why); the workers get the inherited dispositions
+ * back. Called once, by the main thread, when it blocks them. */
+void cohort__launch_forward_signals(void);
+
 /* Unlinks what a reaped worker may have left in /dev/shm: the library names its segment /cohort-shm-PID-..., and
  * unlinks it once every peer has mapped it, so only a worker killed in between leaves one. Returns how many. */
 int cohort__launch_remove_segments(pid_t pid);

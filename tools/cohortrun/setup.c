@@ -25,6 +25,7 @@ int cohort__job_take_signals(job *j, int *rc) {
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigprocmask(SIG_BLOCK, &mask, &j->child_mask);
+  cohort__launch_forward_signals(); /* for threads started before this point (a library's) */
   /* A reader of our output that goes away must not kill the job (output.c drops the output instead). */
   signal(SIGPIPE, SIG_IGN);
   j->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);

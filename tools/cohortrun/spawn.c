@@ -2,12 +2,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,34 @@
 #include "launcher.h"
 
 extern char **environ;
+
+/* cohortrun reads SIGINT, SIGTERM and SIGCHLD through a signalfd with the signals blocked (setup.c). A thread made
+ * before they were blocked does not block them (a library's constructor: OpenBLAS starts its thread pool when it is
+ * loaded, as in the sanitizer builds, where the linker keeps it), and the kernel hands a process's signal to a
+ * thread that does not block it: the default action or an inherited SIG_IGN then decided, not cohortrun. A handler
+ * passes such a signal on to the main thread, which blocks it, so that the signalfd reads it whatever thread got it.
+ * The workers get the dispositions cohortrun was started with back before exec. */
+static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGCHLD};
+#define FORWARDED_COUNT (sizeof forwarded_signals / sizeof forwarded_signals[0])
+static struct sigaction inherited_actions[FORWARDED_COUNT];
+static pid_t main_tid;
+
+static void forward_to_main(int sig) {
+  int saved = errno;
+  syscall(SYS_tgkill, getpid(), main_tid, sig);
+  errno = saved;
+}
+
+void cohort__launch_forward_signals(void) {
+  main_tid = (pid_t)syscall(SYS_gettid);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_to_main;
+  sa.sa_flags = SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  for (size_t k = 0; k < FORWARDED_COUNT; k++)
+    sigaction(forwarded_signals[k], &sa, &inherited_actions[k]);
+}
 
 int cohort__launch_remove_segments(pid_t pid) {
   char prefix[48], name[300];
@@ -200,6 +230,9 @@ static void child_exec(pid_t parent, const char *path, char *const argv[], char 
   if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0);
   /* cohortrun ignores SIGPIPE and blocks the signals it reads through signalfd; the program gets neither. */
   signal(SIGPIPE, SIG_DFL);
+  if (main_tid)
+    for (size_t k = 0; k < FORWARDED_COUNT; k++)
+      sigaction(forwarded_signals[k], &inherited_actions[k], NULL);
   sigprocmask(SIG_SETMASK, child_mask, NULL);
   execve(path, argv, envp);
   int e = errno;
