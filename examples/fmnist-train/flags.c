@@ -40,7 +40,8 @@ void train_flags_usage(FILE *f) {
           "  --resume auto           continue from --checkpoint if it exists, else start fresh (for cohortrun\n"
           "                          --max-restarts: the first generation starts, later ones resume)\n"
           "  --data DIR              Fashion-MNIST files (default %s)\n"
-          "  --threads N             BLAS threads per rank (default 1)\n"
+          "  --threads N             BLAS threads per rank (default 1; in a task of a Slurm step,\n"
+          "                          SLURM_CPUS_PER_TASK: srun --cpus-per-task=C gives each task C CPUs)\n"
           "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
           "  --metrics PATH          per-step metrics across ranks, JSON lines (rank 0 writes; docs/training.md)\n"
           "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
@@ -64,7 +65,7 @@ void train_flags_usage(FILE *f) {
           "  --profile               rank 0 prints the time per step in data, compute, allreduce and update\n"
           "  --uneven                uneven shards: rank r of W trains only (W - r)/W of each epoch's steps, then\n"
           "                          joins (the others average over the ranks still training; cohort_ddp_join)\n"
-          "  --help                  this text\n"
+          "  --help                  this text;   --version   the version\n"
           "The last line on rank 0's stdout is machine-readable:\n"
           "  final: steps=N loss=X test_acc=Y img_per_s=Z param_sha256=H\n"
           "Exit codes: 0 success, 1 failure while running, 2 bad command line.\n",
@@ -124,6 +125,9 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
   cfg->max_steps = -1;
   cfg->data_dir = COHORT_FMNIST_DEFAULT_DIR;
   cfg->threads = 1;
+  const char *slurm_cpus = getenv("SLURM_CPUS_PER_TASK"), *slurm_step = getenv("SLURM_STEP_ID");
+  if (slurm_cpus && slurm_step && slurm_step[0] && atoi(slurm_cpus) >= 1 && atoi(slurm_cpus) <= 256)
+    cfg->threads = atoi(slurm_cpus);
   cfg->log_every = 50;
   cfg->eval_batch = 1000;
   cfg->sync = TRAIN_SYNC_DDP;
@@ -143,8 +147,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     name[len] = '\0';
     if (eq) value = eq + 1;
 
-    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--quiet") ||
-                  !strcmp(name, "--profile") || !strcmp(name, "--uneven");
+    int boolean = !strcmp(name, "--resume") || !strcmp(name, "--help") || !strcmp(name, "--version") ||
+                  !strcmp(name, "--quiet") || !strcmp(name, "--profile") || !strcmp(name, "--uneven");
     static const char *const known[] = {"--model",
                                         "--epochs",
                                         "--steps",
@@ -184,6 +188,10 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if (value) return usage_error("%s takes no value, got '%s'", name, value);
       if (!strcmp(name, "--help")) {
         train_flags_usage(stdout);
+        return -1;
+      }
+      if (!strcmp(name, "--version")) {
+        printf("fmnist-train (cohort) %s\n", cohort_version());
         return -1;
       }
       if (!strcmp(name, "--resume")) cfg->resume = 1;

@@ -30,6 +30,7 @@ int main(int argc, char **argv) {
     return rc;
   }
 
+  train_preempt_watch(&cfg); /* before cohort_init: its threads inherit the blocked signals */
   cohort_comm *comm = NULL;
   cohort_status st = cohort_init(&comm);
   if (st != COHORT_OK) {

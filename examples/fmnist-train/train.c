@@ -2,7 +2,9 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -191,6 +193,42 @@ static int forward_backward(train_job *job, const cohort_batch *b, float *dlogit
  * during that last backward and the loss's average rides along on the progress thread; with --sync fused one
  * allreduce after backward averages the gradients and the loss together.
  */
+static atomic_int preempt_sig;
+static sigset_t preempt_set;
+
+static void *preempt_thread(void *arg) {
+  (void)arg;
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&preempt_set, &sig) != 0) continue;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&preempt_sig, &expected, sig)) {
+      /* Asked twice: no checkpoint then, as for any process that gets a second SIGTERM. */
+      signal(sig, SIG_DFL);
+      pthread_sigmask(SIG_UNBLOCK, &preempt_set, NULL);
+      raise(sig);
+    }
+  }
+  return NULL;
+}
+
+int train_preempt_watch(const train_config *cfg) {
+  if (!cfg->checkpoint || cfg->sync != TRAIN_SYNC_DDP || cfg->uneven) return 0;
+  sigemptyset(&preempt_set);
+  sigaddset(&preempt_set, SIGTERM);
+  sigaddset(&preempt_set, SIGUSR1);
+  pthread_t t;
+  if (pthread_sigmask(SIG_BLOCK, &preempt_set, NULL) != 0) return 0;
+  if (pthread_create(&t, NULL, preempt_thread, NULL) != 0) {
+    pthread_sigmask(SIG_UNBLOCK, &preempt_set, NULL);
+    return 0;
+  }
+  pthread_detach(t);
+  return 1;
+}
+
+int train_preempt_signal(void) { return atomic_load(&preempt_sig); }
+
 static int step(train_job *job, const cohort_batch *first, float *dlogits, double *global_loss) {
   const train_config *cfg = job->cfg;
   int64_t left = (int64_t)cohort_loader_batches_left(job->loader);
@@ -214,7 +252,8 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
     images += b.size;
   }
   double t1 = now_s();
-  float avg_loss = loss_sum;
+  /* [loss, stop]: the loss to report, and whether any rank was asked to stop (preemption), agreed by all. */
+  float avg_loss[2] = {loss_sum, train_preempt_signal() ? 1.0f : 0.0f};
   cohort_work *loss_work = NULL;
   if (job->ddp) {
     /* This rank's values of the step for --metrics (rank 0's are written): they go with the step that finish ends. */
@@ -229,13 +268,13 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
      * so the loss reported is rank 0's own. */
     if (!job->cfg->uneven)
       TRY("averaging the loss",
-          cohort_iallreduce(job->comm, &avg_loss, &avg_loss, 1, COHORT_F32, COHORT_AVG, &loss_work));
+          cohort_iallreduce(job->comm, avg_loss, avg_loss, 2, COHORT_F32, COHORT_AVG, &loss_work));
   } else {
     /* Every rank's batch has the same size (the sampler pads), so the mean of the ranks' means is the global mean. */
-    job->grads[job->nparams] = avg_loss;
+    job->grads[job->nparams] = avg_loss[0];
     TRY("averaging the gradients",
         cohort_allreduce(job->comm, job->grads, job->grads, job->nparams + 1, COHORT_F32, COHORT_AVG));
-    avg_loss = job->grads[job->nparams];
+    avg_loss[0] = job->grads[job->nparams];
     job->train_images += images * job->world;
   }
   double t2 = now_s();
@@ -247,7 +286,8 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   cohort_work_free(loss_work);
   if (st != COHORT_OK) return fail(job, "optimizer step", st);
   if (lst != COHORT_OK) return fail(job, "averaging the loss", lst);
-  *global_loss = avg_loss;
+  *global_loss = avg_loss[0];
+  if (avg_loss[1] > 0) job->preempted = 1;
   /* A non-finite loss means non-finite gradients on every rank (they were averaged): every rank stops here. */
   if (!isfinite(*global_loss)) {
     fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
@@ -537,6 +577,21 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
       if ((rc = train_state_save(job)) != 0) break;
       last_ckpt = job->step;
     }
+    if (job->preempted) {
+      /* Every rank knows after the same step: save it, and stop (Slurm kills after KillWait, 30 s by default). */
+      if (last_ckpt != job->step && (rc = train_state_save(job)) != 0) break;
+      last_ckpt = job->step;
+      if (job->rank == 0)
+        fprintf(stderr,
+                "fmnist-train: asked to stop (%s on %s) after step %lld: checkpoint %s written; --resume auto goes on "
+                "from there\n",
+                train_preempt_signal() == SIGUSR1 ? "SIGUSR1"
+                : train_preempt_signal()          ? "SIGTERM"
+                                                  : "a signal",
+                train_preempt_signal() ? "this rank" : "another rank", (long long)job->step, cfg->checkpoint);
+      free(dlogits);
+      return TRAIN_EXIT_PREEMPTED;
+    }
   }
   /* --steps may stop the ranks still training mid-epoch while the others wait in their join: they join too. */
   if (rc == 0 && cfg->uneven && trained_since_join) rc = join_others(job, progress);
@@ -575,7 +630,8 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
   job.world = cohort_size(comm);
   train_progress *progress = NULL;
   train_metrics *metrics = NULL;
-  int rc = run(&job, &progress, &metrics) == 0 ? TRAIN_EXIT_OK : TRAIN_EXIT_FAIL;
+  int r = run(&job, &progress, &metrics);
+  int rc = r == 0 ? TRAIN_EXIT_OK : r == TRAIN_EXIT_PREEMPTED ? TRAIN_EXIT_PREEMPTED : TRAIN_EXIT_FAIL;
 
   if (rc == TRAIN_EXIT_OK) {
     char hex[COHORT_HASH_HEX_LEN];

@@ -141,6 +141,7 @@ typedef struct train_job {
   int64_t total_steps;  /* the planned length (epochs), for the schedule; --steps may stop earlier */
   int64_t stop_step;    /* min(total_steps, --steps) */
   int64_t step;         /* optimizer steps taken */
+  int preempted;        /* a rank was asked to stop (SIGTERM/SIGUSR1): every rank saves after this step and ends */
   int epoch;            /* 0-based epoch the next step belongs to */
   double loss_sum;      /* the global mean loss summed over this epoch's steps so far */
   int64_t loss_steps;   /* how many steps loss_sum holds */
@@ -161,7 +162,18 @@ typedef struct train_job {
 float train_lr_at(const train_job *job, int64_t step);
 /* Loads a Fashion-MNIST split ("train", "t10k") from cfg->data_dir, normalized as the job trains on it. */
 cohort_status train_load_fmnist(const train_config *cfg, const char *split, cohort_dataset **out);
-/* Runs the whole job on comm. Returns TRAIN_EXIT_OK or TRAIN_EXIT_FAIL (message printed on stderr). */
+/* Preemption (Slurm's SIGTERM before a time limit or a preemption, scancel, cohortrun's stop): with --checkpoint,
+ * under the DDP engine (the default --sync ddp, without --uneven), SIGTERM and SIGUSR1 are taken by a thread of
+ * their own (train_preempt_watch, before cohort_init, so that no thread of the library is interrupted); the ranks
+ * agree at the end of a step (the flag rides with the loss's allreduce), write the checkpoint and stop with
+ * TRAIN_EXIT_PREEMPTED. A second SIGTERM kills at once. Returns 1 when it watches. */
+int train_preempt_watch(const train_config *cfg);
+/* The signal that asked this rank to stop (0: none). */
+int train_preempt_signal(void);
+enum { TRAIN_EXIT_PREEMPTED = 128 + 15 };
+
+/* Runs the whole job on comm. Returns TRAIN_EXIT_OK, TRAIN_EXIT_FAIL (message printed on stderr) or
+ * TRAIN_EXIT_PREEMPTED (a checkpoint was written after a SIGTERM or SIGUSR1). */
 int train_run(const train_config *cfg, cohort_comm *comm);
 
 /* ---- train_cuda.c: --device cuda ----

@@ -81,6 +81,11 @@ typedef enum cohort_op {
 typedef struct cohort_comm cohort_comm;
 typedef struct cohort_work cohort_work;
 
+/* ---- version ---- */
+
+/* The version of the library that runs, e.g. "0.1.0" (the headers a program was built with may be older). */
+COHORT_API const char *cohort_version(void);
+
 /* ---- errors ---- */
 
 /* A constant, human-readable name for a status ("remote failure", ...). Never NULL. */

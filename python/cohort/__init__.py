@@ -24,6 +24,9 @@ import numpy as np
 from cohort import _lib
 from cohort._lib import lib as _c
 
+# The version of the libcohort.so this package binds (cohort_version()).
+__version__ = _c.cohort_version().decode()
+
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "transport",
     "Average", "Sum", "Min", "Max", "Product", "Adasum",
@@ -132,6 +135,23 @@ def init(comm=None):
         p = ctypes.c_void_p()
         _check(_c.cohort_init(ctypes.byref(p)), "cohort.init")
         _comm, _pid = p, os.getpid()
+        _gather_cross(p)
+
+
+# (cross_rank, cross_size): Horovod's cross communicator is the ranks that share this rank's local rank, one per
+# node. Gathered once by init() from every rank's local rank: the launcher's layout may be uneven (srun -N2 -n3 puts
+# 2 ranks on one node, 1 on the other) or cyclic (srun -m cyclic), where rank // local_size says nothing.
+_cross = (0, 1)
+
+
+def _gather_cross(comm):
+    global _cross
+    n = _c.cohort_size(comm)
+    mine = np.array([_c.cohort_local_rank(comm)], np.int32)
+    every = np.empty(n, np.int32)
+    _check(_c.cohort_allgather(comm, _ptr(mine), _ptr(every), 1, _lib.I32), "cohort.init")
+    same = [r for r in range(n) if every[r] == mine[0]]
+    _cross = (same.index(_c.cohort_rank(comm)), len(same))
 
 
 def shutdown():
@@ -417,11 +437,15 @@ def local_size():
 
 
 def cross_rank():
-    return rank() // max(local_size(), 1)
+    """This rank's place among the ranks with its local rank (its node's place, on an even layout)."""
+    _get_comm()
+    return _cross[0]
 
 
 def cross_size():
-    return max(size() // max(local_size(), 1), 1)
+    """How many ranks share this rank's local rank (the number of nodes, on an even layout)."""
+    _get_comm()
+    return _cross[1]
 
 
 def transport():

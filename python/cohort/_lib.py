@@ -77,6 +77,7 @@ _SIGNATURES = {
     # name: (restype, argtypes)
     "cohort_strerror": (c_char_p, [c_int]),
     "cohort_last_error": (c_char_p, []),
+    "cohort_version": (c_char_p, []),
     "cohort_init": (c_int, [ctypes.POINTER(c_void_p)]),
     "cohort_comm_destroy": (None, [c_void_p]),
     "cohort_rank": (c_int, [c_void_p]),

@@ -95,6 +95,9 @@ cohort_status cohort_init(cohort_comm **out) {
   cohort__config *cfg = malloc(sizeof *cfg);
   if (!cfg) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort_status st = cohort__config_load(cfg);
+  /* Before the rendezvous: cohortrun then knows this for a cohort program, whose silence before its first
+   * collective (setting up, waiting for the others) is no hang. */
+  if (st == COHORT_OK) cohort__heartbeat_attach(cfg->heartbeat_fd);
   if (st == COHORT_OK) st = init_with(&env, cfg, out);
   free(cfg);
   return st;

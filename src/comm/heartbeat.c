@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The process's page (NULL: none): set once, by the first attach, and read by every communicator's threads. */
 static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -23,6 +24,7 @@ static cohort__heartbeat_page *map_page(long fd) {
     munmap(p, COHORT_HEARTBEAT_PAGE_BYTES);
     return NULL;
   }
+  atomic_store_explicit(&hp->attached, (int32_t)getpid(), memory_order_release);
   return hp; /* mapped for the life of the process */
 }
 

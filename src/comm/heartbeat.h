@@ -31,6 +31,8 @@ typedef struct cohort__heartbeat_page {
   _Atomic uint64_t last_seq;  /* the number of the last collective started (its communicator's seq) */
   _Atomic uint32_t last_kind; /* its kind (a cohort__coll of transport/call.h) */
   _Atomic int32_t last_rank;  /* the rank of its communicator */
+  _Atomic int32_t attached;   /* the pid of the process that mapped the page (its first communicator), 0 until then:
+                               * cohortrun judges a worker that never maps it by its CPU time instead (watch.c) */
 } cohort__heartbeat_page;
 
 /* Maps the page behind descriptor fd (cohort__config.heartbeat_fd; -1: none) unless an earlier communicator of the

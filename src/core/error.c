@@ -9,6 +9,11 @@
 
 static _Thread_local char error_text[COHORT_ERROR_TEXT_MAX];
 
+#ifndef COHORT_VERSION_STRING
+#define COHORT_VERSION_STRING "unknown"
+#endif
+const char *cohort_version(void) { return COHORT_VERSION_STRING; }
+
 const char *cohort_strerror(cohort_status status) {
   switch (status) {
   case COHORT_OK:

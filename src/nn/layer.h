@@ -22,6 +22,9 @@ typedef struct cohort__layer cohort__layer;
 
 /* blas.c: logs once, at the first model, when OpenBLAS runs kernels below what the CPU can run. */
 void cohort__blas_warn_once(void);
+/* BLAS threads of a process that did not choose (cohort_nn_set_threads): SLURM_CPUS_PER_TASK in a task of a Slurm
+ * step (the CPUs Slurm gave it), else 1. */
+int cohort__nn_default_threads(void);
 
 /* What a layer may touch during forward and backward. */
 typedef struct cohort__nnctx {

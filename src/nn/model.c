@@ -36,6 +36,12 @@ struct cohort_model {
 
 static atomic_int threads_chosen;
 
+int cohort__nn_default_threads(void) {
+  const char *cpus = getenv("SLURM_CPUS_PER_TASK"), *step = getenv("SLURM_STEP_ID");
+  long n = cpus && step && step[0] ? strtol(cpus, NULL, 10) : 1;
+  return n >= 1 && n <= 256 ? (int)n : 1;
+}
+
 cohort_status cohort_nn_set_threads(int n) {
   if (n < 1) return cohort__error(COHORT_ERR_INVALID, "cohort_nn_set_threads: %d threads, must be >= 1", n);
   atomic_store(&threads_chosen, 1);
@@ -50,9 +56,11 @@ cohort_status cohort_model_create(cohort_model **out) {
   m->training = 1;
   cohort__blas_warn_once(); /* generic kernels on a CPU that runs better ones: say so where the math begins */
   /* One BLAS thread per rank unless the user chose: ranks already fill the cores, and oversubscribing them with
-   * BLAS threads makes every rank slower (the anchor uses torch.set_num_threads(1) for the same reason). */
+   * BLAS threads makes every rank slower (the anchor uses torch.set_num_threads(1) for the same reason). A task of
+   * a Slurm step started with --cpus-per-task=C was given C CPUs of its own: C threads then. */
   int expected = 0;
-  if (atomic_compare_exchange_strong(&threads_chosen, &expected, 1)) openblas_set_num_threads(1);
+  if (atomic_compare_exchange_strong(&threads_chosen, &expected, 1))
+    openblas_set_num_threads(cohort__nn_default_threads());
   *out = m;
   return COHORT_OK;
 }

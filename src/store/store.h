@@ -25,6 +25,10 @@ typedef struct cohort__store cohort__store;
 /* Connects to a TCP store at host:port, retrying until timeout_s (the server may not be up yet). */
 cohort_status cohort__store_connect_tcp(const char *host, int port, const char *secret, double timeout_s,
                                         cohort__store **out);
+/* How long a request on a TCP store connection may go unanswered (beyond a GET's own wait) before it fails with
+ * COHORT_ERR_TIMEOUT and the connection is spent; the default is the connect timeout, at least 30 s. A caller that
+ * must hear a server that cannot answer sooner (cohortrun's nodes) sets less. COHORT_ERR_INVALID on another store. */
+cohort_status cohort__store_tcp_set_op_timeout(cohort__store *store, double seconds);
 /* Opens (and creates if needed) a file store in dir. */
 cohort_status cohort__store_open_file(const char *dir, cohort__store **out);
 void cohort__store_close(cohort__store *store);

@@ -174,6 +174,14 @@ static const cohort__store_ops tcp_ops = {.name = "tcp",
                                           .del = tcp_del,
                                           .close = tcp_close};
 
+cohort_status cohort__store_tcp_set_op_timeout(cohort__store *store, double seconds) {
+  if (!store || store->ops != &tcp_ops || !(seconds > 0) || isinf(seconds))
+    return cohort__error(COHORT_ERR_INVALID, "store op timeout: not a TCP store, or %g s is not a positive number",
+                         seconds);
+  ((tcp_store *)store)->op_timeout_s = seconds;
+  return COHORT_OK;
+}
+
 cohort_status cohort__store_connect_tcp(const char *host, int port, const char *secret, double timeout_s,
                                         cohort__store **out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "store connect: out is NULL");

@@ -7,3 +7,19 @@ add_dependencies(test_launcher cohortrun launcher_worker)
 add_test(NAME fault.launcher COMMAND test_launcher)
 set_tests_properties(fault.launcher PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
                      ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_WORKER=$<TARGET_FILE:launcher_worker>")
+
+# cohortrun never waits forever: signals during every wait outside the poll loop, a failed ssh, a store that cannot
+# answer, an interrupted node stopping the others (test_launcher_waits.sh). Loopback only, a few seconds each.
+foreach(case ssh-fails join-signals silent-store silent-peer interrupted end-wait hang-any)
+  add_test(NAME fault.launcher_waits.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_launcher_waits.sh ${case})
+  set_tests_properties(fault.launcher_waits.${case} PROPERTIES LABELS "fault;sanitize" TIMEOUT 90
+                       ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>")
+endforeach()
+
+# torchrun's whole command line, its variables and its error files (test_torchrun_cli.sh); "errors" needs torch for
+# @record (tests/python/python.cmake runs it with COHORT_PYTHON).
+foreach(case flags python nodes)
+  add_test(NAME fault.torchrun_cli.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_torchrun_cli.sh ${case})
+  set_tests_properties(fault.torchrun_cli.${case} PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
+                       ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")
+endforeach()

@@ -9,6 +9,7 @@
  *   sleep DIR             writes DIR/pid.RANK and sleeps
  *   hang VICTIM K         every rank joins the job (cohort_init) and does K allreduces; then VICTIM hangs in its own
  *                         code (sleeps) and the others enter allreduce K+1, which waits for it
+ *   late VICTIM S         VICTIM sleeps S seconds before cohort_init, where the others wait for it; one allreduce
  */
 #include <errno.h>
 #include <signal.h>
@@ -211,6 +212,22 @@ static int mode_hang(int rank, int victim, int count, int stop) {
   return 0;
 }
 
+/* The victim comes to cohort_init `seconds` late; the others wait for it there. Then one allreduce. */
+static int mode_late(int rank, int victim, int seconds) {
+  if (rank == victim) sleep((unsigned)seconds);
+  cohort_comm *comm = NULL;
+  if (cohort_init(&comm) != COHORT_OK) {
+    fprintf(stderr, "rank %d: cohort_init: %s\n", rank, cohort_last_error());
+    return 80;
+  }
+  int v = rank, sum = 0;
+  cohort_status st = cohort_allreduce(comm, &v, &sum, 1, COHORT_I32, COHORT_SUM);
+  cohort_comm_destroy(comm);
+  if (st != COHORT_OK) return 81;
+  printf("joined%s\n", rank == victim ? " late" : "");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
   if (argc < 2) return 64;
@@ -223,6 +240,7 @@ int main(int argc, char **argv) {
     return mode_fail(argv[2], rank, world, atoi(argv[3]), argv[4], argc == 6 && strcmp(argv[5], "stubborn") == 0);
   if (strcmp(mode, "hang") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]), 0);
   if (strcmp(mode, "stop") == 0 && argc == 4) return mode_hang(rank, atoi(argv[2]), atoi(argv[3]), 1);
+  if (strcmp(mode, "late") == 0 && argc == 4) return mode_late(rank, atoi(argv[2]), atoi(argv[3]));
   if (strcmp(mode, "sleep") == 0 && argc == 3) {
     write_pid(argv[2], rank);
     sleep_long();

@@ -39,6 +39,26 @@ run() { # run NAME BINARY: 2 ranks under the installed launcher; every rank must
   "$prefix/bin/cohortrun" -np 2 "$2" >"$work/$1.out" 2>&1 || { cat "$work/$1.out"; fail "$1: the example failed"; }
 }
 
+# The README's static link line against the build tree, as written (it lacked MPI's libraries on a build with MPI).
+src=$(cd "$(dirname "$readme")" && pwd)
+line=$(awk '/^cc -O2 -Iinclude example.c build\/lib\/libcohort.a/ {on = 1} on {print; if (!/\\$/) exit}' "$readme" |
+  sed 's/\\$//' | tr '\n' ' ')
+[ -n "$line" ] || fail "no static link line (cc -O2 -Iinclude example.c build/lib/libcohort.a ...) in $readme"
+line=${line//build\//$build/}
+line=${line/example.c/$work/example.c}
+line=${line/-o example/-o $work/example_readme}
+(cd "$src" && eval "$line") || fail "the README's static link line fails: $line"
+run readme-static "$work/example_readme"
+
+# Every tool says its version, and so does the library.
+for tool in cohortrun fmnist-train cohort-bench; do
+  v=$("$prefix/bin/$tool" --version) || fail "$tool --version failed"
+  grep -Eq "^$tool \(cohort\) [0-9]+\.[0-9]+\.[0-9]+$" <<<"$v" || fail "$tool --version says '$v'"
+done
+printf '#include <stdio.h>\n#include <cohort/cohort.h>\nint main(void) { puts(cohort_version()); return 0; }\n' >"$work/v.c"
+cc "$work/v.c" -I"$prefix/include" -L"$libdir" -lcohort -Wl,-rpath,"$libdir" -o "$work/v" || fail "cohort_version"
+[ "$("$work/v")" = "$("$prefix/bin/cohortrun" --version | awk '{print $3}')" ] || fail "cohort_version() differs"
+
 # pkg-config, shared library (an rpath, as an application would have, so that no LD_LIBRARY_PATH is needed).
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 cc -O2 "$work/example.c" $(pkg-config --cflags --libs cohort) -Wl,-rpath,"$libdir" -o "$work/example_pc" ||

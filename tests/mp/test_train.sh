@@ -24,7 +24,7 @@
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
-CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels|uneven|zero}
+CASE=${1:?usage: test_train.sh usage|determinism|loss|resume|equivalence|kernels|uneven|zero|preempt}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_train.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/params.sh"
@@ -161,6 +161,40 @@ resume)
   "$RUN" -np 2 "$TRAIN" --steps 40 --batch 16 --checkpoint "$ck" --resume >"$TMP/out" 2>"$TMP/err" &&
     fail "resuming with another --batch succeeded"
   grep -q "written with --batch 32, this run has 16" "$TMP/err" || fail "no clear message: $(cat "$TMP/err")"
+  ;;
+preempt)
+  # SIGTERM to rank 1 mid-run (Slurm's before a preemption, scancel's): both ranks stop after the same step with 143,
+  # rank 0 having written the checkpoint, and --resume auto ends as the uninterrupted run (before: rank 1 died and
+  # the steps since the last --checkpoint-every were lost).
+  ck="$TMP/job.ck"
+  train 2 --steps 60 --batch 32 --quiet
+  straight=$FINAL
+  "$RUN" -np 2 "$TRAIN" --steps 60 --batch 32 --checkpoint "$ck" >"$TMP/out" 2>"$TMP/err" &
+  job=$!
+  victim=""
+  for _ in $(seq 1 600); do
+    for p in $(pgrep -P "$job"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' && victim=$p
+    done
+    [ -n "$victim" ] && grep -q '^\[0\] epoch 1/1 step \([5-9]\|[1-9][0-9]\)/' "$TMP/out" && break
+    sleep 0.05
+  done
+  [ -n "$victim" ] || fail "rank 1 did not start"
+  kill -TERM "$victim"
+  wait "$job"
+  rc=$?
+  [ "$rc" = 143 ] || fail "the job exited with $rc after SIGTERM to rank 1, expected 143: $(tail -n 5 "$TMP/err")"
+  grep -q '^\[0\] fmnist-train: asked to stop (a signal on another rank) after step [0-9]*: checkpoint .* written' \
+    "$TMP/err" || fail "rank 0 does not say it stopped and saved: $(cat "$TMP/err")"
+  at=$(sed -n 's/.*after step \([0-9]*\): checkpoint.*/\1/p' "$TMP/err" | head -n 1)
+  [ "$at" -lt 60 ] || fail "it stopped only at step $at"
+  train 2 --steps 60 --batch 32 --checkpoint "$ck" --resume auto
+  grep -q "^\[0\] resumed from .* at step $at" "$TMP/out" || fail "no 'resumed ... at step $at': $(cat "$TMP/out")"
+  for f in steps loss test_acc param_sha256; do
+    [ "$(FINAL=$FINAL field $f)" = "$(FINAL=$straight field $f)" ] ||
+      fail "the resumed run ended with '$FINAL', the straight run with '$straight' ($f differs)"
+  done
+  echo "ok: SIGTERM to rank 1: both ranks saved after step $at and exited 143; resumed to the straight run's end"
   ;;
 zero)
   train 2 --steps 20 --batch 32 --quiet

@@ -2,12 +2,12 @@
 # The CNN runs are a few seconds each; under ASan+UBSan (Debug) they are much slower, so only the cases that do not
 # train carry the sanitize label.
 set(COHORT_TRAIN_TEST_ENV "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_FMNIST_TRAIN=$<TARGET_FILE:fmnist-train>")
-foreach(case usage determinism loss resume equivalence kernels uneven zero)
+foreach(case usage determinism loss resume equivalence kernels uneven zero preempt)
   add_test(NAME mp.train.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_train.sh ${case})
   set_tests_properties(mp.train.${case} PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "${COHORT_TRAIN_TEST_ENV}")
 endforeach()
 set_tests_properties(mp.train.usage PROPERTIES LABELS "mp;sanitize")
 # The cases whose results hang on float32 rounding, which depends on the BLAS kernels; .ci/run repeats the "numeric"
 # label under each OpenBLAS core type the CPU can run (scripts/openblas-cores.sh).
-set_tests_properties(mp.train.determinism mp.train.resume mp.train.equivalence mp.train.zero PROPERTIES LABELS
+set_tests_properties(mp.train.determinism mp.train.resume mp.train.equivalence mp.train.zero mp.train.preempt PROPERTIES LABELS
                      "mp;numeric")

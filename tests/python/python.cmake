@@ -62,11 +62,14 @@ foreach(ex horovod ddp)
                        PASS_REGULAR_EXPRESSION "final: steps=20 loss=[0-9.]+ test_acc=0\\.[0-9]+ img_per_s=[0-9]+")
 endforeach()
 
-# cmake --install into a scratch prefix: the installed package imports and binds the installed library.
+# cmake --install into a virtual environment (with the system's torch): its python imports the package with no
+# PYTHONPATH (it was put in lib/python3/dist-packages before, which no Python of that prefix searches), binds the
+# installed library, and says its version.
 add_test(NAME python.install COMMAND sh -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && \
-${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d >/dev/null && \
-PYTHONPATH=$d/${COHORT_PYTHON_INSTALL_DIR} ${COHORT_PYTHON} -c \
+${COHORT_PYTHON} -m venv --without-pip --system-site-packages $d/venv && \
+${CMAKE_COMMAND} --install ${CMAKE_BINARY_DIR} --prefix $d/venv >/dev/null && env -u PYTHONPATH $d/venv/bin/python -c \
 'import cohort, cohort.torch as hvd, sys; hvd.init(); assert cohort._lib.lib.path.startswith(sys.argv[1]), cohort._lib.lib.path; \
+assert cohort.__version__ == hvd.__version__ == \"${PROJECT_VERSION}\", cohort.__version__; \
 assert hvd.allreduce(hvd.torch.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]; print(\"installed ok:\", cohort._lib.lib.path)' $d")
 set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120 PASS_REGULAR_EXPRESSION "installed ok")
 
@@ -138,3 +141,14 @@ foreach(np 4 5)
   set_tests_properties(python.process_sets.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
                        ENVIRONMENT "${COHORT_PY_ENV}")
 endforeach()
+
+# COHORT_HEARTBEAT_S names the rank that hangs in a plain torch program too, which maps no heartbeat page: cohortrun
+# judges it by its CPU time, I/O and output (/proc, tools/cohortrun/watch.c). Run by test_launcher_waits.sh.
+add_test(NAME python.plain_hang COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fault/test_launcher_waits.sh hang-torch)
+set_tests_properties(python.plain_hang PROPERTIES LABELS "python;fault" TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT
+                     "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON};COHORT_TEST_PLAIN_HANG=${CMAKE_CURRENT_LIST_DIR}/plain_hang.py")
+
+# torch's @record under cohortrun, cohortrun's own TORCHELASTIC_ERROR_FILE, and torchrun over cohortrun reading it.
+add_test(NAME python.torchrun_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fault/test_torchrun_cli.sh errors)
+set_tests_properties(python.torchrun_errors PROPERTIES LABELS "python;fault" TIMEOUT 180 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")

@@ -47,7 +47,8 @@ static void usage(FILE *f) {
              "  --warmup N      untimed iterations per size (default 3)\n"
              "  --in-place      allreduce/reduce in place (sendbuf == recvbuf), as the OpenMPI and torch anchors do\n"
              "  --check         verify every result element\n"
-             "  --zero-copy     buffers from cohort_alloc() (the node's shared-memory arena), not calloc()\n");
+             "  --zero-copy     buffers from cohort_alloc() (the node's shared-memory arena), not calloc()\n"
+             "cohort-bench --help: this text; cohort-bench --version: the version\n");
 }
 
 /* One line, as cohortrun's refusals: the mistake and where the options are, not the whole usage after it. */
@@ -89,6 +90,10 @@ static int parse_args(int argc, char **argv, options *o) {
   if (argc < 2) return bad_usage("%s", "which collective? allreduce, broadcast, allgather, reduce_scatter or barrier");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
+    exit(0);
+  }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+    printf("cohort-bench (cohort) %s\n", cohort_version());
     exit(0);
   }
   static const cohort__coll benched[] = {COHORT__COLL_ALLREDUCE, COHORT__COLL_BROADCAST, COHORT__COLL_ALLGATHER,

@@ -38,14 +38,55 @@ int cohort__cluster_beat(cohort__cluster *c) {
   return cohort__store_add(c->store, key, 1, &v) == COHORT_OK;
 }
 
-cohort_status cohort__cluster_wait_key(cohort__cluster *c, const char *key, double timeout_s, void **value,
-                                       size_t *len) {
-  const double slice_s = 0.1;
+cohort_status cohort__cluster_check(cohort__cluster *c, const char *what) {
+  char why[400] = "";
+  if (!c->waiter_code && c->waiter.check) c->waiter_code = c->waiter.check(c->waiter.arg, why, sizeof why);
+  if (!c->waiter_code) return COHORT_OK;
+  return cohort__error(COHORT_ERR_REMOTE, "node %d: %s while waiting for %s", c->node_rank, why[0] ? why : "stopped",
+                       what);
+}
+
+cohort_status cohort__cluster_get(cohort__cluster *c, const char *key, double timeout_s, int beat, const char *what,
+                                  void **value, size_t *len) {
   int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
   for (;;) {
-    cohort_status st = cohort__store_get(c->store, key, slice_s, value, len);
+    COHORT_CHECK(cohort__cluster_check(c, what));
+    double left = (double)(deadline - cohort__now_ns()) / 1e9;
+    double slice = left < COHORT_LAUNCH_WAIT_SLICE_S ? (left > 0 ? left : 0) : COHORT_LAUNCH_WAIT_SLICE_S;
+    cohort_status st = cohort__store_get(c->store, key, slice, value, len);
     if (st != COHORT_ERR_TIMEOUT || cohort__now_ns() >= deadline) return st;
-    cohort__cluster_beat(c);
+    if (beat) cohort__cluster_beat(c);
+  }
+}
+
+cohort_status cohort__cluster_pause(cohort__cluster *c, double seconds, const char *what) {
+  if (seconds > COHORT_LAUNCH_WAIT_SLICE_S) seconds = COHORT_LAUNCH_WAIT_SLICE_S;
+  if (seconds > 0) usleep((useconds_t)(seconds * 1e6));
+  return cohort__cluster_check(c, what);
+}
+
+int cohort__cluster_stopped_by_waiter(const cohort__cluster *c) { return c ? c->waiter_code : 0; }
+
+cohort_status cohort__cluster_wait_key(cohort__cluster *c, const char *key, double timeout_s, void **value,
+                                       size_t *len) {
+  char what[160];
+  snprintf(what, sizeof what, "%s in node 0's store", key);
+  return cohort__cluster_get(c, key, timeout_s, 1, what, value, len);
+}
+
+/* Dials node 0's store in slices, so that the waiter is heard while node 0 is not there yet. */
+static cohort_status connect_store(cohort__cluster *c, const char *addr, int port, const char *secret,
+                                   double timeout_s) {
+  int64_t deadline = cohort__now_ns() + (int64_t)(timeout_s * 1e9);
+  char what[400];
+  snprintf(what, sizeof what, "the rendezvous store of node 0 at %s (COHORT_TIMEOUT %g s)", c->where, timeout_s);
+  for (;;) {
+    COHORT_CHECK(cohort__cluster_check(c, what));
+    double left = (double)(deadline - cohort__now_ns()) / 1e9;
+    double slice = left < 0.5 ? (left > 0 ? left : 0) : 0.5;
+    cohort_status st = cohort__store_connect_tcp(addr, port, secret, slice, &c->store);
+    if (st == COHORT_OK) return cohort__store_tcp_set_op_timeout(c->store, CLUSTER_OP_TIMEOUT_S);
+    if (st != COHORT_ERR_TIMEOUT || cohort__now_ns() >= deadline) return st;
   }
 }
 
@@ -68,8 +109,8 @@ cohort_status cohort__cluster_parse_node(const char *value, char *nnodes, size_t
 }
 
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
-                                   const cohort__launch_opts *opts, const char *host, int *end_code,
-                                   cohort__cluster **out) {
+                                   const cohort__launch_opts *opts, const char *host,
+                                   const cohort__launch_waiter *waiter, int *end_code, cohort__cluster **out) {
   *end_code = 1;
   const int nnodes = opts->nnodes, nproc = opts->np, max_restarts = opts->max_restarts;
   int node_rank = opts->node_rank; /* decided below for --node-rank auto */
@@ -86,6 +127,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   }
   c->nnodes = nnodes;
   c->node_rank = node_rank;
+  if (waiter) c->waiter = *waiter;
   c->elastic = opts->elastic;
   c->nnodes_min = opts->nnodes_min;
   c->nproc = nproc;
@@ -96,7 +138,8 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   char mine[32];
   cohort__cluster_nnodes_text(c, mine, sizeof mine);
   snprintf(c->where, sizeof c->where, "%s:%d", addr, port);
-  st = cohort__store_connect_tcp(addr, port, secret, timeout_s, &c->store);
+  st = connect_store(c, addr, port, secret, timeout_s);
+  if (c->waiter_code) goto fail;
   if (st == COHORT_ERR_AUTH) {
     char why[512];
     snprintf(why, sizeof why, "%s", cohort_last_error());
@@ -156,8 +199,11 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
    * at once instead of waiting for a node that will never come. */
   for (int n = 0; n < nnodes; n++) {
     double left = (double)(deadline - cohort__now_ns()) / 1e9;
+    char what[200];
+    snprintf(what, sizeof what, "node %d of %d to join (COHORT_TIMEOUT %g s)", n, nnodes, timeout_s);
     snprintf(key, sizeof key, "cohortrun/node/%d", n);
-    st = cohort__store_get(c->store, key, left > 0 ? left : 0, &got, &len);
+    st = cohort__cluster_get(c, key, left > 0 ? left : 0, 0, what, &got, &len);
+    if (c->waiter_code) goto fail;
     if (st == COHORT_ERR_TIMEOUT) {
       st = cohort__error(st,
                          "node %d of %d did not join within %g s (COHORT_TIMEOUT): was its cohortrun started, "
@@ -202,6 +248,7 @@ cohort_status cohort__cluster_join(const char *addr, int port, const char *secre
   return COHORT_OK;
 fail:
   free(got);
+  if (c && c->waiter_code) *end_code = c->waiter_code;
   cohort__cluster_leave(c);
   return st;
 }
@@ -212,6 +259,7 @@ int cohort__cluster_publish_failure(cohort__cluster *c, const char *report, int 
   snprintf(key, sizeof key, "cohortrun/g%d/failed", c->gen);
   if (cohort__store_add(c->store, key, 1, &first) != COHORT_OK) return 1;
   if (first != 1) return 0;
+  c->stopped = 1; /* this node's own report: poll need not fetch it back */
   size_t n = strlen(report) + 32;
   char *value = malloc(n);
   if (!value) return 1;
@@ -317,8 +365,10 @@ cohort_status cohort__cluster_restart(cohort__cluster *c, double timeout_s) {
                                 c->node_rank, c->where);
   int64_t start = cohort__now_ns();
   int64_t deadline = start + (int64_t)(timeout_s * 1e9);
+  char what[200];
+  snprintf(what, sizeof what, "every node to be ready to restart (generation %d; %d nodes)", c->gen + 1, c->nnodes);
   while (ready < c->nnodes) {
-    usleep(50000);
+    COHORT_CHECK(cohort__cluster_pause(c, 0.05, what));
     int64_t now = cohort__now_ns();
     /* Keep beating: a node waiting here is alive, and the others may still be stopping their workers. */
     snprintf(key, sizeof key, "cohortrun/hb/%d", c->node_rank);
@@ -405,7 +455,10 @@ cohort_status cohort__cluster_share_number(cohort__cluster *c, const char *name,
   }
   void *got = NULL;
   size_t len = 0;
-  cohort_status st = cohort__store_get(c->store, key, timeout_s, &got, &len);
+  char what[200];
+  snprintf(what, sizeof what, "node 0 to publish %s", key);
+  cohort_status st = cohort__cluster_get(c, key, timeout_s, 1, what, &got, &len);
+  if (c->waiter_code) return st;
   if (st != COHORT_OK)
     return cohort__error_prefix(st, "node %d: reading %s from node 0's store at %s", c->node_rank, key, c->where);
   snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text ? len : sizeof text - 1), (const char *)got);

@@ -211,8 +211,10 @@ static int apply(cohort__cluster *c, int gen, const char *record) {
 /* Every node but 0: waits (beating) for a record from generation gen on that takes this node in. An end record is
  * COHORT_ERR_REMOTE with its reason, and *end_code set. deadline_ns 0: no limit but the store's life. */
 static cohort_status follow(cohort__cluster *c, int gen, int64_t deadline_ns, int *end_code) {
-  char key[64];
+  char key[64], what[160];
   for (;;) {
+    snprintf(what, sizeof what, "node 0 to start generation %d (or a later one) with this node in it", gen);
+    COHORT_CHECK(cohort__cluster_check(c, what));
     /* Records name their members by id only. A node that was silent long enough for a newcomer to take its id over
      * (stopped, paused, cut off) and then came back would start the same ranks as its replacement, and its beats
      * would hide the replacement's death: it ends instead. */
@@ -303,7 +305,16 @@ static cohort_status form_first(cohort__cluster *c, double timeout_s) {
       publish_end(c, 0, 1, cohort_last_error());
       return st;
     }
-    usleep((useconds_t)(WAIT_STEP_S * 1e6));
+    char what[200];
+    snprintf(what, sizeof what, "the nodes to join (%d of --nnodes %d:%d so far; COHORT_TIMEOUT %g s)", count,
+             c->nnodes_min, c->nnodes, timeout_s);
+    cohort_status st = cohort__cluster_pause(c, WAIT_STEP_S, what);
+    if (st != COHORT_OK) {
+      char text[700];
+      snprintf(text, sizeof text, "%s", cohort_last_error());
+      publish_end(c, 0, c->waiter_code, text);
+      return cohort__error(st, "%s", text);
+    }
   }
   int count = choose(c, cohort__now_ns(), take);
   char ids[600], why[700];
@@ -328,7 +339,10 @@ cohort_status cohort__elastic_join(cohort__cluster *c, double timeout_s, int *en
   char theirs[32], mine[32], host[256];
   int nproc = 0, restarts = 0, incarnation = 0;
   cohort__cluster_nnodes_text(c, mine, sizeof mine);
-  cohort_status st = cohort__store_get(c->store, "cohortrun/node/0", timeout_s, &got, &len);
+  char what[160];
+  snprintf(what, sizeof what, "node 0 to join (COHORT_TIMEOUT %g s)", timeout_s);
+  cohort_status st = cohort__cluster_get(c, "cohortrun/node/0", timeout_s, 0, what, &got, &len);
+  if (c->waiter_code) return st;
   if (st == COHORT_ERR_TIMEOUT)
     return cohort__error(st, "node 0 did not join within %g s (COHORT_TIMEOUT): was its cohortrun started?", timeout_s);
   COHORT_CHECK(st);
@@ -392,8 +406,10 @@ cohort_status cohort__elastic_take_over(cohort__cluster *c, int *incarnation) {
           "is gone\n",
           id, id, host, CLUSTER_SILENT_S + 0.5);
   int64_t until = cohort__now_ns() + (int64_t)((CLUSTER_SILENT_S + 0.5) * 1e9);
+  char what[160];
+  snprintf(what, sizeof what, "the node that had --node-rank %d to show whether it lives", id);
   while (cohort__now_ns() < until) {
-    usleep((useconds_t)(WAIT_STEP_S * 1e6));
+    COHORT_CHECK(cohort__cluster_pause(c, WAIT_STEP_S, what));
     COHORT_CHECK(cohort__store_add(c->store, key, 0, &v));
     if (v != v0 || said_done(c, id))
       return cohort__error(COHORT_ERR_INVALID,
@@ -531,7 +547,17 @@ static int coordinate(cohort__cluster *c, double timeout_s, int *end_code, char 
         if (c->peers[n].member && !ready[n]) c->peers[n].lost = 1;
       break;
     }
-    usleep((useconds_t)(WAIT_STEP_S * 1e6 / 2));
+    char what[200];
+    snprintf(what, sizeof what, "%d node%s to stop generation %d (COHORT_TIMEOUT %g s)", waiting,
+             waiting == 1 ? "" : "s", c->gen, timeout_s);
+    if (cohort__cluster_pause(c, WAIT_STEP_S / 2, what) != COHORT_OK) {
+      /* Node 0 ends the job; the nodes that follow it read why. */
+      *end_code = c->waiter_code;
+      *message = strdup(cohort_last_error());
+      publish_end(c, c->gen + 1, c->waiter_code, *message ? *message : "node 0 was stopped");
+      free(ready);
+      return 0;
+    }
   }
   /* Why this generation ended: a member lost (whatever its ranks' peers reported first) or a newcomer is a change
    * of membership; otherwise a worker failed, which is what --max-restarts counts. The lost are counted before the

@@ -81,7 +81,7 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
       if (!cohort__cluster_regroup(j->cluster, j->timeout_s, &end_code, &why)) {
         fprintf(stderr, "cohortrun: node %d: %s\n", j->opts.node_rank, why ? why : "the job ended");
         free(why);
-        rc = end_code ? end_code : rc;
+        rc = cohort__job_waiter_code(j, end_code ? end_code : rc);
         break;
       }
       free(why);
@@ -102,6 +102,7 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
        * come back (its cohortrun or host gone) ends the job instead. */
       if (cohort__cluster_restart(j->cluster, j->timeout_s) != COHORT_OK) {
         fprintf(stderr, "cohortrun: node %d: no restart: %s\n", j->opts.node_rank, cohort_last_error());
+        rc = cohort__job_waiter_code(j, rc);
         break;
       }
       forget_remote_failure(j);
@@ -129,19 +130,17 @@ int cohort__job_end_cluster(job *j, int rc) {
   cohort__cluster_done(j->cluster, rc);
   /* Elastic: no generation follows; the nodes waiting for one (a failure elsewhere, newcomers) end now. */
   cohort__cluster_finish(j->cluster, rc);
+  int signals = j->signals_read;
   while (j->opts.node_rank == 0 && !cohort__cluster_all_done(j->cluster)) {
     usleep(CLUSTER_POLL_NS / 1000);
     /* Every worker is reaped; a SIGINT or SIGTERM now only ends this wait (a node that neither finishes nor goes
-     * silent would otherwise hold node 0 forever, deaf to signals: they are blocked for the signalfd). */
-    struct signalfd_siginfo si;
-    int sig = 0;
-    while (!sig && read(j->sfd, &si, sizeof si) == (ssize_t)sizeof si)
-      if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) sig = (int)si.ssi_signo;
-    if (sig) {
-      char name[32];
-      fprintf(stderr, "cohortrun: node 0: interrupted by %s while waiting for the other nodes to finish\n",
-              cohort__job_signal_name(sig, name, sizeof name));
-      if (rc == 0) rc = 128 + sig;
+     * silent would otherwise hold node 0 forever, deaf to signals: they are blocked for the signalfd). One that came
+     * before (the job was interrupted) does not: the others were told, and stop. */
+    char why[400];
+    cohort__job_wait_check(j, why, sizeof why);
+    if (j->signals_read != signals) {
+      fprintf(stderr, "cohortrun: node 0: %s while waiting for the other nodes to finish\n", why);
+      if (rc == 0) rc = 128 + j->interrupted;
       break;
     }
     char *report = NULL;

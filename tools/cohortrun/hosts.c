@@ -234,11 +234,15 @@ cohort_status cohort__launch_ssh_node(const cohort__launch_opts *o, int node, in
   }
   free(cmd);
   close(in[0]);
-  /* The secret and its newline fit a pipe's buffer: this cannot block. */
+  /* The secret and its newline fit a pipe's buffer: this cannot block. An ssh that has already failed (and closed
+   * its stdin, EPIPE) is no error here: its exit is what the user must read about, and the wait for its node hears
+   * it at once. */
   size_t slen = strlen(secret);
   int ok = write(in[1], secret, slen) == (ssize_t)slen && write(in[1], "\n", 1) == 1;
+  int err = errno;
   close(in[1]);
   *pid_out = pid;
-  if (!ok) return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "writing the secret to ssh for node %d", node);
+  if (!ok && err != EPIPE)
+    return cohort__error_errno(COHORT_ERR_SYSTEM, err, "writing the secret to ssh for node %d", node);
   return COHORT_OK;
 }

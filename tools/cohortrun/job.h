@@ -34,6 +34,9 @@ typedef struct worker {
   uint64_t hb_started, hb_completed; /* the counters when last seen */
   int64_t hb_change_ns;              /* when they last moved */
   int hb_armed;                      /* it has completed a collective: from now on, silence counts */
+  /* COHORT_HEARTBEAT_S for a program that never maps its page (watch.c): its process tree's CPU time and output */
+  uint64_t cpu_ticks, out_bytes;
+  int64_t quiet_since_ns; /* when either last moved; 0 until first looked at */
 } worker;
 
 typedef struct job {
@@ -58,13 +61,25 @@ typedef struct job {
   int world;                     /* ranks in the whole job */
   cohort__cluster *cluster;      /* NULL on one node */
   int64_t next_poll_ns;          /* when the cluster is polled next */
+  int64_t next_watch_ns;         /* when the workers' CPU time is read next (COHORT_HEARTBEAT_S, watch.c) */
   char *remote_report;           /* why another node (or the loss of one) stopped this node; malloc'd */
   int remote_code;
   int root_is_job_root; /* this node's failure is the whole job's root cause (always so on one node) */
   double heartbeat_s;   /* COHORT_HEARTBEAT_S; 0: off */
   double timeout_s;     /* COHORT_TIMEOUT: how long the nodes of a cluster wait for each other */
-  char hang[600];       /* the root is a worker that made no progress: what it was doing ("" otherwise) */
+  char hang[1200];      /* the root is a worker that made no progress: what it was doing ("" otherwise) */
   int worker_port;      /* the workers' MASTER_PORT: free on node 0's host, for the program's own store */
+  /* Waits outside the poll loop (setup.c, cohort__job_wait_check) answer signals and, while the nodes join, the
+   * death of an ssh that starts one. */
+  cohort__launch_waiter waiter;
+  pid_t *ssh_pids;  /* -H: the ssh of node n at [n] (0 once reaped); NULL without -H */
+  int joining;      /* the cluster is being formed: an ssh that exits now means its node never comes */
+  int in_loop;      /* inside cohort__job_run_loop: a signal a wait reads is the loop's to handle */
+  int signals_read; /* SIGINT and SIGTERM read by cohort__job_wait_check outside the loop */
+  /* TORCHELASTIC_ERROR_FILE: where each worker's torch @record writes its error (errors.c) */
+  char err_dir[4200];
+  int err_dir_owned; /* a temporary directory of cohortrun's, removed at the end (else --log-dir) */
+  int devnull;       /* --local-ranks-filter: the console of the ranks left out; -1 until needed */
 } job;
 
 /* How often a node's cohortrun bumps its heartbeat and looks at the others: 5 per second keeps a full stop of
@@ -73,8 +88,15 @@ typedef struct job {
 
 /* setup.c. Each returns 0 when the job can go on; else it has said why on stderr, sets *rc to cohortrun's exit
  * code, and returns -1. */
-/* Blocks SIGCHLD, SIGINT and SIGTERM (in every thread to come) and reads them through j->sfd instead. */
+/* Blocks SIGCHLD, SIGINT and SIGTERM (in every thread to come) and reads them through j->sfd instead, and sets up
+ * j->waiter (below) for the waits of the cluster. */
 int cohort__job_take_signals(job *j, int *rc);
+/* The check of j->waiter: reads the signals that came (inside the poll loop, hands them to it), and returns
+ * 128 + the signal once SIGINT or SIGTERM came, or 1 once an ssh that starts a node has exited while the nodes
+ * join; 0 otherwise. why says which. */
+int cohort__job_wait_check(void *arg, char *why, size_t len);
+/* The exit code after a wait that the waiter stopped (cohort__cluster_stopped_by_waiter), or `otherwise`. */
+int cohort__job_waiter_code(const job *j, int otherwise);
 /* The job secret: COHORT_SECRET where the nodes must share one, else a fresh random one. */
 int cohort__job_choose_secret(job *j, char *secret, size_t len, int *rc);
 /* Node 0 serves the rendezvous store (*server; NULL on the other nodes); *port is where it listens. */
@@ -87,8 +109,9 @@ int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, 
  * leaves free, for the program's rank 0 to serve its own store on (torch's c10d store); the other nodes read it from
  * node 0's store. */
 int cohort__job_choose_worker_port(job *j, int *rc);
-/* Waits (up to the grace) for the ssh sessions of -H, which end with their cohortrun. */
-void cohort__job_wait_nodes(const job *j, const pid_t *ssh_pids);
+/* Waits (up to the grace) for the ssh sessions of -H, which end with their cohortrun; at_once (the nodes never
+ * formed a job, or a signal came) kills them without waiting. A SIGINT or SIGTERM during the wait does too. */
+void cohort__job_wait_nodes(job *j, int at_once);
 
 /* workers.c */
 /* The worker slots and the log files of --log-dir (*log_fds: one per local rank, -1 without a log). */
@@ -107,6 +130,8 @@ void cohort__job_mark_logs(const job *j, const int *log_fds, const char *mark);
 void cohort__job_run_loop(job *j);
 /* Tells every worker (and what it started) to stop with sig; SIGKILL follows after the grace. */
 void cohort__job_begin_stop(job *j, int sig);
+/* What the loop does with a signal read from j->sfd (SIGCHLD: reap; SIGINT/SIGTERM: stop, then kill). */
+void cohort__job_on_signal(job *j, int sig);
 
 /* generations.c */
 /* Runs generation after generation until one succeeds, restarts run out, or the job ends; returns the exit code. */
@@ -114,6 +139,22 @@ int cohort__job_run_generations(job *j, const char *program, const char *secret,
 /* Multi-node: tells the other nodes this one is done with rc and, on node 0, keeps the store up until they are
  * done too; returns the exit code (a failure elsewhere makes a success a failure). */
 int cohort__job_end_cluster(job *j, int rc);
+
+/* errors.c: torchrun's error files. */
+/* Makes the directory the workers' error files go in (--log-dir, else a fresh temporary one). */
+int cohort__job_error_files_begin(job *j, int *rc);
+/* Local rank r's TORCHELASTIC_ERROR_FILE (into out); "" when there is none. */
+void cohort__job_error_file(const job *j, int local_rank, char *out, size_t len);
+/* The message and the Python call stack torch's @record wrote for local rank r (malloc'd; returns 0 when it wrote
+ * none or the file is not torch's JSON). */
+int cohort__job_read_error_file(const job *j, int local_rank, char **message, char **callstack);
+/* At the end: a failed job copies its root cause's error file (or, without one, its own words) to cohortrun's own
+ * TORCHELASTIC_ERROR_FILE when it has one (cohortrun under another agent), as torchrun does, with the exit code as
+ * errorCode; removes a temporary directory. */
+void cohort__job_error_files_end(job *j, int rc);
+/* Warns once for every COHORT_* variable of the environment that no knob declares, as cohort_init does (a typo in a
+ * knob only cohortrun reads would otherwise pass silently). */
+void cohort__job_warn_unknown_knobs(void);
 
 /* report.c */
 const char *cohort__job_signal_name(int sig, char *buf, size_t len);

@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -55,15 +56,39 @@ typedef struct cohort__launch_opts {
   int metrics_port;      /* --metrics-port [ADDR:]PORT: live metrics for Prometheus (metrics_http.c); -1: none */
   char metrics_addr[64]; /* its ADDR; "" for every interface */
   int help;
-  char **argv; /* the program and its arguments, NULL-terminated; points into main()'s argv */
+  int version;
+  char **argv; /* the program and its arguments, NULL-terminated; into main()'s argv, or python_argv */
+  /* torchrun's command line (flags.c): */
+  int python;             /* the program runs under the interpreter (PYTHON_EXEC, else python3): a .py script, -m
+                           * (COHORT_LAUNCH_PYTHON_MODULE) or --run-path; --no-python turns it off */
+  char **python_argv;     /* malloc'd: interpreter, -u, [-m], the script and its arguments; NULL unless python */
+  const char *role;       /* --role: ROLE_NAME */
+  const char *run_id;     /* --rdzv-id: TORCHELASTIC_RUN_ID ("none"; --standalone: a fresh uuid) */
+  char run_id_buf[40];    /* --standalone's uuid */
+  const char *local_addr; /* --local-addr: the workers' COHORT_BIND_ADDR */
+  double join_timeout_s;  /* --rdzv-conf join_timeout: how long the nodes wait for each other; < 0: COHORT_TIMEOUT */
+  int console_filter;     /* --local-ranks-filter given: only the local ranks in console_ranks print to the console */
+  unsigned char console_ranks[COHORT_LAUNCH_NP_MAX];
 } cohort__launch_opts;
+#define COHORT_LAUNCH_PYTHON_SCRIPT 1
+#define COHORT_LAUNCH_PYTHON_MODULE 2
 
-/* Parses argv into opts. A bad command line is COHORT_ERR_INVALID with a one-line message. */
+/* The version of cohort that cohortrun (and the library) comes from, e.g. "0.4.0". */
+#ifndef COHORT_VERSION_STRING
+#define COHORT_VERSION_STRING "unknown"
+#endif
+
+/* Parses argv into opts: cohortrun's flags and the whole of torchrun's (torch 1.13's and 2.x's, with '-' or '_'),
+ * with torchrun's meanings. A bad command line is COHORT_ERR_INVALID with a one-line message. Free with the call
+ * below. */
 cohort_status cohort__launch_parse(int argc, char **argv, cohort__launch_opts *opts);
+void cohort__launch_opts_free(cohort__launch_opts *opts);
 void cohort__launch_usage(FILE *out);
 /* Finds the program as execvp would (a name with a '/' is a path, else it is searched in PATH) and checks that it
  * is an executable regular file. *path_out is malloc'd; the caller frees it. */
 cohort_status cohort__launch_resolve_program(const char *name, char **path_out);
+/* A Python script the interpreter is to run (torchrun's way) must be a readable regular file. */
+cohort_status cohort__launch_check_script(const char *path);
 
 /* What one worker is told about the job. */
 typedef struct cohort__launch_worker_env {
@@ -73,15 +98,24 @@ typedef struct cohort__launch_worker_env {
   int master_port;         /* MASTER_PORT: a free port for the program's own store, kept free by cohortrun */
   int store_port;          /* COHORT_STORE_PORT: cohortrun's store */
   const char *secret;
-  int restart_count; /* COHORT_RESTART_COUNT: the generation, 0 for the first */
-  int max_restarts;  /* TORCHELASTIC_MAX_RESTARTS */
-  int heartbeat_fd;  /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
+  int restart_count;      /* COHORT_RESTART_COUNT: the generation, 0 for the first */
+  int max_restarts;       /* TORCHELASTIC_MAX_RESTARTS */
+  int heartbeat_fd;       /* COHORT_HEARTBEAT_FD, -1 for none (then set empty) */
+  const char *role;       /* ROLE_NAME (--role; NULL: "default") */
+  const char *run_id;     /* TORCHELASTIC_RUN_ID (--rdzv-id; NULL: "none", torchrun's default) */
+  const char *error_file; /* TORCHELASTIC_ERROR_FILE, where torch's @record writes the worker's error; NULL: none */
+  const char *local_addr; /* --local-addr: COHORT_BIND_ADDR unless the environment has one; NULL: none */
 } cohort__launch_worker_env;
 
 /* The parent's environment with the job variables (RANK, ..., COHORT_SECRET) replacing any inherited ones.
  * Built before fork, because the child of a threaded process may not allocate. Free with the call below. */
 cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out);
 void cohort__launch_env_free(char **envp);
+
+/* Passes SIGINT, SIGTERM and SIGCHLD that reach a thread other than the main one on to the main thread, which
+ * blocks them and reads them through its signalfd (spawn.c says why); the workers get the inherited dispositions
+ * back. Called once, by the main thread, when it blocks them. */
+void cohort__launch_forward_signals(void);
 
 /* Unlinks what a reaped worker may have left in /dev/shm: the library names its segment /cohort-shm-PID-..., and
  * unlinks it once every peer has mapped it, so only a worker killed in between leaves one. Returns how many. */
@@ -140,6 +174,18 @@ const char *cohort__relay_tail(const cohort__relay *relay, size_t *len);
 cohort_status cohort__relay_pump(cohort__relay *relay, int *open);
 /* The pipe descriptor, or -1 once closed. */
 int cohort__relay_fd(const cohort__relay *relay);
+/* Bytes read from the pipe so far (0 for NULL). */
+uint64_t cohort__relay_bytes(const cohort__relay *relay);
+
+/* watch.c: how a program that does not count its collectives for cohortrun (the heartbeat page) shows progress: the
+ * CPU time and the system-call I/O of the worker and everything it started, read from /proc. */
+/* A number that grows whenever pid or one of its descendants (at most 256 processes, found through
+ * /proc/PID/task/TID/children) uses CPU (utime + stime, in ticks) or reads or writes bytes (rchar + wchar); 0 when
+ * pid is gone. */
+uint64_t cohort__launch_tree_activity(pid_t pid);
+/* Where pid's main thread waits in the kernel (/proc/PID/wchan: "futex_wait_queue", "hrtimer_nanosleep", ...), or ""
+ * when it is running or that cannot be read; for a shell waiting for its child, where that child waits. */
+void cohort__launch_wchan(pid_t pid, char *out, size_t len);
 /* Writes a held partial line (if any), closes the pipe and frees. Safe on NULL. */
 void cohort__relay_destroy(cohort__relay *relay);
 
@@ -150,15 +196,29 @@ cohort_status cohort__launch_read_hostfile(const char *path, cohort__launch_opts
 cohort_status cohort__launch_ssh_node(const cohort__launch_opts *opts, int node, int port, const char *secret,
                                       pid_t *pid_out);
 
+/* What every wait of cohortrun outside its poll loop answers to (joining the cluster, restarts, regroups, the end):
+ * check() is called at least every COHORT_LAUNCH_WAIT_SLICE_S; a non-zero return ends the wait at once, with that
+ * code as cohortrun's exit code and why[] saying what stopped it ("interrupted by SIGINT", "the ssh that starts node
+ * 1 on host h exited with code 255"). A NULL check never stops a wait. */
+#define COHORT_LAUNCH_WAIT_SLICE_S 0.2
+typedef struct cohort__launch_waiter {
+  int (*check)(void *arg, char *why, size_t len);
+  void *arg;
+} cohort__launch_waiter;
+
 /* A multi-node job (cluster.c): every node's cohortrun joins node 0's store, announces itself, checks that all
  * agree on --nnodes and --nproc-per-node, and then watches the others (heartbeats, a shared root cause). */
 typedef struct cohort__cluster cohort__cluster;
 /* Connects (within timeout_s), announces this node and waits for all nnodes (elastic: for a generation that takes
  * it in; one that ends the job first is COHORT_ERR_REMOTE with the job's exit code in *end_code, else 1). A wrong
- * secret, an unreachable store, a node that never comes, and mismatched --nnodes are each one clear error. */
+ * secret, an unreachable store, a node that never comes, and mismatched --nnodes are each one clear error. Every
+ * wait, in the join and in the calls below, answers waiter (copied; may be NULL): a stop is COHORT_ERR_REMOTE with
+ * the waiter's code in *end_code, naming what was waited for. */
 cohort_status cohort__cluster_join(const char *addr, int port, const char *secret, double timeout_s,
-                                   const cohort__launch_opts *opts, const char *host, int *end_code,
-                                   cohort__cluster **out);
+                                   const cohort__launch_opts *opts, const char *host,
+                                   const cohort__launch_waiter *waiter, int *end_code, cohort__cluster **out);
+/* The waiter's code once a wait was stopped by it (0 otherwise). */
+int cohort__cluster_stopped_by_waiter(const cohort__cluster *c);
 /* The current generation: this node's place among its nodes, how many nodes, and its number (COHORT_RESTART_COUNT).
  * With a fixed --nnodes: --node-rank, --nnodes and the restarts so far. */
 int cohort__cluster_rank(const cohort__cluster *c);

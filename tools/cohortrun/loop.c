@@ -27,6 +27,7 @@
 #define HEARTBEAT_CHECK_NS 100000000LL
 
 static void publish_failure(job *j);
+static void stop_for_hang(job *j, int culprit);
 
 static worker *find_worker(job *j, pid_t pid) {
   for (int i = 0; i < j->started; i++)
@@ -94,12 +95,20 @@ static void reap(job *j) {
   }
 }
 
-static void on_signal(job *j, int sig) {
+void cohort__job_on_signal(job *j, int sig) {
   if (sig == SIGCHLD) {
     reap(j);
   } else if (!j->stopping) {
     j->interrupted = sig;
     cohort__job_begin_stop(j, sig);
+    if (j->cluster) {
+      /* Every node stops with this one, and says why, instead of waiting to lose node 0's store (or for a node that
+       * will not come back). */
+      char name[32], text[400];
+      snprintf(text, sizeof text, "cohortrun: node %d (host %s) was interrupted by %s, so every node stops\n",
+               j->opts.node_rank, j->host, cohort__job_signal_name(sig, name, sizeof name));
+      cohort__cluster_publish_failure(j->cluster, text, 128 + sig);
+    }
   } else {
     /* A second Ctrl-C (or one during a failure stop): the user does not want to wait for the grace. */
     if (!j->interrupted) j->interrupted = sig;
@@ -113,7 +122,7 @@ static void read_signals(job *j) {
     ssize_t n = read(j->sfd, si, sizeof si);
     if (n <= 0) return;
     for (size_t k = 0; k < (size_t)n / sizeof si[0]; k++)
-      on_signal(j, (int)si[k].ssi_signo);
+      cohort__job_on_signal(j, (int)si[k].ssi_signo);
   }
 }
 
@@ -185,6 +194,111 @@ static void check_heartbeats(job *j) {
              "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g): it is outside every "
              "collective, in its own code; its last completed collective was #%llu (%s)",
              w->rank, (int)w->pid, j->host, culprit_silent, j->heartbeat_s, (unsigned long long)seq, kind);
+  stop_for_hang(j, culprit);
+}
+
+/* Waits in the kernel that are a worker's own doing (a sleep, a disk), as opposed to waiting for another process
+ * (a futex, poll, a socket): of ranks that all stalled, one in such a wait is the likely culprit. */
+static int own_wait(const char *wchan) {
+  static const char *const own[] = {"nanosleep", "clock_nanosleep", "do_nanosleep",    "folio_wait", "io_schedule",
+                                    "blk",       "sigsuspend",      "do_sigtimedwait", "pipe_wait",  "wait_woken"};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (strstr(wchan, own[i])) return 1;
+  return 0;
+}
+
+#define WATCH_CHECK_NS 250000000LL
+
+/* COHORT_HEARTBEAT_S for workers that never map their heartbeat page (a plain torch program, a script: anything
+ * not built on libcohort). Their progress is their process tree's CPU time and their output (watch.c). A worker
+ * whose tree used no CPU and wrote nothing for S seconds has stalled; once every worker of this node has, the job
+ * is hung here. The culprit is the one whose wait in the kernel is its own (a sleep) while the others wait for a
+ * peer, else the one whose wait differs from all the others', else the one that stalled first; the report says
+ * which evidence named it. A node without that evidence gives the other nodes max(1, S/2) more to speak first. */
+static void check_stalls(job *j) {
+  if (!(j->heartbeat_s > 0) || j->stopping) return;
+  int64_t now = cohort__now_ns();
+  if (now < j->next_watch_ns) return;
+  j->next_watch_ns = now + WATCH_CHECK_NS;
+  int running = 0, stalled = 0;
+  for (int i = 0; i < j->started; i++) {
+    worker *w = &j->workers[i];
+    if (!w->running) continue;
+    /* A cohort program counts its collectives: check_heartbeats judges it, more precisely. */
+    if (!w->hb || atomic_load_explicit(&w->hb->attached, memory_order_acquire)) return;
+    running++;
+    uint64_t cpu = cohort__launch_tree_activity(w->pid);
+    uint64_t bytes = cohort__relay_bytes(w->out) + cohort__relay_bytes(w->err);
+    if (!w->quiet_since_ns || cpu != w->cpu_ticks || bytes != w->out_bytes) {
+      w->cpu_ticks = cpu;
+      w->out_bytes = bytes;
+      w->quiet_since_ns = now;
+      continue;
+    }
+    if ((double)(now - w->quiet_since_ns) / 1e9 > j->heartbeat_s) stalled++;
+  }
+  if (running == 0 || stalled < running) return;
+  char(*wchan)[64] = calloc((size_t)j->started, sizeof *wchan);
+  if (!wchan) return;
+  int culprit = -1, owns = 0, first = -1;
+  for (int i = 0; i < j->started; i++) {
+    worker *w = &j->workers[i];
+    if (!w->running) continue;
+    cohort__launch_wchan(w->pid, wchan[i], sizeof wchan[i]);
+    if (own_wait(wchan[i])) owns++, culprit = owns == 1 ? i : -1;
+    if (first < 0 || w->quiet_since_ns < j->workers[first].quiet_since_ns) first = i;
+  }
+  const char *how = "its wait in the kernel is its own (a sleep, a disk) while the others wait for a peer";
+  if (owns != 1) {
+    culprit = -1;
+    /* The odd one out: every other stalled rank waits at one and the same place. */
+    for (int i = 0; i < j->started && culprit < 0 && running >= 3; i++) {
+      if (!j->workers[i].running) continue;
+      int same_others = 1, differs = 1;
+      const char *other = NULL;
+      for (int k = 0; k < j->started; k++) {
+        if (k == i || !j->workers[k].running) continue;
+        if (other && strcmp(other, wchan[k]) != 0) same_others = 0;
+        other = wchan[k];
+        if (strcmp(wchan[i], wchan[k]) == 0) differs = 0;
+      }
+      if (same_others && differs) culprit = i;
+    }
+    how = "its wait in the kernel differs from the one all the other ranks share";
+  }
+  int evidence = culprit >= 0;
+  if (!evidence) {
+    culprit = first;
+    how = "it went quiet first (no rank's wait tells more)";
+    /* Without evidence, the culprit's own node (if another) may know better: give it time to say so first. */
+    double extra = j->heartbeat_s / 2 > 1 ? j->heartbeat_s / 2 : 1;
+    if (j->cluster && (double)(now - j->workers[culprit].quiet_since_ns) / 1e9 <= j->heartbeat_s + extra) {
+      free(wchan);
+      return;
+    }
+  }
+  worker *w = &j->workers[culprit];
+  double quiet = (double)(now - w->quiet_since_ns) / 1e9;
+  char others[300] = "";
+  size_t at = 0;
+  for (int i = 0; i < j->started && at < sizeof others - 80; i++)
+    if (j->workers[i].running && i != culprit)
+      at += (size_t)snprintf(others + at, sizeof others - at, "%s%d at %s", at ? ", " : "", j->workers[i].rank,
+                             wchan[i][0] ? wchan[i] : "(running)");
+  char state = cohort__proc_state(w->pid);
+  snprintf(j->hang, sizeof j->hang,
+           "rank %d (pid %d, host %s) made no progress for %.1f s (COHORT_HEARTBEAT_S=%g; it does not count "
+           "collectives for cohortrun, so its CPU time, I/O and output were watched: none%s), and no rank of this node "
+           "did; it %s %s%s%s: %s",
+           w->rank, (int)w->pid, j->host, quiet, j->heartbeat_s, running > 1 ? ", from any rank" : "",
+           state == 'T' || state == 't' ? "is stopped (SIGCONT resumes it), waiting at" : "waits in the kernel at",
+           wchan[culprit][0] ? wchan[culprit] : "(nothing)", others[0] ? "; the others: rank " : "", others, how);
+  free(wchan);
+  stop_for_hang(j, culprit);
+}
+
+/* The culprit of a hang is treated as a failed worker: reported, the job stopped (or restarted). */
+static void stop_for_hang(job *j, int culprit) {
   fprintf(stderr, "cohortrun: %s; stopping the job\n", j->hang);
   j->root = culprit;
   cohort__job_begin_stop(j, SIGTERM);
@@ -240,6 +354,7 @@ static void poll_cluster(job *j) {
 
 /* Runs until every worker is reaped and their pipes are closed (or the drain time is over). */
 void cohort__job_run_loop(job *j) {
+  j->in_loop = 1;
   int cap = 1 + 2 * j->started;
   struct pollfd *fds = calloc((size_t)cap, sizeof *fds);
   cohort__relay **owners = calloc((size_t)cap, sizeof *owners);
@@ -254,6 +369,7 @@ void cohort__job_run_loop(job *j) {
     if (j->running == 0 && (open_relays(j) == 0 || now >= j->drain_until_ns)) break;
     poll_cluster(j);
     check_heartbeats(j);
+    check_stalls(j);
     if (!fds || !owners) {
       if (!j->stopping) cohort__job_begin_stop(j, SIGTERM);
       usleep(10000);
@@ -292,6 +408,7 @@ void cohort__job_run_loop(job *j) {
   }
   free(fds);
   free(owners);
+  j->in_loop = 0;
   /* What the workers started may have outlived them; once the job is being stopped it goes too. (After a
    * success, it is left alone: it may be meant to outlive the job.) */
   if (j->stopping && !j->killed)

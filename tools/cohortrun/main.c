@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
   memset(&j, 0, sizeof j);
   j.root = -1;
   j.sfd = -1;
+  j.devnull = -1;
   if (cohort__launch_parse(argc, argv, &j.opts) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s (see cohortrun --help)\n", cohort_last_error());
     return 2;
@@ -49,15 +50,30 @@ int main(int argc, char **argv) {
     cohort__launch_usage(stdout);
     return 0;
   }
+  if (j.opts.version) {
+    printf("cohortrun (cohort) %s\n", COHORT_VERSION_STRING);
+    return 0;
+  }
   char *program = NULL;
   if (cohort__launch_resolve_program(j.opts.argv[0], &program) != COHORT_OK) {
+    fprintf(stderr, "cohortrun: %s%s\n", cohort_last_error(),
+            j.opts.python ? " (the interpreter for a Python program: set PYTHON_EXEC, or give --no-python)" : "");
+    cohort__launch_opts_free(&j.opts);
+    return 2;
+  }
+  if (j.opts.python == COHORT_LAUNCH_PYTHON_SCRIPT && cohort__launch_check_script(j.opts.argv[2]) != COHORT_OK) {
     fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
+    free(program);
+    cohort__launch_opts_free(&j.opts);
     return 2;
   }
   if (read_knobs(&j) != 0) {
     free(program);
+    cohort__launch_opts_free(&j.opts);
     return 2;
   }
+  if (j.opts.join_timeout_s >= 0) j.timeout_s = j.opts.join_timeout_s; /* --rdzv-conf join_timeout */
+  cohort__job_warn_unknown_knobs();
   gethostname(j.host, sizeof j.host - 1);
   j.rank0 = j.opts.node_rank * j.opts.np;
   j.world = j.opts.nnodes * j.opts.np;
@@ -83,13 +99,16 @@ int main(int argc, char **argv) {
       cohort__job_serve_store(&j, secret, &server, &port, &rc) == 0 &&
       cohort__job_start_nodes(&j, port, secret, ssh_pids, &rc) == 0 &&
       cohort__job_join_cluster(&j, port, secret, server != NULL, &rc) == 0 &&
-      cohort__job_choose_worker_port(&j, &rc) == 0 && cohort__job_prepare_workers(&j, &log_fds, &rc) == 0) {
+      cohort__job_choose_worker_port(&j, &rc) == 0 && cohort__job_prepare_workers(&j, &log_fds, &rc) == 0 &&
+      cohort__job_error_files_begin(&j, &rc) == 0) {
     rc = cohort__job_run_generations(&j, program, secret, port, log_fds);
     rc = cohort__job_end_cluster(&j, rc);
   }
 
+  int formed = j.cluster != NULL;
   cohort__cluster_leave(j.cluster);
-  cohort__job_wait_nodes(&j, ssh_pids);
+  j.cluster = NULL;
+  cohort__job_wait_nodes(&j, !formed);
   free(j.remote_report);
   if (j.workers) {
     cohort__job_free_relays(&j);
@@ -104,6 +123,8 @@ int main(int argc, char **argv) {
       if (log_fds[r] >= 0) close(log_fds[r]);
     free(log_fds);
   }
+  cohort__job_error_files_end(&j, rc);
   free(program);
+  cohort__launch_opts_free(&j.opts);
   return rc;
 }

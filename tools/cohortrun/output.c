@@ -39,7 +39,8 @@ struct cohort__relay {
   size_t held_len, held_cap;
   char *out; /* the prefixed lines of one chunk */
   size_t out_len, out_cap;
-  int live; /* out_fd is a terminal: carriage-return lines are drawn in place */
+  int live;       /* out_fd is a terminal: carriage-return lines are drawn in place */
+  uint64_t bytes; /* read from the pipe so far: a sign of life for the hang watch (watch.c) */
 };
 
 /* The one live line on the terminal (cohortrun's loop is single-threaded): who drew it, and its prefixed text. */
@@ -232,6 +233,7 @@ cohort_status cohort__relay_pump(cohort__relay *r, int *open) {
   if (r->in_fd < 0) return COHORT_OK;
   COHORT_CHECK(reserve(&r->held, &r->held_cap, r->held_len + RELAY_CHUNK, r->rank));
   ssize_t n = read(r->in_fd, r->held + r->held_len, RELAY_CHUNK);
+  if (n > 0) r->bytes += (uint64_t)n;
   if (n < 0) {
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return COHORT_OK;
     cohort_status st = cohort__error_errno(COHORT_ERR_SYSTEM, errno, "reading the output of rank %d", r->rank);
@@ -292,3 +294,5 @@ void cohort__relay_destroy(cohort__relay *relay) {
   free(relay->tail);
   free(relay);
 }
+
+uint64_t cohort__relay_bytes(const cohort__relay *relay) { return relay ? relay->bytes : 0; }

@@ -1,5 +1,6 @@
 /* report.c: what the user reads at the end of a generation: the root cause's last words, the one summary line, and
  * cohortrun's exit code (job.h). */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -16,6 +17,18 @@ const char *cohort__job_signal_name(int sig, char *buf, size_t len) {
 
 /* The root cause's own words: the last lines of its stderr, repeated after everyone's shutdown noise. */
 #define ROOT_CAUSE_LINES 10
+/* What torch's @record wrote for the root cause (TORCHELASTIC_ERROR_FILE), when it did: the exception's one line. */
+static void print_error_file(const job *j, FILE *out) {
+  char *message = NULL, *callstack = NULL, path[4400];
+  if (!cohort__job_read_error_file(j, j->root, &message, &callstack)) return;
+  cohort__job_error_file(j, j->root, path, sizeof path);
+  message[strcspn(message, "\n")] = '\0';
+  fprintf(out, "cohortrun: rank %d's error file (torch's @record, %s): %s\n", j->workers[j->root].rank,
+          j->err_dir_owned ? "TORCHELASTIC_ERROR_FILE" : path, message);
+  free(message);
+  free(callstack);
+}
+
 void cohort__job_print_root_cause(const job *j, FILE *out) {
   if (j->root < 0) return;
   const worker *w = &j->workers[j->root];
@@ -28,6 +41,7 @@ void cohort__job_print_root_cause(const job *j, FILE *out) {
     end--;
   if (end == tail) {
     fprintf(out, "cohortrun: root cause: rank %d on host %s; it wrote nothing to stderr%s\n", w->rank, j->host, where);
+    print_error_file(j, out);
     return;
   }
   /* Back from the end over ROOT_CAUSE_LINES lines; a first line cut by the window is left out. */
@@ -58,6 +72,7 @@ void cohort__job_print_root_cause(const job *j, FILE *out) {
     fprintf(out, "cohortrun: | %.*s\n", (int)(stop - start), start);
     start = stop + (nl ? 1 : 0);
   }
+  print_error_file(j, out);
 }
 
 void cohort__job_print_summary(const job *j) {

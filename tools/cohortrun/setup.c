@@ -25,6 +25,7 @@ int cohort__job_take_signals(job *j, int *rc) {
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigprocmask(SIG_BLOCK, &mask, &j->child_mask);
+  cohort__launch_forward_signals(); /* for threads started before this point (a library's) */
   /* A reader of our output that goes away must not kill the job (output.c drops the output instead). */
   signal(SIGPIPE, SIG_IGN);
   j->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -33,7 +34,48 @@ int cohort__job_take_signals(job *j, int *rc) {
     *rc = 1;
     return -1;
   }
+  j->waiter = (cohort__launch_waiter){.check = cohort__job_wait_check, .arg = j};
   return 0;
+}
+
+int cohort__job_wait_check(void *arg, char *why, size_t len) {
+  job *j = arg;
+  struct signalfd_siginfo si;
+  while (j->sfd >= 0 && read(j->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+    int sig = (int)si.ssi_signo;
+    if (j->in_loop)
+      cohort__job_on_signal(j, sig); /* the loop's: a death to reap, a Ctrl-C that stops the workers */
+    else if (sig == SIGINT || sig == SIGTERM)
+      j->interrupted = sig, j->signals_read++;
+    /* Outside the loop no worker runs; an ssh's end is looked at below, by its pid. */
+  }
+  char name[32];
+  if (j->interrupted) {
+    snprintf(why, len, "interrupted by %s", cohort__job_signal_name(j->interrupted, name, sizeof name));
+    return 128 + j->interrupted;
+  }
+  for (int n = 1; j->joining && j->ssh_pids && n < j->opts.nhosts; n++) {
+    int status = 0;
+    if (j->ssh_pids[n] <= 0 || waitpid(j->ssh_pids[n], &status, WNOHANG) != j->ssh_pids[n]) continue;
+    j->ssh_pids[n] = 0; /* reaped */
+    if (WIFEXITED(status))
+      snprintf(why, len,
+               "`ssh %s`, which starts node %d, exited with code %d (its own words are above: is the host "
+               "reachable, with a password-less login?)",
+               j->opts.hosts[n], n, WEXITSTATUS(status));
+    else
+      snprintf(why, len, "`ssh %s`, which starts node %d, was killed by %s", j->opts.hosts[n], n,
+               cohort__job_signal_name(WTERMSIG(status), name, sizeof name));
+    return 1;
+  }
+  return 0;
+}
+
+int cohort__job_waiter_code(const job *j, int otherwise) {
+  int code = cohort__cluster_stopped_by_waiter(j->cluster);
+  if (code) return code;
+  if (j->interrupted) return 128 + j->interrupted;
+  return otherwise;
 }
 
 static cohort_status make_secret(char *hex, size_t hex_len) {
@@ -138,6 +180,7 @@ int cohort__job_serve_store(job *j, const char *secret, cohort__store_server **s
 }
 
 int cohort__job_start_nodes(job *j, int port, const char *secret, pid_t *ssh_pids, int *rc) {
+  j->ssh_pids = ssh_pids;
   for (int n = 1; n < j->opts.nhosts; n++) {
     if (cohort__launch_ssh_node(&j->opts, n, port, secret, &ssh_pids[n]) != COHORT_OK) {
       fprintf(stderr, "cohortrun: cannot start node %d on %s: %s\n", n, j->opts.hosts[n], cohort_last_error());
@@ -151,15 +194,18 @@ int cohort__job_start_nodes(job *j, int port, const char *secret, pid_t *ssh_pid
 int cohort__job_join_cluster(job *j, int port, const char *secret, int serving, int *rc) {
   if (j->opts.nnodes <= 1) return 0;
   int end_code = 1;
-  cohort_status st =
-      cohort__cluster_join(j->opts.master_addr, port, secret, j->timeout_s, &j->opts, j->host, &end_code, &j->cluster);
+  j->joining = 1;
+  cohort_status st = cohort__cluster_join(j->opts.master_addr, port, secret, j->timeout_s, &j->opts, j->host,
+                                          &j->waiter, &end_code, &j->cluster);
+  j->joining = 0;
   if (st == COHORT_OK) {
     j->opts.node_rank = cohort__cluster_node_rank(j->cluster); /* --node-rank auto: decided now */
     j->rank0 = j->opts.node_rank * j->opts.np;
     return 0;
   }
   fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
-  /* Elastic: the job ended before a generation took this node in; it ends with the job's code. */
+  /* Elastic: the job ended before a generation took this node in; it ends with the job's code. A signal or a failed
+   * ssh stopped the wait: its code (end_code too). */
   *rc = st == COHORT_ERR_REMOTE ? end_code : 1;
   /* Node 0's store stays up a moment, so that the node that disagrees reads node 0's word and says so too,
    * instead of only losing its connection. */
@@ -198,22 +244,29 @@ int cohort__job_choose_worker_port(job *j, int *rc) {
     st = cohort__cluster_share_number(j->cluster, "worker_port", &j->worker_port, j->timeout_s);
   if (st == COHORT_OK) return 0;
   fprintf(stderr, "cohortrun: %s\n", cohort_last_error());
-  *rc = 1;
+  *rc = cohort__job_waiter_code(j, 1);
   return -1;
 }
 
-void cohort__job_wait_nodes(const job *j, const pid_t *ssh_pids) {
+void cohort__job_wait_nodes(job *j, int at_once) {
   /* The other nodes' ssh: they end with their cohortrun; one that does not within the grace is not waited for. */
+  if (!j->ssh_pids) return;
+  int64_t until = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9) + 1000000000LL;
+  char why[400];
+  int signals = j->signals_read;
   for (int n = 1; n < j->opts.nhosts; n++) {
-    if (ssh_pids[n] <= 0) continue;
-    int64_t until = cohort__now_ns() + (int64_t)(j->opts.grace_s * 1e9) + 1000000000LL;
-    while (waitpid(ssh_pids[n], NULL, WNOHANG) == 0) {
-      if (cohort__now_ns() >= until) {
-        kill(ssh_pids[n], SIGKILL);
-        waitpid(ssh_pids[n], NULL, 0);
+    pid_t pid = j->ssh_pids[n];
+    if (pid <= 0) continue;
+    while (waitpid(pid, NULL, WNOHANG) == 0) {
+      cohort__job_wait_check(j, why, sizeof why);
+      if (at_once || cohort__now_ns() >= until || j->signals_read != signals) {
+        at_once = 1; /* and the others too */
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
         break;
       }
       usleep(20000);
     }
+    j->ssh_pids[n] = 0;
   }
 }

@@ -2,11 +2,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +17,34 @@
 #include "launcher.h"
 
 extern char **environ;
+
+/* cohortrun reads SIGINT, SIGTERM and SIGCHLD through a signalfd with the signals blocked (setup.c). A thread made
+ * before they were blocked does not block them (a library's constructor: OpenBLAS starts its thread pool when it is
+ * loaded, as in the sanitizer builds, where the linker keeps it), and the kernel hands a process's signal to a
+ * thread that does not block it: the default action or an inherited SIG_IGN then decided, not cohortrun. A handler
+ * passes such a signal on to the main thread, which blocks it, so that the signalfd reads it whatever thread got it.
+ * The workers get the dispositions cohortrun was started with back before exec. */
+static const int forwarded_signals[] = {SIGINT, SIGTERM, SIGCHLD};
+#define FORWARDED_COUNT (sizeof forwarded_signals / sizeof forwarded_signals[0])
+static struct sigaction inherited_actions[FORWARDED_COUNT];
+static pid_t main_tid;
+
+static void forward_to_main(int sig) {
+  int saved = errno;
+  syscall(SYS_tgkill, getpid(), main_tid, sig);
+  errno = saved;
+}
+
+void cohort__launch_forward_signals(void) {
+  main_tid = (pid_t)syscall(SYS_gettid);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_to_main;
+  sa.sa_flags = SA_RESTART;
+  sigfillset(&sa.sa_mask);
+  for (size_t k = 0; k < FORWARDED_COUNT; k++)
+    sigaction(forwarded_signals[k], &sa, &inherited_actions[k]);
+}
 
 int cohort__launch_remove_segments(pid_t pid) {
   char prefix[48], name[300];
@@ -47,6 +78,8 @@ static const char *const job_vars[] = {"RANK",
                                        "TORCHELASTIC_RESTART_COUNT",
                                        "TORCHELASTIC_MAX_RESTARTS",
                                        "TORCHELASTIC_USE_AGENT_STORE",
+                                       "TORCHELASTIC_RUN_ID",
+                                       "TORCHELASTIC_ERROR_FILE",
                                        "COHORT_STORE_ADDR",
                                        "COHORT_STORE_PORT",
                                        "COHORT_SECRET",
@@ -55,10 +88,12 @@ static const char *const job_vars[] = {"RANK",
                                        "COHORT_HEARTBEAT_FD",
                                        "COHORT_TTY"};
 #define JOB_VAR_COUNT (sizeof job_vars / sizeof job_vars[0])
+/* Set only where the parent's environment has none (torchrun's OMP_NUM_THREADS=1 with several workers, --local-addr
+ * as the address the workers listen on). */
+#define DEFAULT_VAR_MAX 4
 
 static int is_job_var(const char *entry) {
-  const char *eq = strchr(entry, '=');
-  size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+  size_t n = strcspn(entry, "=");
   for (size_t i = 0; i < JOB_VAR_COUNT; i++)
     if (strlen(job_vars[i]) == n && memcmp(job_vars[i], entry, n) == 0) return 1;
   return 0;
@@ -71,12 +106,14 @@ static char *format_var(const char *name, const char *value) {
   return s;
 }
 
-/* The job variables come first in envp and are the only entries allocated here; the rest belong to environ. */
+/* The variables cohortrun made come first in envp, each allocated here; their number is kept in the slot before
+ * envp[0]. The rest belong to environ. */
 void cohort__launch_env_free(char **envp) {
   if (!envp) return;
-  for (size_t i = 0; i < JOB_VAR_COUNT && envp[i]; i++)
+  size_t owned = (size_t)(uintptr_t)envp[-1];
+  for (size_t i = 0; i < owned; i++)
     free(envp[i]);
-  free(envp);
+  free(envp - 1);
 }
 
 cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, char ***envp_out) {
@@ -84,9 +121,11 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
   size_t inherited = 0;
   for (char **e = environ; *e; e++)
     inherited++;
-  char **envp = calloc(JOB_VAR_COUNT + inherited + 1, sizeof *envp);
-  if (!envp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
-  /* One node is one worker group of torchrun's, and every worker has the one role ("default"). */
+  /* One slot before the array holds how many entries at its start are ours to free. */
+  char **slots = calloc(1 + JOB_VAR_COUNT + DEFAULT_VAR_MAX + inherited + 1, sizeof *slots);
+  if (!slots) return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
+  char **envp = slots + 1;
+  /* One node is one worker group of torchrun's, and every worker has the one role (--role, "default"). */
   const int group_size = wenv->local_world_size, groups = wenv->world_size / wenv->local_world_size;
   const int numbers[] = {wenv->rank,
                          wenv->world_size,
@@ -116,12 +155,14 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
                                        num[5],
                                        num[6],
                                        num[7],
-                                       "default",
+                                       wenv->role && wenv->role[0] ? wenv->role : "default",
                                        wenv->master_addr,
                                        num[8],
                                        num[9],
                                        num[10],
                                        "False", /* the program's rank 0 serves its own store, not cohortrun */
+                                       wenv->run_id && wenv->run_id[0] ? wenv->run_id : "none",
+                                       wenv->error_file ? wenv->error_file : "",
                                        wenv->master_addr,
                                        num[11],
                                        wenv->secret,
@@ -129,19 +170,37 @@ cohort_status cohort__launch_env_build(const cohort__launch_worker_env *wenv, ch
                                        num[12],
                                        wenv->heartbeat_fd >= 0 ? num[13] : "",
                                        tty};
+  size_t n = 0;
   for (size_t i = 0; i < JOB_VAR_COUNT; i++) {
-    envp[i] = format_var(job_vars[i], values[i]);
-    if (!envp[i]) {
-      cohort__launch_env_free(envp);
-      return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
-    }
+    if (strcmp(job_vars[i], "TORCHELASTIC_ERROR_FILE") == 0 && !wenv->error_file) continue;
+    if (!(envp[n++] = format_var(job_vars[i], values[i]))) goto oom;
   }
-  size_t n = JOB_VAR_COUNT;
-  for (char **e = environ; *e; e++)
-    if (!is_job_var(*e)) envp[n++] = *e;
+  const char *defaults[DEFAULT_VAR_MAX][2] = {{"OMP_NUM_THREADS", wenv->local_world_size > 1 ? "1" : NULL},
+                                              {"COHORT_BIND_ADDR", wenv->local_addr},
+                                              {NULL, NULL},
+                                              {NULL, NULL}};
+  for (size_t d = 0; d < DEFAULT_VAR_MAX; d++) {
+    if (!defaults[d][0] || !defaults[d][1] || !defaults[d][1][0]) continue;
+    const char *have = getenv(defaults[d][0]);
+    if (have && have[0]) continue;
+    if (!(envp[n++] = format_var(defaults[d][0], defaults[d][1]))) goto oom;
+  }
+  const size_t owned = n;
+  slots[0] = (char *)(uintptr_t)owned;
+  for (char **e = environ; *e; e++) {
+    int ours = 0; /* a job variable, or an empty default we replaced */
+    size_t name_len = strcspn(*e, "=");
+    for (size_t k = 0; k < owned && !ours; k++)
+      ours = strncmp(envp[k], *e, name_len) == 0 && envp[k][name_len] == '=';
+    if (!ours && !is_job_var(*e)) envp[n++] = *e;
+  }
   envp[n] = NULL;
   *envp_out = envp;
   return COHORT_OK;
+oom:
+  slots[0] = (char *)(uintptr_t)n;
+  cohort__launch_env_free(envp);
+  return cohort__error(COHORT_ERR_SYSTEM, "out of memory building the environment of rank %d", wenv->rank);
 }
 
 /* The child between fork and exec. cohortrun has a store thread, so only async-signal-safe calls are allowed
@@ -171,6 +230,9 @@ static void child_exec(pid_t parent, const char *path, char *const argv[], char 
   if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0);
   /* cohortrun ignores SIGPIPE and blocks the signals it reads through signalfd; the program gets neither. */
   signal(SIGPIPE, SIG_DFL);
+  if (main_tid)
+    for (size_t k = 0; k < FORWARDED_COUNT; k++)
+      sigaction(forwarded_signals[k], &inherited_actions[k], NULL);
   sigprocmask(SIG_SETMASK, child_mask, NULL);
   execve(path, argv, envp);
   int e = errno;

@@ -99,7 +99,17 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
                                       .secret = secret,
                                       .restart_count = gen,
                                       .max_restarts = j->opts.max_restarts,
-                                      .heartbeat_fd = hb_fd};
+                                      .heartbeat_fd = hb_fd,
+                                      .role = j->opts.role,
+                                      .run_id = j->opts.run_id,
+                                      .local_addr = j->opts.local_addr};
+    /* torch's @record writes here; a file of an earlier generation must not be taken for this one's. */
+    char error_file[4400];
+    cohort__job_error_file(j, r, error_file, sizeof error_file);
+    if (error_file[0]) {
+      unlink(error_file);
+      wenv.error_file = error_file;
+    }
     char **envp = NULL;
     int out_fd = -1, err_fd = -1;
     cohort_status st = cohort__launch_env_build(&wenv, &envp);
@@ -120,8 +130,14 @@ cohort_status cohort__job_start_workers(job *j, const char *program, const char 
     j->started++;
     /* The relays take the pipes; if one cannot be made, its pipe is closed and that output is lost, but the
      * worker is still watched (a worker whose stdout is closed gets EPIPE, which is its own to handle). */
-    if (cohort__relay_create(w->rank, out_fd, 1, log_fds[r], 0, &w->out) != COHORT_OK) close(out_fd);
-    if (cohort__relay_create(w->rank, err_fd, 2, log_fds[r], 1, &w->err) != COHORT_OK) close(err_fd);
+    int out_to = 1, err_to = 2;
+    if (j->opts.console_filter && !j->opts.console_ranks[r]) {
+      /* --local-ranks-filter: not on the console (still in its log, and its stderr still in the report). */
+      if (j->devnull < 0) j->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (j->devnull >= 0) out_to = err_to = j->devnull;
+    }
+    if (cohort__relay_create(w->rank, out_fd, out_to, log_fds[r], 0, &w->out) != COHORT_OK) close(out_fd);
+    if (cohort__relay_create(w->rank, err_fd, err_to, log_fds[r], 1, &w->err) != COHORT_OK) close(err_fd);
   }
   return COHORT_OK;
 }

@@ -8,23 +8,36 @@
 
 Tensors: float32, float64, float16, bfloat16, int32, int64, uint8. A contiguous CPU tensor is handed to the library
 as it is (no copy); a non-contiguous one is made contiguous first (and the result copied back for the in-place
-forms); a CUDA tensor is staged through pinned host memory and the result put back on its device. docs/torch.md
+forms); a CUDA tensor is reduced on its device by the library's device collectives (docs/gpu.md), or staged
+through pinned host memory where they do not run. docs/torch.md
 has the API table against Horovod and torch.distributed, and what differs.
 """
+import os
+
 import numpy as np
 import torch
 
 import cohort as _core
+from cohort import __version__  # noqa: F401
 from cohort import _lib
 from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
-                    broadcast_object, cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                    broadcast_object, cross_rank, cross_size, is_initialized, local_rank, local_size,
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
 from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
                                    FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
                                    _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream)
+
+
+def init(comm=None):
+    """cohort.init(), and, for a task of a Slurm step started with --cpus-per-task=C (and no OMP_NUM_THREADS of the
+    user's), torch.set_num_threads(C): the CPUs Slurm gave the task, where torch would take every CPU of the node."""
+    _core.init(comm)
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if cpus.isdigit() and int(cpus) > 0 and os.environ.get("SLURM_STEP_ID") and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(cpus))
 
 
 def nccl_built():
