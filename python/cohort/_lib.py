@@ -20,6 +20,8 @@ DTYPE_SIZE = {F32: 4, F64: 8, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
 SUM, AVG, MIN, MAX, PROD = range(5)
 # cohort_ddp_compression
 COMPRESS_NONE, COMPRESS_F16, COMPRESS_BF16 = range(3)
+# cohort_ddp_span: the timeline's spans of the training loop (COHORT_TIMELINE)
+SPAN_FORWARD, SPAN_BACKWARD, SPAN_OPTIMIZER = range(3)
 
 
 def _find_library():
@@ -130,6 +132,10 @@ _SIGNATURES = {
     "cohort_ddp_finish": (c_int, [c_void_p]),
     "cohort_ddp_get_stats": (None, [c_void_p, ctypes.POINTER(DdpStats)]),
     "cohort_ddp_join": (c_int, [c_void_p]),
+    "cohort_ddp_span_begin": (None, [c_void_p, c_int]),
+    "cohort_ddp_span_end": (None, [c_void_p, c_int]),
+    "cohort_ddp_metric": (None, [c_void_p, c_char_p, ctypes.c_double]),
+    "cohort_ddp_metrics_open": (c_int, [c_void_p, c_char_p]),
     "cohort_ddp_active_ranks": (c_int, [c_void_p]),
 }
 

@@ -254,6 +254,7 @@ class _Engine:
             except BaseException:
                 self.in_backward = False
                 raise
+            _c.cohort_ddp_span_begin(self.ddp, _lib.SPAN_BACKWARD)  # the timeline (COHORT_TIMELINE)
             _queue_callback(self._backward_ends)
         p = self.params[i][1]
         v = self.views[i]
@@ -267,9 +268,30 @@ class _Engine:
 
     def _backward_ends(self):
         self.in_backward = False
+        if self.ddp is not None:
+            _c.cohort_ddp_span_end(self.ddp, _lib.SPAN_BACKWARD)
         owner = self._owner()
         if owner is not None:
             owner._backward_ends()
+
+    def metric(self, name, value):
+        """A value of this step for the engine's metrics (COHORT_METRICS; rank 0's go in the file)."""
+        if self.ddp is not None:
+            _c.cohort_ddp_metric(self.ddp, str(name).encode(), float(value))
+
+    def span(self, kind):
+        """A context manager: a span of the training loop in the timeline (forward or optimizer)."""
+        engine = self
+
+        class _Span:
+            def __enter__(self):
+                if engine.ddp is not None:
+                    _c.cohort_ddp_span_begin(engine.ddp, kind)
+
+            def __exit__(self, *exc):
+                if engine.ddp is not None:
+                    _c.cohort_ddp_span_end(engine.ddp, kind)
+        return _Span()
 
     def stats(self):
         s = _lib.DdpStats()
@@ -355,7 +377,16 @@ class DistributedDataParallel(torch.nn.Module):
             if self._throw_on_early and _c.cohort_ddp_active_ranks(self._engine.ddp) < self._engine.size:
                 self._engine.step_open = False  # nothing was marked ready: the next prepare may start afresh
                 raise RuntimeError(_EARLY_TERMINATION)
-        return self.module(*inputs, **kwargs)
+        with self._engine.span(_lib.SPAN_FORWARD):
+            return self.module(*inputs, **kwargs)
+
+    def metric(self, name, value):
+        """Adds name=value (the loss, the learning rate, img/s) to this step's line of the engine's metrics
+        (COHORT_METRICS=path: one JSON line per step with every rank's times; docs/training.md, "Metrics"). Call it
+        before backward() ends the step; rank 0's values are written."""
+        if self._cuda:
+            return
+        self._engine.metric(name, value)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -548,7 +579,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._should_synchronize:
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        with self._engine.span(_lib.SPAN_OPTIMIZER):
+            return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
         if self._pending:
