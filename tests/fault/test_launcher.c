@@ -769,7 +769,8 @@ static char *slurp(const char *path) {
 }
 
 /* The report after a failure: the failing rank's last 10 stderr lines (not the 2 before them), its host, after
- * the other ranks' output; and --log-dir keeps each rank's output unprefixed, stdout and stderr together. */
+ * the other ranks' output; and --log-dir keeps each rank's output without the rank prefix, each line stamped with
+ * the time, stdout and stderr together. */
 TEST(log_dir_and_root_cause_report) {
   char dir[64], logs[128], path[256], expect[512];
   make_dir(dir, sizeof dir);
@@ -791,7 +792,15 @@ TEST(log_dir_and_root_cause_report) {
     ASSERT_CONTAINS(text, expect);
     snprintf(expect, sizeof expect, "problem 12 of %d\n", rank);
     ASSERT_CONTAINS(text, expect);
-    ASSERT_TRUE(strstr(text, "[") == NULL); /* unprefixed */
+    ASSERT_TRUE(strstr(text, "[") == NULL); /* no rank prefix */
+    /* Every line starts with the time cohortrun read it: 2026-11-26T07:12:03.123Z */
+    for (const char *line = text; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
+      int y, mo, d, h, mi, sec, ms;
+      char z = 0;
+      if (sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c ", &y, &mo, &d, &h, &mi, &sec, &ms, &z) != 8 || z != 'Z' ||
+          line[24] != ' ')
+        TEST_FAIL_("rank-%d.log: a line without its time stamp: %.60s", rank, line);
+    }
     free(text);
     /* The terminal still gets everything, prefixed. */
     snprintf(expect, sizeof expect, "[%d] hello from %d\n", rank, rank);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -28,10 +29,11 @@ struct cohort__relay {
   int rank;
   int in_fd; /* -1 once closed */
   int out_fd;
-  int sink_broken; /* the destination went away: drop output from now on */
-  int log_fd;      /* -1: none; not owned */
-  int log_broken;  /* the log file failed (disk full?): said once, then no more logging */
-  char *tail;      /* NULL unless the tail is kept */
+  int sink_broken;  /* the destination went away: drop output from now on */
+  int log_fd;       /* -1: none; not owned */
+  int log_broken;   /* the log file failed (disk full?): said once, then no more logging */
+  int log_mid_line; /* the last byte logged was not a newline: the next bytes continue a stamped line */
+  char *tail;       /* NULL unless the tail is kept */
   size_t tail_len;
   char prefix[24];
   size_t prefix_len;
@@ -179,23 +181,53 @@ const char *cohort__relay_tail(const cohort__relay *relay, size_t *len) {
   return relay->tail ? relay->tail : "";
 }
 
-/* The raw bytes, before any prefix or line cutting: the log is what the worker wrote, and the tail keeps the
- * newest bytes (a sliding window; memmove of at most 4 KiB per chunk, and only for stderr). */
-static void keep_raw(cohort__relay *r, const char *data, size_t n) {
-  if (r->log_fd >= 0 && !r->log_broken) {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = write(r->log_fd, data + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        r->log_broken = 1;
-        COHORT_LOG_WARN("cohortrun: writing the log of rank %d failed (%s); its output is no longer logged", r->rank,
-                        w < 0 ? strerror(errno) : "short write");
-        break;
-      }
-      done += (size_t)w;
+static int write_log(cohort__relay *r, const char *data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(r->log_fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      r->log_broken = 1;
+      COHORT_LOG_WARN("cohortrun: writing the log of rank %d failed (%s); its output is no longer logged", r->rank,
+                      w < 0 ? strerror(errno) : "short write");
+      return -1;
     }
+    done += (size_t)w;
   }
+  return 0;
+}
+
+/* The log: the worker's bytes as it wrote them, each line stamped with the time cohortrun read its first bytes
+ * (UTC, milliseconds: "2026-11-26T07:12:03.123Z "), so that a person reading rank-N.log sees when. */
+static void log_stamped(cohort__relay *r, const char *data, size_t n) {
+  char stamp[40];
+  size_t stamp_len = 0;
+  size_t start = 0;
+  while (start < n && !r->log_broken) {
+    if (!r->log_mid_line) {
+      if (!stamp_len) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        stamp_len = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+        stamp_len += (size_t)snprintf(stamp + stamp_len, sizeof stamp - stamp_len, ".%03ldZ ", ts.tv_nsec / 1000000);
+      }
+      if (write_log(r, stamp, stamp_len) != 0) return;
+    }
+    const char *nl = memchr(data + start, '\n', n - start);
+    size_t end = nl ? (size_t)(nl - data) + 1 : n;
+    if (write_log(r, data + start, end - start) != 0) return;
+    r->log_mid_line = !nl;
+    start = end;
+  }
+}
+
+/* The raw bytes, before any prefix or line cutting: the log is what the worker wrote (each line stamped with the
+ * time), and the tail keeps the newest bytes (a sliding window; memmove of at most 4 KiB per chunk, and only for
+ * stderr). */
+static void keep_raw(cohort__relay *r, const char *data, size_t n) {
+  if (r->log_fd >= 0 && !r->log_broken) log_stamped(r, data, n);
   if (!r->tail) return;
   if (n >= COHORT_RELAY_TAIL_BYTES) {
     memcpy(r->tail, data + n - COHORT_RELAY_TAIL_BYTES, COHORT_RELAY_TAIL_BYTES);
