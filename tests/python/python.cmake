@@ -153,7 +153,10 @@ add_test(NAME python.torchrun_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/faul
 set_tests_properties(python.torchrun_errors PROPERTIES LABELS "python;fault" TIMEOUT 180 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")
 # The observers from cohort.torch: the timeline's forward/backward spans and the per-step metrics with the loss.
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/tests/python_observe_counters)
 add_test(NAME python.observe COMMAND ${CMAKE_COMMAND} -E env COHORT_TIMELINE=${CMAKE_BINARY_DIR}/tests/python_observe.json
-         COHORT_METRICS=${CMAKE_BINARY_DIR}/tests/python_observe.jsonl $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
-         ${CMAKE_CURRENT_LIST_DIR}/test_observe.py)
+         COHORT_METRICS=${CMAKE_BINARY_DIR}/tests/python_observe.jsonl
+         COHORT_METRICS_DIR=${CMAKE_BINARY_DIR}/tests/python_observe_counters
+         COHORT_REPORT=${CMAKE_SOURCE_DIR}/tools/cohort-report/cohort-report $<TARGET_FILE:cohortrun> -np 2
+         ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_observe.py)
 set_tests_properties(python.observe PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")

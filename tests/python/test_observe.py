@@ -1,5 +1,6 @@
 """cohort.torch under the engine's observers: COHORT_TIMELINE gets forward and backward spans (and the allreduces),
-COHORT_METRICS one line per step with every rank's times and the loss that DistributedDataParallel.metric() added.
+COHORT_METRICS one line per step with every rank's times and the loss that DistributedDataParallel.metric() added,
+COHORT_METRICS_DIR every rank's live counters, and cohort-report makes its page of the run.
 
 Run under cohortrun -np 2 with COHORT_TIMELINE and COHORT_METRICS set (tests/python/python.cmake does).
 """
@@ -47,6 +48,20 @@ if R == 0:
         failures.append("metrics: a step line lacks a rank's times or the loss")
     if not lines or not lines[-1].get("summary"):
         failures.append("metrics: no summary line at the end")
+    # The live counters cohortrun --metrics-port serves (COHORT_METRICS_DIR): every rank's file, all steps counted.
+    for r in range(N):
+        with open(os.path.join(os.environ["COHORT_METRICS_DIR"], f"rank-{r}.txt")) as f:
+            counters = dict(line.split() for line in f)
+        if int(counters["steps_total"]) != STEPS or float(counters["loss"]) <= 0:
+            failures.append(f"counters of rank {r}: {counters}")
+    # The report of a cohort.torch run.
+    import subprocess
+    out = os.environ["COHORT_METRICS"] + ".html"
+    proc = subprocess.run([os.environ["COHORT_REPORT"], "--metrics", os.environ["COHORT_METRICS"], "--timeline",
+                           os.environ["COHORT_TIMELINE"], "-o", out], capture_output=True, text=True)
+    page = open(out).read() if proc.returncode == 0 else ""
+    if proc.returncode != 0 or page.count("<svg id=") < 5 or 'id="timeline"' not in page:
+        failures.append(f"cohort-report on the run: exit {proc.returncode}: {proc.stderr.strip()}")
 hvd.shutdown()
 if failures:
     print(f"[rank {R}] FAIL:", *failures, sep="\n  ")
