@@ -17,6 +17,7 @@ struct cohort__counters {
   char path[4096], tmp[4096];
   int64_t steps;
   double compute_s, comm_s, exposed_s, bytes, last_step_s;
+  int stalls;
   int64_t last_end_ns, last_write_ns;
   struct {
     char name[32];
@@ -57,8 +58,8 @@ static void write_file(cohort__counters *c) {
   if (f) {
     fprintf(f,
             "steps_total %lld\ncompute_seconds_total %.6f\nallreduce_seconds_total %.6f\n"
-            "exposed_comm_seconds_total %.6f\nallreduce_bytes_total %.0f\nstep_seconds %.6f\n",
-            (long long)c->steps, c->compute_s, c->comm_s, c->exposed_s, c->bytes, c->last_step_s);
+            "exposed_comm_seconds_total %.6f\nallreduce_bytes_total %.0f\nstep_seconds %.6f\nstalls_total %d\n",
+            (long long)c->steps, c->compute_s, c->comm_s, c->exposed_s, c->bytes, c->last_step_s, c->stalls);
     for (int i = 0; i < c->num_notes; i++)
       if (c->notes[i].value == c->notes[i].value) fprintf(f, "%s %.9g\n", c->notes[i].name, c->notes[i].value);
   }
@@ -68,8 +69,9 @@ static void write_file(cohort__counters *c) {
   }
 }
 
-void cohort__counters_step(cohort__counters *c, const cohort_ddp_stats *s, double bytes) {
+void cohort__counters_step(cohort__counters *c, const cohort_ddp_stats *s, double bytes, int stalls) {
   if (!c) return;
+  c->stalls = stalls;
   int64_t now = cohort__now_ns();
   c->steps++;
   c->compute_s += s->last_compute_s;

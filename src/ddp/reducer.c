@@ -157,7 +157,7 @@ static cohort_status end_step(cohort_ddp *ddp, int64_t enter_ns, int64_t comm_bu
   double bytes = 0; /* the gradients reduced (before compression), as cohort_ddp_get_stats counts them */
   for (int i = 0; i < ddp->num_params; i++)
     bytes += (double)ddp->params[i].count * sizeof(float);
-  cohort__counters_step(ddp->counters, s, bytes);
+  cohort__counters_step(ddp->counters, s, bytes, cohort__stall_warnings(ddp->stall));
   if (ddp->metrics) {
     cohort_status st = cohort__metrics_step(ddp->metrics, ddp->step, s, bytes);
     if (st != COHORT_OK)

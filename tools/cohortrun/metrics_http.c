@@ -39,6 +39,7 @@ static const struct family {
      "seconds the rank waited for communication after backward"},
     {"allreduce_bytes_total", "cohort_allreduce_bytes", "counter", "gradient bytes reduced"},
     {"step_seconds", "cohort_step_seconds", "gauge", "wall seconds of the rank's last step"},
+    {"stalls_total", "cohort_stalls", "counter", "the stall inspector's warnings (a bucket waited COHORT_STALL_S)"},
     {"img_per_s", "cohort_img_per_second", "gauge", "the program's last throughput figure (images per second)"},
     {"loss", "cohort_loss", "gauge", "the program's last loss"},
     {"lr", "cohort_learning_rate", "gauge", "the program's last learning rate"},
