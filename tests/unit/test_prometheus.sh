@@ -24,7 +24,7 @@ YML
 "$PROM" --config.file="$W/prometheus.yml" --storage.tsdb.path="$W/tsdb" --web.listen-address="127.0.0.1:$PP" \
   >"$W/prom.log" 2>&1 &
 pids+=($!)
-"$COHORTRUN" -np 2 --metrics-port "127.0.0.1:$MP" "$FT" --steps 60 --batch 16 --quiet >"$W/run.log" 2>&1 &
+"$COHORTRUN" -np 2 --metrics-port "127.0.0.1:$MP" "$FT" --steps 200 --batch 32 --quiet >"$W/run.log" 2>&1 &
 run=$!
 pids+=($run)
 grep -q "live metrics at http://127.0.0.1:$MP/metrics" <(sleep 3; cat "$W/run.log") ||
