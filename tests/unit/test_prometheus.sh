@@ -62,7 +62,7 @@ for m in cohort_allreduce_bytes_total cohort_allreduce_seconds_total cohort_comp
   n=$(query "max_over_time(${m}[5m]) > 0" | grep -c '^[01] ')
   [ "$n" -eq 2 ] || fail "$m: $n ranks with a value > 0 in Prometheus"
 done
-n=$(query 'cohort_stalls_total >= 0' | grep -c '^[01] ')
+n=$(query 'max_over_time(cohort_stalls_total[5m]) >= 0' | grep -c '^[01] ')
 [ "$n" -eq 2 ] || fail "cohort_stalls_total: $n ranks in Prometheus"
 running=$(query 'max_over_time(cohortrun_ranks_running[5m])' | awk '{print $2}')
 [ "$running" = 2 ] || fail "cohortrun_ranks_running peaked at '$running', expected 2"
