@@ -7,7 +7,8 @@
 #                smaller buckets; another seed does not)
 #   loss         the training loss falls over 50 steps and the test accuracy leaves chance level
 #   resume       40 steps straight == 20 steps + checkpoint + --resume to 40 (same param_sha256, same loss)
-#   kernels      generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
+#   kernels      the default kernel set is named (oneDNN with its ISA where built in); with --kernels reference,
+#                generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
 #                the best core type, rank 0 says so once and names the kernels, and the result is a run with that
 #                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, with a word on faster kernels
 #   uneven       --uneven on 3 ranks: ranks train 10, 7 and 4 of each epoch's 10 steps, join, and end each epoch
@@ -18,7 +19,8 @@
 #                without ZeRO (the same param_sha256 as resuming the unsharded checkpoint) and with it (the same
 #                parameters up to the 3-rank summation order)
 #   equivalence  2 ranks x batch B, 1 rank x batch 2B and 2 ranks x 2 accumulated batches of B/2 reach the same
-#                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh)
+#                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh); so do
+#                the default kernels and --kernels reference
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
@@ -74,6 +76,8 @@ usage)
   usage_case "unknown flag '--bogus'" --bogus
   usage_case "unknown flag '--lr-max'" --lr-max=3
   usage_case "unexpected argument 'extra'" extra
+  usage_case "--kernels must be auto, onednn or reference, got 'mkl'" --kernels mkl
+  COHORT_KERNELS=fast usage_case "COHORT_KERNELS='fast' is not one of auto, reference, onednn" --steps 1
   usage_case "--epochs needs an integer, got 'abc'" --epochs abc
   usage_case "--epochs needs an integer, got '3x'" --epochs 3x
   usage_case "--epochs is out of range" --epochs 0
@@ -207,6 +211,11 @@ equivalence)
     "2 ranks x 32 $ddp, 2 ranks x 2 x 16 accumulated $acc (bound $bound)"
   at_most "$ddp" "$bound" || fail "1 rank x 64 and 2 ranks x 32 ended $ddp of the distance travelled apart (> $bound)"
   at_most "$acc" "$bound" || fail "1 rank x 64 and 2 ranks x 2 x 16 accumulated ended $acc apart (> $bound)"
+  # The default kernels (oneDNN where built in) against the reference: the same sums in other orders.
+  train 1 --steps 10 --batch 64 --quiet --kernels reference --dump-params "$TMP/pr.bin"
+  ref=$(param_distance_travelled "$TMP/p1.bin" "$TMP/pr.bin" "$TMP/p0.bin")
+  echo "the default kernels against --kernels reference: $ref (bound $bound)"
+  at_most "$ref" "$bound" || fail "the default kernels and the reference ended $ref of the distance travelled apart"
   # The comparison can fail: an update 1% too large (the lr) ends outside the bound.
   train 2 --steps 10 --batch 32 --quiet --lr 0.0505 --dump-params "$TMP/plr.bin"
   off=$(param_distance_travelled "$TMP/p1.bin" "$TMP/plr.bin" "$TMP/p0.bin")
@@ -227,9 +236,15 @@ kernels)
   best=$(bash "$(dirname "$0")/../../scripts/openblas-cores.sh" | grep -E '^(Sandybridge|Haswell|SkylakeX)$' | tail -n 1)
   [ -n "$best" ] || { echo "SKIP: this CPU has no AVX: OpenBLAS's generic kernels are its best"; exit 0; }
   sha_of() { printf '%s\n' "$1" | sed -n 's/.*param_sha256=\([0-9a-f]*\).*/\1/p'; }
-  OPENBLAS_CORETYPE=$best train 2 --model mlp --steps 3
+  # The default set, named with what it runs on; no OpenBLAS restart for it (OpenBLAS does not run the layers).
+  COHORT_TEST_BLAS_CORENAME=Prescott train 1 --model mlp --steps 1
+  if "$TRAIN" --kernels onednn --steps 0 --quiet >/dev/null 2>&1; then
+    grep -qE '^\[0\] kernels: oneDNN [0-9.]+, ISA [a-z0-9_]+ ' "$TMP/out" || fail "no oneDNN kernel line in: $(cat "$TMP/out")"
+    if grep -q 'restarting' "$TMP/err"; then fail "restarted for OpenBLAS while oneDNN runs the layers"; fi
+  fi
+  OPENBLAS_CORETYPE=$best train 2 --model mlp --steps 3 --kernels reference
   by_hand=$(sha_of "$FINAL")
-  COHORT_TEST_BLAS_CORENAME=Prescott train 2 --model mlp --steps 3
+  COHORT_TEST_BLAS_CORENAME=Prescott train 2 --model mlp --steps 3 --kernels reference
   [ "$(grep -c 'restarting with' "$TMP/err")" = 1 ] || fail "not one restart line: $(cat "$TMP/err")"
   want="[0] fmnist-train: OpenBLAS chose its generic Prescott kernels on a CPU that can run $best ones: restarting with OPENBLAS_CORETYPE=$best"
   grep -qF -- "$want" "$TMP/err" || fail "no restart line '$want' in: $(cat "$TMP/err")"
@@ -238,7 +253,7 @@ kernels)
   [ "$(sha_of "$FINAL")" = "$by_hand" ] || fail "the restarted run differs from OPENBLAS_CORETYPE=$best by hand"
   if grep -q 'unknown variable' "$TMP/err"; then fail "the restart left a variable cohort does not know: $(cat "$TMP/err")"; fi
   # Pinned by the environment: kept (some environments pin older kernels for correctness), and said.
-  OPENBLAS_CORETYPE=Prescott train 1 --model mlp --steps 1
+  OPENBLAS_CORETYPE=Prescott train 1 --model mlp --steps 1 --kernels reference
   if grep -q 'restarting' "$TMP/err"; then fail "a pinned OPENBLAS_CORETYPE was overridden"; fi
   want="[0] kernels: OpenBLAS Prescott (OPENBLAS_CORETYPE=Prescott); this CPU can run faster ones: $best"
   grep -qF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
