@@ -786,12 +786,13 @@ static int channel_blocked(const dnnl_memory_desc_t *md, blocking *out) {
 }
 
 /* One block of NV x 4 channels: the maximum of each window and which of its k x k positions it came from (row-major
- * within the window), written to the plain output and to arg. The block width is a constant in each caller, so that
+ * within the window), gathered in the block's own order in tile (values) and tpos (positions), a few KB that stay in
+ * L1, then written out plane by plane: writing the NV x 4 planes of the plain output element by element instead
+ * costs more than the pooling (a store stream per channel). The block width is a constant in each caller, so that
  * the vectors stay in registers. */
 static inline __attribute__((always_inline)) void pool_block(const float *restrict x, int64_t base, const blocking *bk,
-                                                             int k, int s, int oh, int ow, float *restrict out,
-                                                             int32_t *restrict a, const int nv) {
-  const size_t plane = (size_t)oh * ow;
+                                                             int k, int s, int oh, int ow, float *restrict tile,
+                                                             int32_t *restrict tpos, const int nv) {
   for (int oy = 0; oy < oh; oy++)
     for (int ox = 0; ox < ow; ox++) {
       cohort__v4f m[4];
@@ -813,50 +814,108 @@ static inline __attribute__((always_inline)) void pool_block(const float *restri
             pos[v] = (here & better) | (pos[v] & ~better);
           }
         }
-      const size_t o = (size_t)oy * ow + ox;
-      for (int v = 0; v < nv; v++)
-        for (int j = 0; j < 4; j++) {
-          out[(size_t)(4 * v + j) * plane + o] = m[v][j];
-          a[(size_t)(4 * v + j) * plane + o] = pos[v][j];
-        }
+      const size_t o = ((size_t)oy * ow + ox) * 4 * nv;
+      for (int v = 0; v < nv; v++) {
+        cohort__v4_store(tile + o + 4 * v, m[v]);
+        memcpy(tpos + o + 4 * v, &pos[v], sizeof pos[v]);
+      }
     }
 }
 
 static void pool_blocked_forward(const cohort__layer *l, const blocking *bk, const cohort_tensor *x, cohort_tensor *y) {
   const int n = (int)x->shape[0], ch = (int)x->shape[1], oh = (int)y->shape[2], ow = (int)y->shape[3];
   const int b = bk->b;
+  const size_t plane = (size_t)oh * ow;
   int32_t *arg = (int32_t *)l->aux;
+  float *tile = malloc(plane * b * sizeof(float));
+  int32_t *tpos = malloc(plane * b * sizeof(int32_t));
+  if (!tile || !tpos) { /* a few KB: not expected to fail; the reference's loop needs no scratch */
+    free(tile);
+    free(tpos);
+    return;
+  }
   for (int i = 0; i < n; i++)
     for (int cb = 0; cb < ch / b; cb++) {
       const int64_t base = i * bk->st[0] + cb * bk->st[1];
-      const size_t first = ((size_t)i * ch + (size_t)cb * b) * oh * ow;
       if (b == 16)
-        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, y->data + first, arg + first, 4);
+        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, tile, tpos, 4);
       else if (b == 8)
-        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, y->data + first, arg + first, 2);
+        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, tile, tpos, 2);
       else
-        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, y->data + first, arg + first, 1);
+        pool_block(x->data, base, bk, l->kernel, l->stride, oh, ow, tile, tpos, 1);
+      const size_t first = ((size_t)i * ch + (size_t)cb * b) * plane;
+      for (int c = 0; c < b; c++) {
+        float *out = y->data + first + (size_t)c * plane;
+        int32_t *a = arg + first + (size_t)c * plane;
+        for (size_t o = 0; o < plane; o++) {
+          out[o] = tile[o * b + c];
+          a[o] = tpos[o * b + c];
+        }
+      }
     }
+  free(tile);
+  free(tpos);
 }
 
-/* Each output's gradient back to the input its window position names, in output order (the reference's order, so
- * where windows overlap the sums are the same). */
+/* Each output's gradient back to the input its window position names. Where windows do not overlap, every input
+ * element is written once, window by window (the gradient where the maximum was, 0 elsewhere), from a tile of the
+ * block's dy and positions gathered from the plain planes; overlapping windows add in output order, the reference's
+ * order, so that the sums are the same. */
 static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, const cohort_tensor *x,
                                   const cohort_tensor *y, const float *dy, float *dx) {
-  const int n = (int)x->shape[0], ch = (int)x->shape[1], oh = (int)y->shape[2], ow = (int)y->shape[3];
-  const int k = l->kernel, s = l->stride, b = bk->b;
+  const int n = (int)x->shape[0], ch = (int)x->shape[1], h = (int)x->shape[2], w = (int)x->shape[3];
+  const int oh = (int)y->shape[2], ow = (int)y->shape[3], k = l->kernel, s = l->stride, b = bk->b;
+  const size_t plane = (size_t)oh * ow;
   const int32_t *arg = (const int32_t *)l->aux;
-  memset(dx, 0, x->numel * sizeof(float));
-  size_t i = 0;
+  float *tile = s >= k ? malloc(plane * b * sizeof(float)) : NULL;
+  int32_t *tpos = s >= k ? malloc(plane * b * sizeof(int32_t)) : NULL;
+  /* Inputs no window covers (floor mode's last rows and columns, strides beyond the kernel) stay 0. */
+  if (!tile || !tpos || s > k || (oh - 1) * s + k != h || (ow - 1) * s + k != w)
+    memset(dx, 0, x->numel * sizeof(float));
+  if (!tile || !tpos) {
+    free(tile);
+    free(tpos);
+    size_t i = 0;
+    for (int im = 0; im < n; im++)
+      for (int c = 0; c < ch; c++) {
+        float *d = dx + im * bk->st[0] + (c / b) * bk->st[1] + c % b;
+        for (int oy = 0; oy < oh; oy++)
+          for (int ox = 0; ox < ow; ox++, i++) {
+            const int code = arg[i];
+            d[(int64_t)(oy * s + code / k) * bk->st[2] + (int64_t)(ox * s + code % k) * bk->st[3]] += dy[i];
+          }
+      }
+    return;
+  }
+  const cohort__v4f zero = {0};
   for (int im = 0; im < n; im++)
-    for (int c = 0; c < ch; c++) {
-      float *d = dx + im * bk->st[0] + (c / b) * bk->st[1] + c % b;
+    for (int cb = 0; cb < ch / b; cb++) {
+      const size_t first = ((size_t)im * ch + (size_t)cb * b) * plane;
+      for (int c = 0; c < b; c++)
+        for (size_t o = 0; o < plane; o++) {
+          tile[o * b + c] = dy[first + (size_t)c * plane + o];
+          tpos[o * b + c] = arg[first + (size_t)c * plane + o];
+        }
+      float *base = dx + im * bk->st[0] + cb * bk->st[1];
       for (int oy = 0; oy < oh; oy++)
-        for (int ox = 0; ox < ow; ox++, i++) {
-          const int code = arg[i];
-          d[(int64_t)(oy * s + code / k) * bk->st[2] + (int64_t)(ox * s + code % k) * bk->st[3]] += dy[i];
+        for (int ox = 0; ox < ow; ox++) {
+          const size_t o = ((size_t)oy * ow + ox) * b;
+          for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) {
+              float *d = base + (int64_t)(oy * s + ky) * bk->st[2] + (int64_t)(ox * s + kx) * bk->st[3];
+              const int32_t code = ky * k + kx;
+              const cohort__v4i here = {code, code, code, code};
+              for (int v = 0; v < b / 4; v++) {
+                cohort__v4i at;
+                memcpy(&at, tpos + o + 4 * v, sizeof at);
+                cohort__v4f g = cohort__v4_load(tile + o + 4 * v);
+                cohort__v4_store(d + 4 * v, (cohort__v4f)((cohort__v4i)g & (at == here)) + zero);
+              }
+            }
         }
     }
+  free(tile);
+  free(tpos);
 }
 
 static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {
