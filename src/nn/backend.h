@@ -48,6 +48,10 @@ typedef struct cohort__kernels {
   void (*backward)(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, const cohort_tensor *y, float *dy,
                    float *dx);
   int takes_layouts; /* x may come in a layout of this backend's (c->x_layout) */
+  /* Max pooling only: with l->mask_relu, backward applies the ReLU that the layer before it fused (dx = 0 where x
+   * is not > 0), so that that layer need not pass over its dy again: the gradient reaches the input where the
+   * window's maximum was, and that maximum is y, so the mask costs a look at y. */
+  int masks_relu;
 } cohort__kernels;
 
 typedef struct cohort__backend {

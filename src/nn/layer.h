@@ -78,6 +78,10 @@ struct cohort__layer {
    * and takes its input in that backend's layouts. */
   const void *y_layout;
   int layout_free;
+  /* Set at binding where a fused ReLU is followed by a max pooling whose kernels can undo the ReLU in its backward
+   * (backend.h, masks_relu): relu_masked on the layer that fuses the ReLU (its backward then leaves dy as it is),
+   * mask_relu on the pooling (its backward writes dx already masked). */
+  int relu_masked, mask_relu;
   /* buffers owned by the layer, grown as the batch grows */
   cohort_tensor y;
   size_t y_cap;

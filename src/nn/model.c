@@ -74,6 +74,7 @@ static void unbind(cohort_model *m) {
     l->kern = NULL;
     l->y_layout = NULL;
     l->layout_free = 0;
+    l->relu_masked = l->mask_relu = 0;
   }
 }
 
@@ -89,6 +90,9 @@ static void bind(cohort_model *m) {
       j++;
     l->layout_free = !l->ops->alias && !l->passthrough && l->kern && j < m->nlayers && !m->layers[j].ops->alias &&
                      m->layers[j].kern && m->layers[j].kern->takes_layouts;
+    /* The ReLU fused here undone by the pooling after it (backend.h, masks_relu), on the same backend. */
+    l->relu_masked = l->fuse_relu && l->kern && j < m->nlayers && m->layers[j].kern && m->layers[j].kern->masks_relu;
+    if (l->relu_masked) m->layers[j].mask_relu = 1;
   }
 }
 

@@ -632,7 +632,7 @@ static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
     return;
   }
   cohort_param *w = &c->params[l->pidx], *b = &c->params[l->pidx + 1];
-  if (l->fuse_relu) cohort__relu_mask(dy, dy, y->data, y->numel);
+  if (l->fuse_relu && !l->relu_masked) cohort__relu_mask(dy, dy, y->data, y->numel);
   const float *src = p->x_to_src.p ? p->src_buf : x->data; /* forward left the reordered input there */
   const float *ddst = through(&p->dy_to_ddst, s->stream, dy, p->ddst_buf);
   float *dw = p->dw_to_plain.p ? p->dwk_buf : p->dw_buf;
@@ -666,7 +666,7 @@ static void conv_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
   dnnl_stream_wait(s->stream);
 }
 
-static const cohort__kernels conv_kernels = {conv_forward, conv_backward, 1};
+static const cohort__kernels conv_kernels = {conv_forward, conv_backward, 1, 0};
 
 /* ---- linear: matmul on plain tensors ---- */
 
@@ -757,7 +757,7 @@ static void linear_backward(cohort__layer *l, cohort__nnctx *c, const cohort_ten
   dnnl_stream_wait(s->stream);
 }
 
-static const cohort__kernels linear_kernels = {linear_forward, linear_backward, 0};
+static const cohort__kernels linear_kernels = {linear_forward, linear_backward, 0, 0};
 
 /* ---- max pooling: cohort's own loops, on plain tensors or on oneDNN's channel-blocked ones ----
  *
@@ -867,14 +867,21 @@ static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, co
   const int oh = (int)y->shape[2], ow = (int)y->shape[3], k = l->kernel, s = l->stride, b = bk->b;
   const size_t plane = (size_t)oh * ow;
   const int32_t *arg = (const int32_t *)l->aux;
+  const int mask_relu = l->mask_relu;
   float *tile = s >= k ? malloc(plane * b * sizeof(float)) : NULL;
   int32_t *tpos = s >= k ? malloc(plane * b * sizeof(int32_t)) : NULL;
+  float *tmax = s >= k && mask_relu ? malloc(plane * b * sizeof(float)) : NULL;
+  if (mask_relu && !tmax) {
+    free(tile);
+    tile = NULL;
+  }
   /* Inputs no window covers (floor mode's last rows and columns, strides beyond the kernel) stay 0. */
   if (!tile || !tpos || s > k || (oh - 1) * s + k != h || (ow - 1) * s + k != w)
     memset(dx, 0, x->numel * sizeof(float));
   if (!tile || !tpos) {
     free(tile);
     free(tpos);
+    free(tmax);
     size_t i = 0;
     for (int im = 0; im < n; im++)
       for (int c = 0; c < ch; c++) {
@@ -882,7 +889,8 @@ static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, co
         for (int oy = 0; oy < oh; oy++)
           for (int ox = 0; ox < ow; ox++, i++) {
             const int code = arg[i];
-            d[(int64_t)(oy * s + code / k) * bk->st[2] + (int64_t)(ox * s + code % k) * bk->st[3]] += dy[i];
+            if (!mask_relu || y->data[i] > 0)
+              d[(int64_t)(oy * s + code / k) * bk->st[2] + (int64_t)(ox * s + code % k) * bk->st[3]] += dy[i];
           }
       }
     return;
@@ -895,6 +903,7 @@ static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, co
         for (size_t o = 0; o < plane; o++) {
           tile[o * b + c] = dy[first + (size_t)c * plane + o];
           tpos[o * b + c] = arg[first + (size_t)c * plane + o];
+          if (mask_relu) tmax[o * b + c] = y->data[first + (size_t)c * plane + o];
         }
       float *base = dx + im * bk->st[0] + cb * bk->st[1];
       for (int oy = 0; oy < oh; oy++)
@@ -908,6 +917,7 @@ static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, co
               for (int v = 0; v < b / 4; v++) {
                 cohort__v4i at;
                 memcpy(&at, tpos + o + 4 * v, sizeof at);
+                at = mask_relu ? at | ~(cohort__v4_load(tmax + o + 4 * v) > zero) : at; /* -1 matches no position */
                 cohort__v4f g = cohort__v4_load(tile + o + 4 * v);
                 cohort__v4_store(d + 4 * v, (cohort__v4f)((cohort__v4i)g & (at == here)) + zero);
               }
@@ -916,6 +926,7 @@ static void pool_blocked_backward(const cohort__layer *l, const blocking *bk, co
     }
   free(tile);
   free(tpos);
+  free(tmax);
 }
 
 static void pool_forward(cohort__layer *l, cohort__nnctx *c, const cohort_tensor *x, cohort_tensor *y) {
@@ -937,6 +948,7 @@ static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
   if (!dx) return;
   if (!c->x_layout) {
     l->ops->backward(l, c, x, y, dy, dx);
+    if (l->mask_relu) cohort__relu_mask(dx, dx, x->data, x->numel);
     return;
   }
   blocking bk;
@@ -944,7 +956,7 @@ static void pool_backward(cohort__layer *l, cohort__nnctx *c, const cohort_tenso
   pool_blocked_backward(l, &bk, x, y, dy, dx);
 }
 
-static const cohort__kernels pool_kernels = {pool_forward, pool_backward, 1};
+static const cohort__kernels pool_kernels = {pool_forward, pool_backward, 1, 1};
 
 /* ---- the table ---- */
 
