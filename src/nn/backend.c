@@ -2,8 +2,8 @@
  * backend.c: the kernel sets of include/cohort/nn.h and the reference backend (backend.h).
  *
  * The reference backend binds nothing: every layer runs the kernels of its own file (conv2d.c, linear.c, ...). Which
- * set AUTO means is decided here, once per call, from COHORT_KERNELS (parsed by core/config.c like every knob) and
- * from what the build holds.
+ * set AUTO means is decided here, once per call, from COHORT_KERNELS (parsed by core/config.c like every knob), from
+ * what the build holds, and from the SIMD families oneDNN and OpenBLAS run on this CPU.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -62,8 +62,15 @@ cohort_status cohort_kernels_resolve(cohort_kernels k, cohort_kernels *out) {
     COHORT_CHECK(cohort_kernels_parse(cfg.kernels, &k));
     from = "COHORT_KERNELS=";
   }
-  if (k == COHORT_KERNELS_AUTO)
-    k = cohort__backend_onednn.unavailable() ? COHORT_KERNELS_REFERENCE : COHORT_KERNELS_ONEDNN;
+  /* AUTO: oneDNN where its kernels run a wider SIMD family than OpenBLAS's (an OPENBLAS_CORETYPE pinned below the
+   * CPU, generic kernels on a masked CPU model), the reference otherwise. Where both run the same family, the
+   * reference measured faster (docs/performance.md, "oneDNN kernels": on an AVX2 Zen 3, 785 against 761 img/s on
+   * 1 rank and 1399 against 1193 on 2, whose memory traffic the blocked activations raise). An OpenBLAS core name
+   * this table does not know is taken to be a newer one, as good as anything. */
+  if (k == COHORT_KERNELS_AUTO) {
+    int blas = cohort_blas_core_level(cohort_blas_corename());
+    k = cohort__onednn_isa_level() > (blas ? blas : 4) ? COHORT_KERNELS_ONEDNN : COHORT_KERNELS_REFERENCE;
+  }
   const char *why = cohort__backend_of(k)->unavailable();
   if (why) return cohort__error(COHORT_ERR_INVALID, "kernels %s%s: %s", from, cohort_kernels_name(k), why);
   *out = k;

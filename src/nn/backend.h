@@ -72,6 +72,10 @@ typedef struct cohort__backend {
 extern const cohort__backend cohort__backend_reference;
 extern const cohort__backend cohort__backend_onednn; /* onednn.c; a stub that says why where it is not built */
 
+/* The SIMD family oneDNN's kernels run here, on cohort_blas_core_level()'s scale (1 SSE4.1, 2 AVX, 3 AVX2, 4 AVX-512);
+ * 0 where oneDNN is not built in or cannot run. */
+int cohort__onednn_isa_level(void);
+
 /* The backend for a resolved kernel set (not AUTO). */
 const cohort__backend *cohort__backend_of(cohort_kernels k);
 

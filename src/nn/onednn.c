@@ -93,6 +93,15 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
   return "generic";
 }
 
+int cohort__onednn_isa_level(void) {
+  if (onednn_unavailable()) return 0;
+  int isa = (int)dnnl_get_effective_cpu_isa();
+  if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 4;
+  if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 3;
+  if ((isa & dnnl_cpu_isa_avx) == dnnl_cpu_isa_avx) return 2;
+  return isa ? 1 : 0;
+}
+
 static void onednn_describe(char *buf, size_t len) {
   const dnnl_version_t *v = dnnl_version();
   snprintf(buf, len, "oneDNN %d.%d.%d, ISA %s (conv2d, linear, max pooling; the rest: reference)", v->major, v->minor,
@@ -979,6 +988,7 @@ static const char *onednn_unavailable(void) {
          "installs it)";
 }
 
+int cohort__onednn_isa_level(void) { return 0; }
 static void onednn_describe(char *buf, size_t len) { snprintf(buf, len, "oneDNN (not built in)"); }
 static const cohort__kernels *onednn_kernels(const cohort__layer *l) { return NULL; }
 

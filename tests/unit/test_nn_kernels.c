@@ -399,8 +399,11 @@ TEST(kernel_sets_named_and_chosen) {
   ASSERT_EQ(cohort_model_create(&m), COHORT_ERR_INVALID);
   ASSERT_TRUE(strstr(cohort_last_error(), "COHORT_KERNELS") != NULL);
   unsetenv("COHORT_KERNELS");
+  /* auto: oneDNN only where its SIMD family is wider than OpenBLAS's. */
   ASSERT_OK(cohort_kernels_resolve(COHORT_KERNELS_AUTO, &k));
-  ASSERT_EQ(k, backend_available(COHORT_KERNELS_ONEDNN) ? COHORT_KERNELS_ONEDNN : COHORT_KERNELS_REFERENCE);
+  int blas = cohort_blas_core_level(cohort_blas_corename());
+  ASSERT_EQ(k, cohort__onednn_isa_level() > (blas ? blas : 4) ? COHORT_KERNELS_ONEDNN : COHORT_KERNELS_REFERENCE);
+  if (!backend_available(COHORT_KERNELS_ONEDNN)) ASSERT_EQ(k, COHORT_KERNELS_REFERENCE);
   if (backend_available(COHORT_KERNELS_ONEDNN)) {
     ASSERT_OK(cohort_kernels_describe(COHORT_KERNELS_ONEDNN, line, sizeof line));
     ASSERT_TRUE(strncmp(line, "oneDNN ", 7) == 0 && strstr(line, "ISA ") != NULL);
