@@ -14,12 +14,15 @@
 #          itself; it is never bound, whatever BIND says)
 #          E = ceil(STEPS x N x BATCH / 60000) epochs, for both: enough that N ranks run all STEPS steps (one
 #          epoch is 60000 / (N x BATCH) steps; at 8 ranks of 64, 118).
-# native:  when the environment sets OPENBLAS_CORETYPE (the environment here sets Haswell, AVX2), cohort once
-#          more without it, on the kernels OpenBLAS picks for the CPU itself (AVX-512 where present); for
-#          information: the verdicts use the environment as given. The environment may pin because those kernels
-#          compute wrong results (or crash) on its CPU: their img/s are a speed, not a result. NATIVE=0 leaves them
-#          out (the suite's smoke run does). torch's convolutions (oneDNN, its own JIT kernels) ignore
-#          OPENBLAS_CORETYPE.
+# reference: cohort with --kernels reference (im2col + OpenBLAS, as the environment gives OpenBLAS), for
+#          information: cohort's default kernels are oneDNN's where built in (docs/training.md "Kernels"), which, like
+#          torch's convolutions (oneDNN 2.6.3 too), ignore OPENBLAS_CORETYPE.
+# native:  when the environment sets OPENBLAS_CORETYPE (some pin Haswell, AVX2), the reference once more without
+#          it, on the kernels OpenBLAS picks for the CPU itself (AVX-512 where present); for information: the
+#          verdicts use the environment as given. The environment may pin because those kernels compute wrong results
+#          (or crash) on its CPU: their img/s are a speed, not a result. NATIVE=0 leaves them out (the suite's smoke
+#          run does).
+# SYSTEMS (environment) chooses among cohort, fused, torch, reference and native; default: all that apply.
 # Both report images per second of the training loop (all ranks together), evaluation excluded. Every
 # configuration runs REPEAT times, in rounds: in each round, each system runs on 1 rank, then on each larger N of
 # RANKS in increasing order, then on 1 rank again, and the median over the rounds is shown. A system's 1->N rank
@@ -84,7 +87,8 @@ cohort_once() { # NP [FLAGS...] -> img/s
     --epochs "$(epochs "$np")" --lars 0 --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
 fused_once() { cohort_once "$1" --sync fused; }
-native_once() { (unset OPENBLAS_CORETYPE && cohort_once "$1"); }
+reference_once() { cohort_once "$1" --kernels reference; }
+native_once() { (unset OPENBLAS_CORETYPE && cohort_once "$1" --kernels reference); }
 blas_core() { "$@" "$TRAIN" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1; }
 torch_once() { # NP -> img/s
   ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" "$(epochs "$1")" "$BATCH" "$STEPS" 2>/dev/null |
@@ -92,14 +96,17 @@ torch_once() { # NP -> img/s
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-SYSTEMS="cohort fused torch"
 case $NATIVE in 0 | 1) ;; *) echo "ddp_vs_torch.sh: NATIVE '$NATIVE' is not 0 or 1" >&2; exit 2 ;; esac
-[ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || SYSTEMS="$SYSTEMS native"
+if [ -z "${SYSTEMS:-}" ]; then
+  SYSTEMS="cohort fused torch reference"
+  [ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || SYSTEMS="$SYSTEMS native"
+fi
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BATCH threads/rank=$THREADS repeat=$REPEAT" \
   "ranks=1 ${LARGER% }"
 echo "# binding: cohortrun $(if [ -n "${BIND:-}" ]; then echo "--bind $BIND"; else echo "without --bind (no binding)"; fi);" \
   "the torch anchor is not bound"
-echo "# OpenBLAS kernels: cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
+echo "# cohort's $("$TRAIN" --steps 0 --batch "$BATCH" 2>/dev/null | sed -n 's/^kernels: /kernels: /p' | head -1)"
+echo "# OpenBLAS kernels (reference): cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
   [ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
 # Each round runs a system on 1 rank, on each larger N, and on 1 again, one straight after the other, and the round's
 # scaling compares each N-rank run with N x the mean of the two 1-rank runs around them: this machine's speed drifts
@@ -127,30 +134,38 @@ summary() {
   local np sys
   for np in 1 $LARGER; do
     printf '%s' "$np"
-    for sys in cohort fused torch native; do
+    for sys in cohort fused torch native reference; do
       if [ -n "${RESULTS[$sys.$np]:-}" ]; then printf ' %s' "$(echo "${RESULTS[$sys.$np]}" | median)"; else printf ' -'; fi
     done
-    for sys in cohort fused torch native; do
+    for sys in cohort fused torch native reference; do
       if [ -n "${SCALING[$sys.$np]:-}" ]; then printf ' %s' "$(echo "${SCALING[$sys.$np]}" | median)"; else printf ' -'; fi
     done
     echo
   done
 }
 summary | awk -v listed="$LISTED" '
-{ k++; N[k] = $1; c[k] = $2; f[k] = $3; t[k] = $4; n[k] = $5; cs[k] = $6; fs[k] = $7; ts[k] = $8; ns[k] = $9; at[$1] = k }
+{ k++; N[k] = $1; c[k] = $2; f[k] = $3; t[k] = $4; n[k] = $5; rf[k] = $6; cs[k] = $7; fs[k] = $8; ts[k] = $9; ns[k] = $10
+  rs[k] = $11; at[$1] = k }
 END {
   printf "| ranks | cohort (ddp) img/s | cohort --sync fused img/s | torch DDP img/s | cohort / torch | ddp / fused |\n"
   printf "| --- | --- | --- | --- | --- | --- |\n"
   for (i = 1; i <= k; i++)
-    printf "| %d | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", N[i], c[i], f[i], t[i], c[i] / t[i], c[i] / f[i]
+    printf "| %d | %.0f | %s | %.0f | %.2fx | %s |\n", N[i], c[i], (f[i] == "-" ? "-" : sprintf("%.0f", f[i])), t[i],
+           c[i] / t[i], (f[i] == "-" ? "-" : sprintf("%.2fx", c[i] / f[i]))
   for (i = 2; i <= k; i++)
     printf "1->%d rank scaling, median of the rounds (%d-rank img/s / %d x the mean of the round'"'"'s two 1-rank runs): " \
            "cohort %.1f%%, fused %.1f%%, torch %.1f%%\n", N[i], N[i], N[i], 100 * cs[i], 100 * fs[i], 100 * ts[i]
   for (i = 2; i <= k; i++)
     printf "1->%d rank scaling, ratio of the medians above (runs minutes apart): cohort %.1f%%, fused %.1f%%, " \
-           "torch %.1f%%\n", N[i], 100 * c[i] / (N[i] * c[1]), 100 * f[i] / (N[i] * f[1]), 100 * t[i] / (N[i] * t[1])
+           "torch %.1f%%\n", N[i], 100 * c[i] / (N[i] * c[1]), (f[1] == "-" ? 0 : 100 * f[i] / (N[i] * f[1])), 100 * t[i] / (N[i] * t[1])
+  if (rf[1] != "-") {
+    printf "reference kernels, --kernels reference (information): 1 rank %.0f img/s, %.2fx torch", rf[1], rf[1] / t[1]
+    for (i = 2; i <= k; i++)
+      printf "; %d ranks %.0f img/s, %.2fx torch, scaling %.1f%%", N[i], rf[i], rf[i] / t[i], 100 * rs[i]
+    printf "\n"
+  }
   if (n[1] != "-") {
-    printf "native OpenBLAS kernels (information): 1 rank %.0f img/s", n[1]
+    printf "reference kernels without OPENBLAS_CORETYPE (information): 1 rank %.0f img/s", n[1]
     for (i = 2; i <= k; i++)
       printf "; %d ranks %.0f img/s, %.2fx torch, scaling %.1f%%", N[i], n[i], n[i] / t[i], 100 * ns[i]
     printf "\n"
@@ -165,9 +180,14 @@ END {
     i = at[2]; r = c[i] / t[i]
     printf "targets: 2 ranks vs torch >= 1.0x (training issue): %.2fx %s; >= 1.2x (DDP issue): %.2fx %s; ", r,
            (r >= 1.0 ? "PASS" : "MISS"), r, (r >= 1.2 ? "PASS" : "MISS")
-    printf "ddp vs fused >= 1.1x: %.2fx %s; scaling >= 95%% (median of the rounds): %.1f%% %s\n", c[i] / f[i],
-           (c[i] / f[i] >= 1.1 ? "PASS" : "MISS"), 100 * cs[i], (cs[i] >= 0.95 ? "PASS" : "MISS")
+    if (f[i] == "-") printf "ddp vs fused: not run; "
+    else printf "ddp vs fused >= 1.1x: %.2fx %s; ", c[i] / f[i], (c[i] / f[i] >= 1.1 ? "PASS" : "MISS")
+    printf "scaling >= 95%% (median of the rounds): %.1f%% %s\n", 100 * cs[i], (cs[i] >= 0.95 ? "PASS" : "MISS")
   }
+  i = at[1]; r = c[i] / t[i]
+  printf "targets: kernels issue (1 rank >= 1.2x torch): %.2fx %s", r, (r >= 1.2 ? "PASS" : "MISS")
+  if (2 in at) printf "; 2 ranks >= 1.2x torch: %.2fx %s", c[at[2]] / t[at[2]], (c[at[2]] / t[at[2]] >= 1.2 ? "PASS" : "MISS")
+  printf "\n"
   if (8 in at)
     printf "targets: 1->8 rank scaling >= 90%% (median of the rounds): %.1f%% %s\n", 100 * cs[at[8]],
            (cs[at[8]] >= 0.90 ? "PASS" : "MISS")

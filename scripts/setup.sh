@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, with apt, whatever cohort needs that this Debian machine lacks. Installs nothing when all is present.
 set -euo pipefail
-packages=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libssl-dev
+packages=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev zlib1g-dev libssl-dev
           libopenmpi-dev openmpi-bin python3-torch dataset-fashion-mnist hyperfine iproute2 clang-format
           slurm-wlm munge
           clang libclang-rt-dev chromium fonts-dejavu-core prometheus)

@@ -40,8 +40,11 @@ void train_flags_usage(FILE *f) {
           "  --resume auto           continue from --checkpoint if it exists, else start fresh (for cohortrun\n"
           "                          --max-restarts: the first generation starts, later ones resume)\n"
           "  --data DIR              Fashion-MNIST files (default %s)\n"
-          "  --threads N             BLAS threads per rank (default 1; in a task of a Slurm step,\n"
-          "                          SLURM_CPUS_PER_TASK: srun --cpus-per-task=C gives each task C CPUs)\n"
+          "  --threads N             kernel threads per rank (OpenBLAS, oneDNN; default 1; in a task of a Slurm\n"
+          "                          step, SLURM_CPUS_PER_TASK: srun --cpus-per-task=C gives each task C CPUs)\n"
+          "  --kernels auto|onednn|reference  the CPU kernels: onednn (by the CPU's features), reference (im2col +\n"
+          "                          OpenBLAS); auto (default): COHORT_KERNELS, else onednn where its ISA is wider\n"
+          "                          than OpenBLAS's kernels (e.g. OPENBLAS_CORETYPE pinned below the CPU)\n"
           "  --csv PATH              per-evaluation metrics: epoch,step,train_loss,test_acc,img_per_s,seconds\n"
           "  --metrics PATH          per-step metrics across ranks, JSON lines (rank 0 writes; docs/training.md)\n"
           "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
@@ -175,7 +178,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--accumulate",
                                         "--zero",
                                         "--replicas",
-                                        "--device"};
+                                        "--device",
+                                        "--kernels"};
     int valued = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
       if (!strcmp(name, known[k])) valued = 1;
@@ -299,12 +303,18 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
         cfg->device = !strcmp(value, "cuda") ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
       else
         return usage_error("--device must be cpu or cuda, got '%s'%s", value, "");
+    } else if (!strcmp(name, "--kernels")) {
+      if (cohort_kernels_parse(value, &cfg->kernels) != COHORT_OK)
+        return usage_error("--kernels must be auto, onednn or reference, got '%s'%s", value, "");
     } else if (!strcmp(name, "--replicas")) {
       if ((rc = parse_int(name, value, 1, 64, &n)) == TRAIN_EXIT_OK) cfg->replicas = (int)n;
     }
     if (rc != TRAIN_EXIT_OK) return rc;
   }
 
+  /* A set this build or machine cannot run (or a bad COHORT_KERNELS) is a usage error, before any rank starts. */
+  if (cfg->device == TRAIN_DEVICE_CPU && cohort_kernels_resolve(cfg->kernels, &cfg->kernels) != COHORT_OK)
+    return usage_error("%s%s", cohort_last_error(), "");
   if (cfg->resume && !cfg->checkpoint) return usage_error("--resume needs --checkpoint PATH%s%s", "", "");
   /* Every rank decides before any of them trains, so before rank 0 can write a checkpoint: they agree. */
   if (cfg->resume == 2) cfg->resume = access(cfg->checkpoint, F_OK) == 0;

@@ -1,11 +1,14 @@
 /* kernels.c: fmnist-train runs on the best CPU kernels the machine has, without the user knowing OPENBLAS_CORETYPE.
  *
- * OpenBLAS picks its kernels when it is loaded, before main; on a CPU model it does not know (a hypervisor may mask
- * it) it falls back to generic SSE3 kernels, 3-4x slower. The choice can only be changed through the environment
- * of a new program image, so fmnist-train restarts itself once (execv, same pid: cohortrun, mpirun and Slurm see
- * nothing) with OPENBLAS_CORETYPE set to what the CPU's feature flags allow. An OPENBLAS_CORETYPE given by the user
- * or the environment is kept, and no faster kernels are suggested then: some environments pin older kernels where
- * newer ones compute wrong results on their CPU, and only the environment knows which. */
+ * By default the layers run on oneDNN where its ISA is wider than OpenBLAS's kernels (--kernels, COHORT_KERNELS;
+ * include/cohort/nn.h "kernel sets"), which picks its code by the CPU's features itself: nothing to do here then but
+ * name it. With the reference kernels, OpenBLAS does the matrix math, and OpenBLAS picks its kernels when it is
+ * loaded, before main; on a CPU model it does not know (a hypervisor may mask it) it falls back to generic SSE3
+ * kernels, 3-4x slower. The choice can only be changed through the environment of a new program image, so
+ * fmnist-train restarts itself once (execv, same pid: cohortrun, mpirun and Slurm see nothing) with
+ * OPENBLAS_CORETYPE set to what the CPU's feature flags allow. An OPENBLAS_CORETYPE given by the user or the
+ * environment is kept, and no faster kernels are suggested then: some environments pin older kernels where newer
+ * ones compute wrong results on their CPU, and only the environment knows which. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +43,8 @@ static const char *better_core(const char *chosen) {
   return cohort_blas_core_level(cap) > cohort_blas_core_level(chosen) ? cap : NULL;
 }
 
-void train_kernels_choose(char **argv) {
+void train_kernels_choose(const train_config *cfg, char **argv) {
+  if (cfg->device != TRAIN_DEVICE_CPU || cfg->kernels != COHORT_KERNELS_REFERENCE) return;
   const char *pinned = getenv("OPENBLAS_CORETYPE");
   if ((pinned && *pinned) || getenv(RESTARTED_FROM)) return;
   char chosen[64], better[64], fake[64] = "";
@@ -64,7 +68,14 @@ void train_kernels_choose(char **argv) {
   if (*fake) setenv(FAKE_CORENAME, fake, 1);
 }
 
-void train_kernels_describe(char *buf, size_t len) {
+void train_kernels_describe(const train_config *cfg, char *buf, size_t len) {
+  if (cfg->kernels != COHORT_KERNELS_REFERENCE) {
+    char what[512];
+    if (cohort_kernels_describe(cfg->kernels, what, sizeof what) != COHORT_OK)
+      snprintf(what, sizeof what, "%s (%s)", cohort_kernels_name(cfg->kernels), cohort_last_error());
+    snprintf(buf, len, "kernels: %s", what);
+    return;
+  }
   const char *pinned = getenv("OPENBLAS_CORETYPE");
   const char *from = getenv(RESTARTED_FROM);
   const char *name = loaded_corename();

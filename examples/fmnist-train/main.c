@@ -14,7 +14,7 @@ int main(int argc, char **argv) {
   int rc = train_flags_parse(argc, argv, &cfg);
   if (rc < 0) return TRAIN_EXIT_OK; /* --help */
   if (rc != TRAIN_EXIT_OK) return rc;
-  train_kernels_choose(argv);
+  train_kernels_choose(&cfg, argv);
 
   if (cfg.replicas > 0) {
     /* One copy of the data for all replicas (about 220 MB each otherwise). */

@@ -75,6 +75,8 @@ static int setup(train_job *job) {
   else
     TRY("building the MLP", cohort_model_create_mlp(cfg->seed, 784, 256, 10, &job->model));
 
+  if (cfg->device == TRAIN_DEVICE_CPU) TRY("choosing the kernels", cohort_model_set_kernels(job->model, cfg->kernels));
+
   char sig[COHORT_HASH_HEX_LEN];
   TRY("hashing the model's layout", cohort_model_signature(job->model, sig));
   snprintf(job->signature, sizeof job->signature, "fmnist-train/%s/%s", train_model_name(cfg->model), sig);
@@ -474,7 +476,7 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
   if (job->gpu)
     train_cuda_describe(job, kernels, sizeof kernels);
   else
-    train_kernels_describe(kernels, sizeof kernels);
+    train_kernels_describe(cfg, kernels, sizeof kernels);
   train_progress_note(progress, "%s", kernels);
 
   /* --steps past the planned run is not a longer run: the schedule (warmup, cosine decay) is laid out over the

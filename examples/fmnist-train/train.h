@@ -72,12 +72,13 @@ typedef struct train_config {
   /* How gradients are averaged: TRAIN_SYNC_DDP (the engine of ddp.h: buckets overlapped with backward) or
    * TRAIN_SYNC_FUSED (one allreduce of every gradient after backward: the non-overlapped baseline). */
   int sync;
-  double bucket_mb; /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
-  int compress;     /* --compress none|f16|bf16: a cohort_ddp_compression */
-  int accumulate;   /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
-  int zero;         /* --zero 1: ZeRO-1, the optimizer state sharded over the ranks (cohort_ddp_zero_attach) */
-  int replicas;     /* --replicas N: N replicas as threads of this process (0: one rank per process) */
-  int device;       /* --device: TRAIN_DEVICE_CPU or TRAIN_DEVICE_CUDA (train_cuda.c) */
+  double bucket_mb;       /* --bucket-mb; 0: the engine's default (COHORT_BUCKET_MB, else 25) */
+  int compress;           /* --compress none|f16|bf16: a cohort_ddp_compression */
+  int accumulate;         /* --accumulate K: K micro-batches of --batch per optimizer step (>= 1) */
+  int zero;               /* --zero 1: ZeRO-1, the optimizer state sharded over the ranks (cohort_ddp_zero_attach) */
+  int replicas;           /* --replicas N: N replicas as threads of this process (0: one rank per process) */
+  int device;             /* --device: TRAIN_DEVICE_CPU or TRAIN_DEVICE_CUDA (train_cuda.c) */
+  cohort_kernels kernels; /* --kernels, resolved by train_flags_parse (never AUTO there on the CPU) */
   /* With --replicas, main loads the datasets once and every replica reads them (they are read-only once loaded);
    * NULL: train_run loads its own. */
   cohort_dataset *shared_train_set, *shared_test_set;
@@ -195,11 +196,11 @@ void train_cuda_stop(train_job *job);
 /* The line fmnist-train states at start on the GPU: the device, the libraries, the gradient path. */
 void train_cuda_describe(train_job *job, char *buf, size_t len);
 
-/* kernels.c: restarts the program (execv) with OPENBLAS_CORETYPE set when OpenBLAS chose generic kernels on a CPU
- * that runs better ones and nobody pinned a core type; returns when there is nothing to do. */
-void train_kernels_choose(char **argv);
+/* kernels.c: with the reference kernels, restarts the program (execv) with OPENBLAS_CORETYPE set when OpenBLAS chose
+ * generic kernels on a CPU that runs better ones and nobody pinned a core type; returns when there is nothing to do. */
+void train_kernels_choose(const train_config *cfg, char **argv);
 /* The one line fmnist-train states at start: which kernels run, and who chose them. */
-void train_kernels_describe(char *buf, size_t len);
+void train_kernels_describe(const train_config *cfg, char *buf, size_t len);
 
 /* ---- state.c ---- */
 

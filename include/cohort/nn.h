@@ -25,7 +25,7 @@
  *
  * Thread-safety: a model and its optimizer belong to one thread at a time. The grad hook runs on the thread that
  * calls backward. Different models may be used from different threads concurrently. cohort_nn_set_threads()
- * changes OpenBLAS's process-wide thread count.
+ * changes OpenBLAS's process-wide thread count and the count oneDNN's kernels use on each thread.
  */
 #ifndef COHORT_NN_H
 #define COHORT_NN_H
@@ -60,6 +60,32 @@ COHORT_API int cohort_blas_core_level(const char *name);
  * is set, the environment may pin it because faster kernels compute wrong results on this CPU, so do not advise
  * leaving it then (neither fmnist-train nor the library's warning does). */
 COHORT_API const char *cohort_blas_better_core(const char *chosen);
+
+/* ---- kernel sets ----
+ * A model's layers run on one kernel set, chosen per model:
+ *  - the reference: im2col + OpenBLAS sgemm and plain loops, written to be read; the oracle every other set is tested
+ *    against (tests/unit/test_nn_kernels.c), and what the golden tests against PyTorch were written on;
+ *  - oneDNN (built where libdnnl-dev is found, COHORT_DNNL): its JIT kernels for conv2d (bias and a following ReLU
+ *    fused), linear (the same) and max pooling, which pick AVX2, AVX-512 or AMX code by the CPU's features when the
+ *    process starts, whatever OPENBLAS_CORETYPE says; the other layer kinds run the reference's.
+ * Both compute the same float32 sums in other orders: results agree within float32 rounding, not bit for bit. */
+typedef enum cohort_kernels {
+  COHORT_KERNELS_AUTO = 0, /* COHORT_KERNELS (docs/env.md); where that says auto: oneDNN where its ISA is wider than
+                            * OpenBLAS's kernels (pinned below the CPU, or generic), else the reference */
+  COHORT_KERNELS_REFERENCE = 1,
+  COHORT_KERNELS_ONEDNN = 2,
+} cohort_kernels;
+
+/* "auto", "reference" or "onednn" (NULL for another value). */
+COHORT_API const char *cohort_kernels_name(cohort_kernels kernels);
+/* The set a name means ("auto", "reference", "onednn"); COHORT_ERR_INVALID naming the choices otherwise. */
+COHORT_API cohort_status cohort_kernels_parse(const char *name, cohort_kernels *out);
+/* What `kernels` means in this process: AUTO becomes COHORT_KERNELS's choice, then the build's. COHORT_ERR_INVALID
+ * with the reason for a malformed COHORT_KERNELS or a set this build or machine cannot run. */
+COHORT_API cohort_status cohort_kernels_resolve(cohort_kernels kernels, cohort_kernels *out);
+/* One line naming what the set runs here, e.g. "oneDNN 2.6.3, ISA avx2 (conv2d, linear, max pooling)" or
+ * "reference (im2col + OpenBLAS Haswell)". Resolves AUTO first. */
+COHORT_API cohort_status cohort_kernels_describe(cohort_kernels kernels, char *buf, size_t len);
 
 /* ---- tensors ---- */
 
@@ -111,6 +137,12 @@ typedef void (*cohort_grad_hook)(void *user, int param_index);
 /* An empty model in training mode. Add layers, then cohort_model_init() before the first forward. */
 COHORT_API cohort_status cohort_model_create(cohort_model **out);
 COHORT_API void cohort_model_destroy(cohort_model *model);
+
+/* Runs the model's layers on kernel set `kernels` (resolved as cohort_kernels_resolve() does) from the next forward
+ * on; a new model takes AUTO's. Not between a forward and its backward (backward then fails: no forward). */
+COHORT_API cohort_status cohort_model_set_kernels(cohort_model *model, cohort_kernels kernels);
+/* The model's kernel set (resolved: never AUTO). */
+COHORT_API cohort_kernels cohort_model_kernels(const cohort_model *model);
 
 /* Layers, applied in the order added. Names ("conv1") prefix the parameter names; they must be unique. */
 COHORT_API cohort_status cohort_model_add_linear(cohort_model *model, const char *name, int in_features,
@@ -330,7 +362,8 @@ COHORT_API float cohort_lr_schedule_at(const cohort_lr_schedule *schedule, int64
 
 /* ---- threads ---- */
 
-/* OpenBLAS threads for this process (n >= 1). Until called, the first model created sets 1 thread per rank. */
+/* Threads for the kernels (n >= 1): OpenBLAS's process-wide count, and oneDNN's OpenMP count on every thread that
+ * runs a model. Until called, the first model created sets 1 thread per rank. */
 COHORT_API cohort_status cohort_nn_set_threads(int n);
 
 #ifdef __cplusplus

@@ -39,6 +39,9 @@ typedef struct cohort__nnctx {
   cohort_batchnorm_sync_fn bn_sync;
   void *bn_sync_user;
   cohort_status status;
+  /* The layout of the layer's input x (and of the dx it writes): NULL for plain row-major NCHW / [N, features];
+   * otherwise the previous layer's backend's description of its output (backend.h, "Layouts"). */
+  const void *x_layout;
 } cohort__nnctx;
 
 typedef struct cohort__layer_ops {
@@ -69,6 +72,19 @@ struct cohort__layer {
    * the dy being masked is the library's, never the caller's grad_output. */
   int fuse_relu, passthrough;
   float eps, momentum; /* batchnorm2d */
+  /* The kernels (backend.h): NULL runs ops->forward and ops->backward, the reference; otherwise the model's backend
+   * bound its own for this layer, with its state (created on first use, released by the backend). */
+  const struct cohort__kernels *kern;
+  void *state;
+  /* NULL: y (and the dy that backward receives) is plain row-major; else the backend's description of its layout,
+   * set by the kernels' forward. Only when layout_free: the next computing layer runs on the same backend's kernels
+   * and takes its input in that backend's layouts. */
+  const void *y_layout;
+  int layout_free;
+  /* Set at binding where a fused ReLU is followed by a max pooling whose kernels can undo the ReLU in its backward
+   * (backend.h, masks_relu): relu_masked on the layer that fuses the ReLU (its backward then leaves dy as it is),
+   * mask_relu on the pooling (its backward writes dx already masked). */
+  int relu_masked, mask_relu;
   /* buffers owned by the layer, grown as the batch grows */
   cohort_tensor y;
   size_t y_cap;

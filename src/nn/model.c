@@ -1,6 +1,7 @@
 /*
  * model.c: the sequential model: the layer list, the parameter and buffer tables, forward and backward over the
- * layers, the grad hook, gradient clipping, and OpenBLAS thread setup.
+ * layers, the grad hook, gradient clipping, the binding of layers to the model's kernel set (backend.h), and thread
+ * setup.
  *
  * Parameters are declared as layers are added (names and shapes only) and allocated by cohort_model_init() in one
  * block per kind (values, gradients, buffers), so that all values are contiguous in parameter order. Activation
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/layer.h"
+#include "nn/backend.h"
 
 struct cohort_model {
   cohort__layer *layers;
@@ -32,9 +33,11 @@ struct cohort_model {
   void *bn_sync_user;
   cohort_tensor input; /* what the last forward ran on (caller memory) */
   const cohort_tensor *output;
+  const cohort__backend *backend; /* the kernel set; its kernels are bound to the layers by init */
 };
 
 static atomic_int threads_chosen;
+static atomic_int threads_count = 1;
 
 int cohort__nn_default_threads(void) {
   const char *cpus = getenv("SLURM_CPUS_PER_TASK"), *step = getenv("SLURM_STEP_ID");
@@ -45,15 +48,21 @@ int cohort__nn_default_threads(void) {
 cohort_status cohort_nn_set_threads(int n) {
   if (n < 1) return cohort__error(COHORT_ERR_INVALID, "cohort_nn_set_threads: %d threads, must be >= 1", n);
   atomic_store(&threads_chosen, 1);
+  atomic_store(&threads_count, n);
   openblas_set_num_threads(n);
   return COHORT_OK;
 }
 
+int cohort__nn_threads(void) { return atomic_load(&threads_count); }
+
 cohort_status cohort_model_create(cohort_model **out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_model_create: out is NULL");
+  cohort_kernels kernels;
+  COHORT_CHECK(cohort_kernels_resolve(COHORT_KERNELS_AUTO, &kernels));
   cohort_model *m = calloc(1, sizeof *m);
   if (!m) return cohort__error(COHORT_ERR_SYSTEM, "cohort_model_create: out of memory");
   m->training = 1;
+  m->backend = cohort__backend_of(kernels);
   cohort__blas_warn_once(); /* generic kernels on a CPU that runs better ones: say so where the math begins */
   /* One BLAS thread per rank unless the user chose: ranks already fill the cores, and oversubscribing them with
    * BLAS threads makes every rank slower (the anchor uses torch.set_num_threads(1) for the same reason). A task of
@@ -65,8 +74,51 @@ cohort_status cohort_model_create(cohort_model **out) {
   return COHORT_OK;
 }
 
+static void unbind(cohort_model *m) {
+  for (int i = 0; i < m->nlayers; i++) {
+    cohort__layer *l = &m->layers[i];
+    if (m->backend->release) m->backend->release(l);
+    l->state = NULL;
+    l->kern = NULL;
+    l->y_layout = NULL;
+    l->layout_free = 0;
+    l->relu_masked = l->mask_relu = 0;
+  }
+}
+
+/* Binds every layer to the backend's kernels (or the reference's) and decides which outputs may take the backend's
+ * layouts (backend.h, "Layouts"). After ReLU fusion, which decides which layers compute. */
+static void bind(cohort_model *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    m->layers[i].kern = m->backend->kernels(&m->layers[i]);
+  for (int i = 0; i < m->nlayers; i++) {
+    cohort__layer *l = &m->layers[i];
+    int j = i + 1;
+    while (j < m->nlayers && m->layers[j].passthrough)
+      j++;
+    l->layout_free = !l->ops->alias && !l->passthrough && l->kern && j < m->nlayers && !m->layers[j].ops->alias &&
+                     m->layers[j].kern && m->layers[j].kern->takes_layouts;
+    /* The ReLU fused here undone by the pooling after it (backend.h, masks_relu), on the same backend. */
+    l->relu_masked = l->fuse_relu && l->kern && j < m->nlayers && m->layers[j].kern && m->layers[j].kern->masks_relu;
+    if (l->relu_masked) m->layers[j].mask_relu = 1;
+  }
+}
+
+cohort_status cohort_model_set_kernels(cohort_model *m, cohort_kernels kernels) {
+  if (!m) return cohort__error(COHORT_ERR_INVALID, "cohort_model_set_kernels: model is NULL");
+  COHORT_CHECK(cohort_kernels_resolve(kernels, &kernels));
+  unbind(m);
+  m->backend = cohort__backend_of(kernels);
+  m->forwarded = 0;
+  if (m->initialized) bind(m);
+  return COHORT_OK;
+}
+
+cohort_kernels cohort_model_kernels(const cohort_model *m) { return m ? m->backend->id : COHORT_KERNELS_REFERENCE; }
+
 void cohort_model_destroy(cohort_model *m) {
   if (!m) return;
+  unbind(m);
   for (int i = 0; i < m->nlayers; i++) {
     cohort__layer *l = &m->layers[i];
     if (!l->ops->alias && !l->passthrough) free(l->y.data);
@@ -409,6 +461,8 @@ cohort_status cohort_model_init(cohort_model *m, cohort_init_kind kind, uint64_t
         (prev->ops == &cohort__conv2d_ops || prev->ops == &cohort__linear_ops))
       prev->fuse_relu = l->passthrough = 1;
   }
+  unbind(m);
+  bind(m);
   /* Dropout draws from a stream of its own, so that adding dropout does not change the initial weights. */
   cohort_rng_seed(&m->rng, seed ^ 0x64726f706f7574ULL);
   cohort_model_zero_grad(m);
@@ -439,7 +493,9 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
     return cohort__error(COHORT_ERR_INVALID, "cohort_model_forward: input has no data or %d dims", input->ndim);
   m->forwarded = 0;
   m->input = *input;
-  cohort__nnctx c = {m->params, m->buffers, m->training, &m->rng, NULL, NULL, m->bn_sync, m->bn_sync_user, COHORT_OK};
+  if (m->backend->enter) m->backend->enter();
+  cohort__nnctx c = {m->params, m->buffers, m->training,     &m->rng,   NULL,
+                     NULL,      m->bn_sync, m->bn_sync_user, COHORT_OK, NULL};
   const cohort_tensor *x = &m->input;
   for (int i = 0; i < m->nlayers; i++) {
     cohort__layer *l = &m->layers[i];
@@ -448,6 +504,7 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
     if (l->ops->alias || l->passthrough) {
       shape.data = x->data;
       l->y = shape;
+      l->y_layout = c.x_layout; /* NULL before flatten: see bind() */
     } else {
       COHORT_CHECK(grow(&l->y.data, &l->y_cap, shape.numel, l->name, "output"));
       shape.data = l->y.data;
@@ -455,9 +512,11 @@ cohort_status cohort_model_forward(cohort_model *m, const cohort_tensor *input, 
       COHORT_CHECK(grow(&l->aux, &l->aux_cap, l->ops->aux_floats(l, x), l->name, "scratch"));
       /* The gradient of the input is only needed above the first layer. */
       if (i > 0) COHORT_CHECK(grow(&l->dx, &l->dx_cap, x->numel, l->name, "gradient"));
-      l->ops->forward(l, &c, x, &l->y);
+      l->y_layout = NULL; /* the kernels set it when they choose a layout (only where layout_free) */
+      cohort__layer_forward(l, &c, x, &l->y);
       if (c.status != COHORT_OK) return c.status;
     }
+    c.x_layout = l->y_layout;
     x = &l->y;
   }
   m->output = x;
@@ -476,8 +535,9 @@ static void fire_hook(void *arg, int index) {
 cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
   if (!m || !grad_output) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: NULL argument");
   if (!m->forwarded) return cohort__error(COHORT_ERR_INVALID, "cohort_model_backward: no forward to go back through");
-  cohort__nnctx c = {m->params, m->buffers, m->training,     &m->rng,  m->hook ? fire_hook : no_hook,
-                     m,         m->bn_sync, m->bn_sync_user, COHORT_OK};
+  if (m->backend->enter) m->backend->enter();
+  cohort__nnctx c = {m->params, m->buffers, m->training,     &m->rng,   m->hook ? fire_hook : no_hook,
+                     m,         m->bn_sync, m->bn_sync_user, COHORT_OK, NULL};
   /* Only a layer that fuses a ReLU writes into its dy, and fusion guarantees that dy is then a layer's dx buffer,
    * so the caller's grad_output is never written (see layer.h). */
   float *dy = (float *)grad_output;
@@ -486,7 +546,8 @@ cohort_status cohort_model_backward(cohort_model *m, const float *grad_output) {
     const cohort_tensor *x = i > 0 ? &m->layers[i - 1].y : &m->input;
     if (l->ops->alias || l->passthrough) continue; /* the gradient passes through unchanged */
     float *dx = i > 0 ? l->dx : NULL;
-    l->ops->backward(l, &c, x, &l->y, dy, dx);
+    c.x_layout = i > 0 ? m->layers[i - 1].y_layout : NULL;
+    cohort__layer_backward(l, &c, x, &l->y, dy, dx);
     if (c.status != COHORT_OK) return c.status;
     dy = dx;
   }

@@ -13,3 +13,10 @@ cohort_add_test_binary(test_nn_golden SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nn_
 add_test(NAME golden.nn COMMAND test_nn_golden)
 set_tests_properties(golden.nn PROPERTIES FIXTURES_REQUIRED nn_golden LABELS "golden;sanitize;numeric"
                      ENVIRONMENT "NN_GOLDEN_FILE=${COHORT_TEST_DIR}/nn_golden.bin")
+# golden.nn on oneDNN where built in, golden.nn_reference on the reference kernels: both hold.
+if(COHORT_HAVE_DNNL)
+  set_property(TEST golden.nn APPEND PROPERTY ENVIRONMENT "COHORT_KERNELS=onednn")
+endif()
+add_test(NAME golden.nn_reference COMMAND test_nn_golden)
+set_tests_properties(golden.nn_reference PROPERTIES FIXTURES_REQUIRED nn_golden LABELS "golden;sanitize;numeric"
+                     ENVIRONMENT "NN_GOLDEN_FILE=${COHORT_TEST_DIR}/nn_golden.bin;COHORT_KERNELS=reference")

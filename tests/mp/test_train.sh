@@ -7,7 +7,8 @@
 #                smaller buckets; another seed does not)
 #   loss         the training loss falls over 50 steps and the test accuracy leaves chance level
 #   resume       40 steps straight == 20 steps + checkpoint + --resume to 40 (same param_sha256, same loss)
-#   kernels      generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
+#   kernels      --kernels onednn is named with its ISA (where built in); with --kernels reference,
+#                generic OpenBLAS kernels (pretended) on a CPU that runs better ones: every rank restarts itself with
 #                the best core type, rank 0 says so once and names the kernels, and the result is a run with that
 #                OPENBLAS_CORETYPE set by hand; a pinned OPENBLAS_CORETYPE is kept, and the kernel line says so
 #                without a word on faster kernels; unpinned, it says OpenBLAS chose. It sets or unsets
@@ -20,7 +21,8 @@
 #                without ZeRO (the same param_sha256 as resuming the unsharded checkpoint) and with it (the same
 #                parameters up to the 3-rank summation order)
 #   equivalence  2 ranks x batch B, 1 rank x batch 2B and 2 ranks x 2 accumulated batches of B/2 reach the same
-#                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh)
+#                parameters after 10 steps, up to float32 rounding (a bound from the arithmetic: params.sh); so do
+#                --kernels onednn and --kernels reference
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
@@ -76,6 +78,8 @@ usage)
   usage_case "unknown flag '--bogus'" --bogus
   usage_case "unknown flag '--lr-max'" --lr-max=3
   usage_case "unexpected argument 'extra'" extra
+  usage_case "--kernels must be auto, onednn or reference, got 'mkl'" --kernels mkl
+  COHORT_KERNELS=fast usage_case "COHORT_KERNELS='fast' is not one of auto, reference, onednn" --steps 1
   usage_case "--epochs needs an integer, got 'abc'" --epochs abc
   usage_case "--epochs needs an integer, got '3x'" --epochs 3x
   usage_case "--epochs is out of range" --epochs 0
@@ -243,6 +247,14 @@ equivalence)
     "2 ranks x 32 $ddp, 2 ranks x 2 x 16 accumulated $acc (bound $bound)"
   at_most "$ddp" "$bound" || fail "1 rank x 64 and 2 ranks x 32 ended $ddp of the distance travelled apart (> $bound)"
   at_most "$acc" "$bound" || fail "1 rank x 64 and 2 ranks x 2 x 16 accumulated ended $acc apart (> $bound)"
+  # oneDNN (where built in) against the reference: the same sums in other orders.
+  if "$TRAIN" --kernels onednn --steps 0 --quiet >/dev/null 2>&1; then
+    train 1 --steps 10 --batch 64 --quiet --kernels reference --dump-params "$TMP/pr.bin"
+    train 1 --steps 10 --batch 64 --quiet --kernels onednn --dump-params "$TMP/po.bin"
+    ref=$(param_distance_travelled "$TMP/pr.bin" "$TMP/po.bin" "$TMP/p0.bin")
+    echo "--kernels onednn against --kernels reference: $ref (bound $bound)"
+    at_most "$ref" "$bound" || fail "oneDNN and the reference kernels ended $ref of the distance travelled apart"
+  fi
   # The comparison can fail: an update 1% too large (the lr) ends outside the bound.
   train 2 --steps 10 --batch 32 --quiet --lr 0.0505 --dump-params "$TMP/plr.bin"
   off=$(param_distance_travelled "$TMP/p1.bin" "$TMP/plr.bin" "$TMP/p0.bin")
@@ -273,6 +285,13 @@ kernels)
     "$@"
     if [ -n "$pin" ]; then export OPENBLAS_CORETYPE=$pin; fi
   }
+  # oneDNN, named with what it runs on; no OpenBLAS restart for it (OpenBLAS does not run the layers). The OpenBLAS
+  # runs above and below use --kernels reference: the restart and the advice are about OpenBLAS's kernels only.
+  if "$TRAIN" --kernels onednn --steps 0 --quiet >/dev/null 2>&1; then
+    COHORT_TEST_BLAS_CORENAME=Prescott train 1 --model mlp --steps 1 --kernels onednn
+    grep -qE '^\[0\] kernels: oneDNN [0-9.]+, ISA [a-z0-9_]+ ' "$TMP/out" || fail "no oneDNN kernel line in: $(cat "$TMP/out")"
+    if grep -q 'restarting' "$TMP/err"; then fail "restarted for OpenBLAS while oneDNN runs the layers"; fi
+  fi
   here=$(core_of) # the kernels the caller's environment runs: its pin, or OpenBLAS's own choice
   [ -n "$here" ] || fail "OPENBLAS_VERBOSE=2 printed no 'Core:' line"
   # The families above generic that this CPU runs (scripts/openblas-cores.sh reads its flags); the best of them is
@@ -283,7 +302,7 @@ kernels)
   # Pinned: OpenBLAS runs generic kernels (pretended) under an OPENBLAS_CORETYPE set by the environment (the caller's
   # pin, or the family OpenBLAS picks itself here): kept, said, and no word on faster kernels, even on a CPU that runs
   # some (they may be what the pin keeps away).
-  OPENBLAS_CORETYPE=${pin:-$here} COHORT_TEST_BLAS_CORENAME=Prescott train 1 --model mlp --steps 1
+  OPENBLAS_CORETYPE=${pin:-$here} COHORT_TEST_BLAS_CORENAME=Prescott train 1 --model mlp --steps 1 --kernels reference
   if grep -q 'restarting' "$TMP/err"; then fail "a pinned OPENBLAS_CORETYPE was overridden: $(cat "$TMP/err")"; fi
   want="[0] kernels: OpenBLAS Prescott (OPENBLAS_CORETYPE=${pin:-$here}, pinned by the environment: kept)"
   grep -qxF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
@@ -292,7 +311,7 @@ kernels)
   # Unpinned, OpenBLAS's own choice kept: the line says OpenBLAS chose. Only where the caller pins nothing: elsewhere
   # the run would compute on the kernels the pin keeps away.
   if [ -z "$pin" ]; then
-    COHORT_TEST_BLAS_CORENAME=${best:-Prescott} unpinned train 1 --model mlp --steps 1
+    COHORT_TEST_BLAS_CORENAME=${best:-Prescott} unpinned train 1 --model mlp --steps 1 --kernels reference
     if grep -q 'restarting' "$TMP/err"; then fail "restarted from the best kernels: $(cat "$TMP/err")"; fi
     want="[0] kernels: OpenBLAS ${best:-Prescott} (chosen by OpenBLAS for this CPU)"
     grep -qxF -- "$want" "$TMP/out" || fail "no kernel line '$want' in: $(cat "$TMP/out")"
@@ -311,9 +330,9 @@ kernels)
     target=${pin:-$best}
     running=$(core_of OPENBLAS_CORETYPE="$target")
     sha_of() { printf '%s\n' "$1" | sed -n 's/.*param_sha256=\([0-9a-f]*\).*/\1/p'; }
-    OPENBLAS_CORETYPE=$target train 2 --model mlp --steps 3
+    OPENBLAS_CORETYPE=$target train 2 --model mlp --steps 3 --kernels reference
     by_hand=$(sha_of "$FINAL")
-    COHORT_TEST_BLAS_CORENAME=Prescott COHORT_TEST_BLAS_BEST=$pin unpinned train 2 --model mlp --steps 3
+    COHORT_TEST_BLAS_CORENAME=Prescott COHORT_TEST_BLAS_BEST=$pin unpinned train 2 --model mlp --steps 3 --kernels reference
     [ "$(grep -c 'restarting with' "$TMP/err")" = 1 ] || fail "not one restart line: $(cat "$TMP/err")"
     want="[0] fmnist-train: OpenBLAS chose its generic Prescott kernels on a CPU that can run $target ones: restarting with OPENBLAS_CORETYPE=$target"
     grep -qxF -- "$want" "$TMP/err" || fail "no restart line '$want' in: $(cat "$TMP/err")"
