@@ -255,7 +255,8 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   }
   double t1 = now_s();
   /* [loss, stop]: the loss to report, and whether any rank was asked to stop (preemption), agreed by all. */
-  float avg_loss[2] = {loss_sum, train_preempt_signal() ? 1.0f : 0.0f};
+  int own_signal = train_preempt_signal(); /* this rank's vote, kept: a SIGTERM from the launcher may follow */
+  float avg_loss[2] = {loss_sum, own_signal ? 1.0f : 0.0f};
   cohort_work *loss_work = NULL;
   if (job->ddp) {
     /* This rank's values of the step for --metrics (rank 0's are written): they go with the step that finish ends. */
@@ -289,7 +290,10 @@ static int step(train_job *job, const cohort_batch *first, float *dlogits, doubl
   if (st != COHORT_OK) return fail(job, "optimizer step", st);
   if (lst != COHORT_OK) return fail(job, "averaging the loss", lst);
   *global_loss = avg_loss[0];
-  if (avg_loss[1] > 0) job->preempted = 1;
+  if (avg_loss[1] > 0) {
+    job->preempted = 1;
+    job->preempt_signal = own_signal;
+  }
   /* A non-finite loss means non-finite gradients on every rank (they were averaged): every rank stops here. */
   if (!isfinite(*global_loss)) {
     fprintf(stderr, "fmnist-train: rank %d: the loss is %g at step %lld: lower --lr\n", job->rank, *global_loss,
@@ -587,10 +591,10 @@ static int run(train_job *job, train_progress **progress_out, train_metrics **me
         fprintf(stderr,
                 "fmnist-train: asked to stop (%s on %s) after step %lld: checkpoint %s written; --resume auto goes on "
                 "from there\n",
-                train_preempt_signal() == SIGUSR1 ? "SIGUSR1"
-                : train_preempt_signal()          ? "SIGTERM"
-                                                  : "a signal",
-                train_preempt_signal() ? "this rank" : "another rank", (long long)job->step, cfg->checkpoint);
+                job->preempt_signal == SIGUSR1 ? "SIGUSR1"
+                : job->preempt_signal          ? "SIGTERM"
+                                               : "a signal",
+                job->preempt_signal ? "this rank" : "another rank", (long long)job->step, cfg->checkpoint);
       free(dlogits);
       return TRAIN_EXIT_PREEMPTED;
     }

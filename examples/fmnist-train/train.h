@@ -143,6 +143,8 @@ typedef struct train_job {
   int64_t stop_step;    /* min(total_steps, --steps) */
   int64_t step;         /* optimizer steps taken */
   int preempted;        /* a rank was asked to stop (SIGTERM/SIGUSR1): every rank saves after this step and ends */
+  int preempt_signal;   /* the signal this rank had when the ranks agreed to stop, 0 if another rank's; what the
+                         * report names, not a SIGTERM the launcher sends once the first rank has gone */
   int epoch;            /* 0-based epoch the next step belongs to */
   double loss_sum;      /* the global mean loss summed over this epoch's steps so far */
   int64_t loss_steps;   /* how many steps loss_sum holds */
