@@ -519,3 +519,8 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 
 from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, join  # noqa: E402,F401
+
+# torch.distributed's backend "cohort": dist.init_process_group("cohort") (docs/torch.md).
+from cohort.torch import _backend  # noqa: E402
+
+_backend.register()

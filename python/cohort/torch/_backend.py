@@ -1,0 +1,468 @@
+"""torch.distributed's backend "cohort": `dist.init_process_group("cohort")` on libcohort.
+
+`import cohort.torch` registers it (dist.Backend.register_backend). torch then calls _create_process_group for the
+default group and for every new_group() this rank belongs to; the ProcessGroup below runs each operation torch asks
+of a group on a communicator of its own, through the C API (include/cohort/cohort.h), and hands torch a Work made
+from a torch.futures.Future that a completion thread fulfils: DDP's reducer, comm hooks (get_future) and
+async_op=True see what they see on gloo, while the collectives themselves run in C with the GIL released.
+
+How a group's ranks meet (docs/torch.md says what each way authenticates):
+  - the default group of a job that cohortrun started (COHORT_LAUNCHER_STORE=1, and torch's rank and world size
+    are cohortrun's): cohort's own rendezvous, authenticated with the job's COHORT_SECRET;
+  - anywhere else (torchrun, mpirun, srun, init_method tcp:// or file://, every subgroup): through the store torch
+    hands over. The group's rank 0 serves a cohort store on a free port and writes its address and a fresh run id
+    there; the secret is the job's COHORT_SECRET when the environment has one, else one rank 0 draws and passes
+    through torch's store, which authenticates nothing: whoever can read that store during set-up can join.
+"""
+import ctypes
+import datetime
+import os
+import secrets
+import socket
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp, _create_work_from_future
+
+import cohort as _core
+from cohort import _lib
+from cohort._lib import lib as _c
+
+BACKEND_NAME = "cohort"
+
+_DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16,
+           torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
+for _name, _code in (("int8", "I8"), ("int16", "I16"), ("bool", "BOOL")):
+    if hasattr(_lib, _code):
+        _DTYPES[getattr(torch, _name)] = getattr(_lib, _code)
+
+_OPS = [(ReduceOp.SUM, _lib.SUM), (ReduceOp.PRODUCT, _lib.PROD), (ReduceOp.MIN, _lib.MIN), (ReduceOp.MAX, _lib.MAX)]
+if hasattr(ReduceOp, "AVG"):
+    _OPS.append((ReduceOp.AVG, _lib.AVG))
+for _name in ("BAND", "BOR", "BXOR"):
+    if hasattr(_lib, _name):
+        _OPS.append((getattr(ReduceOp, _name), getattr(_lib, _name)))
+
+
+def _op_code(reduce_op, what):
+    for torch_op, code in _OPS:
+        if reduce_op == torch_op:
+            return code
+    raise ValueError(f"cohort backend: {what}: ReduceOp {reduce_op} is not supported (SUM, PRODUCT, MIN, MAX, AVG"
+                     f"{', BAND, BOR, BXOR' if hasattr(_lib, 'BAND') else ''})")
+
+
+def _dtype_code(t, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"cohort backend: {what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"cohort backend: {what}: a tensor on {t.device}: the backend takes CPU tensors "
+                         f"(use cohort.torch's API for CUDA tensors, docs/gpu.md)")
+    if t.is_sparse:
+        raise ValueError(f"cohort backend: {what}: sparse tensors are not supported")
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        if t.is_complex() and t.dtype in (torch.complex64, torch.complex128):
+            return None  # sent as its real view (see _flat)
+        raise TypeError(f"cohort backend: {what}: dtype {t.dtype} is not supported "
+                        f"({', '.join(str(d).replace('torch.', '') for d in _DTYPES)})")
+    return code
+
+
+def _flat(t, what):
+    """(contiguous tensor to hand the library, its dtype code, element count). Complex tensors go as their real
+    view (two reals each): sums, and copies, are element-wise the same."""
+    code = _dtype_code(t, what)
+    c = t if t.is_contiguous() else t.contiguous()
+    if code is None:
+        c = torch.view_as_real(c)
+        code = _DTYPES[c.dtype]
+    return c, code, c.numel()
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _raise(status, what):
+    raise _core._error(status, f"cohort backend: {what}")
+
+
+# ---- rendezvous ----
+
+_env_lock = threading.Lock()
+
+
+def _host_address():
+    """An address of this host that the group's other ranks can reach: MASTER_ADDR's route when torch's launcher
+    set it, else the address of the host's name."""
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((master, 9))
+                return s.getsockname()[0]
+        except OSError:
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _free_port(host):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _host_identity():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return socket.gethostname() + "/" + f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def _init_with_env(env):
+    """cohort_init() with the environment changed by env (None removes a variable) for the call only."""
+    with _env_lock:
+        saved = {k: os.environ.get(k) for k in env}
+        try:
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = str(v)
+            p = ctypes.c_void_p()
+            st = _c.cohort_init(ctypes.byref(p))
+            if st != _lib.OK:
+                _raise(st, "joining the group")
+            return p
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _under_cohortrun(rank, size):
+    return (os.environ.get("COHORT_LAUNCHER_STORE") == "1" and os.environ.get("RANK") == str(rank)
+            and os.environ.get("WORLD_SIZE") == str(size))
+
+
+def _meet(store, rank, size, timeout, default_group):
+    seconds = max(1, int(timeout.total_seconds())) if isinstance(timeout, datetime.timedelta) else 1800
+    if default_group and _under_cohortrun(rank, size):
+        return _init_with_env({"COHORT_TIMEOUT": seconds}), "cohortrun"
+    job_secret = os.environ.get("COHORT_SECRET")
+    if rank == 0:
+        host = _host_address()
+        port = _free_port(host)
+        store.set("cohort/store", f"{host} {port} {secrets.token_hex(8)}")
+        if not job_secret:
+            store.set("cohort/secret", secrets.token_hex(32))
+    host, port, run_id = store.get("cohort/store").decode().split()
+    secret = job_secret or store.get("cohort/secret").decode()
+    # Which ranks share this host (LOCAL_RANK of the group): the host identities every rank writes.
+    me = _host_identity()
+    store.set(f"cohort/host/{rank}", me)
+    hosts = [me if r == rank else store.get(f"cohort/host/{r}").decode() for r in range(size)]
+    local = [r for r in range(size) if hosts[r] == me]
+    env = {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local.index(rank), "LOCAL_WORLD_SIZE": len(local),
+           "MASTER_ADDR": host, "COHORT_STORE": "tcp", "COHORT_STORE_ADDR": host, "COHORT_STORE_PORT": port,
+           "COHORT_LAUNCHER_STORE": "0", "COHORT_RUN_ID": run_id, "COHORT_SECRET": secret,
+           "COHORT_TIMEOUT": seconds}
+    # A launcher's variables describe the job, not this group: cohort_init must not read them.
+    for k in ("GROUP_RANK", "GROUP_WORLD_SIZE", "COHORT_HEARTBEAT_FD", "TORCHELASTIC_USE_AGENT_STORE"):
+        env[k] = None
+    return _init_with_env(env), "torch's store"
+
+
+# ---- work: torch's Work over a Future the completion thread fulfils ----
+
+
+class _Pending:
+    __slots__ = ("work", "future", "finish", "keep", "what")
+
+    def __init__(self, work, future, finish, keep, what):
+        self.work, self.future, self.finish, self.keep, self.what = work, future, finish, keep, what
+
+
+class _Completer:
+    """One thread per group: waits on the group's cohort_work handles in issue order (the order they complete on
+    one communicator) and fulfils each Future: the result, or the error as an exception on every waiter."""
+
+    def __init__(self, name):
+        self._cv = threading.Condition()
+        self._queue = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"cohort-{name}", daemon=True)
+        self._thread.start()
+
+    def put(self, pending):
+        with self._cv:
+            self._queue.append(pending)
+            self._cv.notify()
+
+    def close(self):
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                p = self._queue.pop(0)
+            st = _c.cohort_work_wait(p.work) if p.work else _lib.OK
+            err = None
+            if st != _lib.OK:
+                err = _core._error(st, f"cohort backend: {p.what}")
+            if p.work:
+                _c.cohort_work_free(p.work)
+            if err is None:
+                try:
+                    result = p.finish() if p.finish else None
+                except Exception as e:  # noqa: BLE001 (handed to the waiter)
+                    err = e
+            if err is not None:
+                p.future.set_exception(err)
+            else:
+                p.future.set_result(result)
+
+
+def _done_work(result):
+    f = torch.futures.Future()
+    f.set_result(result)
+    return _create_work_from_future(f)
+
+
+# ---- the process group ----
+
+
+class ProcessGroupCohort(ProcessGroup):
+    """A torch.distributed process group whose operations run on one cohort communicator."""
+
+    def __init__(self, store, rank, size, timeout, default_group=False):
+        super().__init__(rank, size)
+        self._comm, self.rendezvous = _meet(store, rank, size, timeout, default_group)
+        self._lock = threading.Lock()
+        self._completer = _Completer(f"pg{rank}of{size}")
+        self._closed = False
+
+    # torch asks for these by name
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def name(self):
+        return BACKEND_NAME
+
+    def transport(self):
+        return _c.cohort_transport_name(self._comm).decode()
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self._completer.close()
+        _c.cohort_comm_destroy(self._comm)
+        self._comm = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
+
+    # -- issuing --
+
+    def _issue(self, what, start, finish=None, keep=()):
+        """start(work_ptr) issues one async C call; finish() makes the Future's value once it has completed."""
+        if self._closed:
+            raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
+        w = ctypes.c_void_p()
+        with self._lock:  # issue order is completion order: the completer waits in the same order
+            st = start(ctypes.byref(w))
+            if st != _lib.OK:
+                _raise(st, what)
+            fut = torch.futures.Future()
+            self._completer.put(_Pending(w, fut, finish, keep, what))
+        return _create_work_from_future(fut)
+
+    def _sync(self, what, call, finish=None):
+        """A blocking C call on the caller's thread (the operations that have no async form in the C API)."""
+        if self._closed:
+            raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
+        with self._lock:
+            st = call()
+        if st != _lib.OK:
+            _raise(st, what)
+        return _done_work(finish() if finish else None)
+
+    # -- the collectives --
+
+    def allreduce(self, tensors, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce")
+        return self._allreduce_many(tensors, op, "all_reduce")
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce_coalesced")
+        return self._allreduce_many(tensors, op, "all_reduce_coalesced")
+
+    def _allreduce_many(self, tensors, op, what):
+        flats = [_flat(t, what) for t in tensors]
+        if len(flats) == 1:
+            src, code, n = flats[0]
+            t = tensors[0]
+
+            def finish():
+                if src.data_ptr() != t.data_ptr():
+                    t.copy_(src.view_as(t) if not t.is_complex() else torch.view_as_complex(src))
+                return tensors
+
+            return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, _ptr(src), _ptr(src), n, code, op,
+                                                                  w), finish, (src,))
+        # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
+        codes = {code for _, code, _ in flats}
+        if len(codes) != 1:
+            raise TypeError(f"cohort backend: {what}: the tensors have different dtypes")
+        code = codes.pop()
+        fused = torch.cat([f.reshape(-1) for f, _, _ in flats])
+
+        def finish():
+            off = 0
+            for t, (f, _, n) in zip(tensors, flats):
+                piece = fused[off:off + n].view_as(f)
+                t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                off += n
+            return tensors
+
+        return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, _ptr(fused), _ptr(fused), fused.numel(),
+                                                              code, op, w), finish, (fused,))
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "broadcast")
+        if len(tensors) != 1:
+            raise ValueError("cohort backend: broadcast: one tensor per call (the CPU backend has one device)")
+        t = tensors[0]
+        buf, code, n = _flat(t, "broadcast")
+
+        def finish():
+            if buf.data_ptr() != t.data_ptr():
+                t.copy_(torch.view_as_complex(buf) if t.is_complex() else buf.view_as(t))
+            return tensors
+
+        return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, _ptr(buf), n, code, root, w),
+                           finish, (buf,))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if len(input_tensors) != 1 or len(output_tensors) != 1:
+            raise ValueError("cohort backend: all_gather: one input tensor per call")
+        inp, outs = input_tensors[0], output_tensors[0]
+        if len(outs) != self.size():
+            raise ValueError(f"cohort backend: all_gather: {len(outs)} output tensors for a group of {self.size()}")
+        for o in outs:
+            if o.dtype != inp.dtype or o.numel() != inp.numel():
+                raise ValueError(f"cohort backend: all_gather: an output tensor of {o.numel()} {o.dtype} elements "
+                                 f"for an input of {inp.numel()} {inp.dtype}")
+        src, code, n = _flat(inp, "all_gather")
+        whole = torch.empty((self.size(),) + tuple(src.shape), dtype=src.dtype)
+
+        def finish():
+            for r, o in enumerate(outs):
+                o.copy_(torch.view_as_complex(whole[r]) if o.is_complex() else whole[r].view_as(o))
+            return output_tensors
+
+        return self._issue("all_gather", lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(whole), n, code,
+                                                                        w), finish, (src, whole))
+
+    def _allgather_base(self, output, input, opts=None):
+        src, code, n = _flat(input, "all_gather_into_tensor")
+        if output.numel() != n * self.size() or output.dtype != input.dtype:
+            raise ValueError(f"cohort backend: all_gather_into_tensor: the output has {output.numel()} {output.dtype} "
+                             f"elements, not {self.size()} x {input.numel()} {input.dtype}")
+        dst = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
+        dflat = torch.view_as_real(dst) if dst.is_complex() else dst
+
+        def finish():
+            if dst is not output:
+                output.copy_(dst)
+            return [output]
+
+        return self._issue("all_gather_into_tensor",
+                           lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(dflat), n, code, w), finish,
+                           (src, dst))
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        raise RuntimeError("cohort backend: all_gather_coalesced is not supported (torch deprecates it)")
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        if len(output_tensors) != 1 or len(input_tensors) != 1:
+            raise ValueError("cohort backend: reduce_scatter: one output tensor per call")
+        out, ins = output_tensors[0], input_tensors[0]
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter")
+        if len(ins) != self.size():
+            raise ValueError(f"cohort backend: reduce_scatter: {len(ins)} input tensors for a group of "
+                             f"{self.size()}")
+        for i in ins:
+            if i.numel() != out.numel() or i.dtype != out.dtype:
+                raise ValueError(f"cohort backend: reduce_scatter: an input of {i.numel()} {i.dtype} elements for "
+                                 f"an output of {out.numel()} {out.dtype}")
+        whole = torch.cat([_flat(i, "reduce_scatter")[0].reshape(-1) for i in ins])
+        code = _dtype_code(whole, "reduce_scatter")
+        dst, _, n = _flat(out, "reduce_scatter")
+
+        def finish():
+            if dst.data_ptr() != out.data_ptr():
+                out.copy_(torch.view_as_complex(dst) if out.is_complex() else dst.view_as(out))
+            return output_tensors
+
+        return self._issue("reduce_scatter", lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(whole), _ptr(dst),
+                                                                                 n, code, op, w), finish,
+                           (whole, dst))
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor")
+        src, code, n = _flat(input, "reduce_scatter_tensor")
+        if output.dtype != input.dtype or output.numel() * self.size() != input.numel():
+            raise ValueError(f"cohort backend: reduce_scatter_tensor: the input has {input.numel()} {input.dtype} "
+                             f"elements, not {self.size()} x the output's {output.numel()} {output.dtype}")
+        dst, _, m = _flat(output, "reduce_scatter_tensor")
+
+        def finish():
+            if dst.data_ptr() != output.data_ptr():
+                output.copy_(torch.view_as_complex(dst) if output.is_complex() else dst.view_as(output))
+            return [output]
+
+        return self._issue("reduce_scatter_tensor",
+                           lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(src), _ptr(dst), m, code, op, w),
+                           finish, (src, dst))
+
+    def barrier(self, opts=None):
+        return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w))
+
+    def _check_root(self, root, what):
+        if not 0 <= root < self.size():
+            raise ValueError(f"cohort backend: {what}: root {root} is not a rank of this group of {self.size()}")
+
+
+def _create_process_group(store, rank, size, timeout):
+    # The default group is the first one torch makes (init_process_group), before GroupMember.WORLD is set.
+    default_group = dist.distributed_c10d.GroupMember.WORLD is None
+    return ProcessGroupCohort(store, rank, size, timeout, default_group=default_group)
+
+
+def register():
+    """Registers the backend with torch.distributed (once per process)."""
+    if hasattr(dist.Backend, BACKEND_NAME.upper()):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
