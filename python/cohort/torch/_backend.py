@@ -23,7 +23,7 @@ import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup, ReduceOp, _create_work_from_future
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _create_work_from_future
 
 import cohort as _core
 from cohort import _lib
@@ -79,6 +79,58 @@ def _flat(t, what):
         c = torch.view_as_real(c)
         code = _DTYPES[c.dtype]
     return c, code, c.numel()
+
+
+_SIZES = ctypes.POINTER(ctypes.c_size_t)
+_VP, _INT, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_WORK = ctypes.POINTER(ctypes.c_void_p)
+_NEWER = {
+    "cohort_ireduce": [_VP, _VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
+    "cohort_igather": [_VP, _VP, _VP, _SZ, _INT, _INT, _WORK],
+    "cohort_iscatter": [_VP, _VP, _VP, _SZ, _INT, _INT, _WORK],
+    "cohort_ialltoall": [_VP, _VP, _VP, _SZ, _INT, _WORK],
+    "cohort_ialltoallv": [_VP, _VP, _SIZES, _SIZES, _VP, _SIZES, _SIZES, _INT, _WORK],
+    "cohort_isend": [_VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
+    "cohort_work_recv_info": [_VP, _VP],
+    "cohort_irecv": [_VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
+}
+
+
+class _Lib:
+    """The C calls this module needs beyond _lib's table, bound on first use (a library without one raises a clear
+    error for that operation only)."""
+
+    def __getattr__(self, name):
+        fn = getattr(_c, name, None)
+        if fn is None:
+            raise RuntimeError(f"cohort backend: {_c.path} has no {name}: rebuild libcohort")
+        if name in _NEWER:
+            fn.restype, fn.argtypes = ctypes.c_int, _NEWER[name]
+        setattr(self, name, fn)
+        return fn
+
+
+_C = _Lib()
+
+
+class RecvInfo(ctypes.Structure):
+    _fields_ = [("source", ctypes.c_int), ("tag", ctypes.c_int), ("count", ctypes.c_size_t)]
+
+
+def _core_any_source():
+    return -1  # COHORT_ANY_SOURCE
+
+
+def _counts(split_sizes, tensor, flat, n, what):
+    """Elements per peer from torch's split sizes (rows of dim 0), packed."""
+    if len(split_sizes) != n:
+        raise ValueError(f"cohort backend: all_to_all_single: {what} has {len(split_sizes)} entries for a group of {n}")
+    rows = tensor.shape[0] if tensor.dim() else 1
+    per_row = flat.numel() // rows if rows else 0
+    if sum(split_sizes) != rows:
+        raise ValueError(f"cohort backend: all_to_all_single: {what} sums to {sum(split_sizes)}, not the tensor's "
+                         f"{rows} rows")
+    return (ctypes.c_size_t * n)(*[s * per_row for s in split_sizes])
 
 
 def _ptr(t):
@@ -243,6 +295,70 @@ def _done_work(result):
     f = torch.futures.Future()
     f.set_result(result)
     return _create_work_from_future(f)
+
+
+class _P2PWork(Work):
+    """A message's Work: waits on its own cohort_work handle (Python callers: dist.send/recv, isend/irecv,
+    batch_isend_irecv), and knows a receive's source (dist.recv with src=None asks _source_rank)."""
+
+    def __init__(self, handle, what, tensor, buf):
+        super().__init__()
+        self._handle, self._what, self._tensor, self._buf = handle, what, tensor, buf
+        self._status, self._source, self._lock = None, -1, threading.Lock()
+
+    def _finish(self, status):
+        self._status = status
+        if status == _lib.OK and self._what == "recv":
+            info = RecvInfo()
+            if _C.cohort_work_recv_info(self._handle, ctypes.byref(info)) == _lib.OK:
+                self._source = info.source
+            if self._buf.data_ptr() != self._tensor.data_ptr():
+                t = self._tensor
+                t.copy_(torch.view_as_complex(self._buf) if t.is_complex() else self._buf.view_as(t))
+        _c.cohort_work_free(self._handle)
+        self._handle = None
+
+    def wait(self, timeout=None):
+        with self._lock:
+            if self._status is None:
+                self._finish(_c.cohort_work_wait(self._handle))
+        if self._status != _lib.OK:
+            _raise(self._status, self._what)
+        return True
+
+    def is_completed(self):
+        with self._lock:
+            if self._status is None:
+                done = ctypes.c_int(0)
+                st = _c.cohort_work_test(self._handle, ctypes.byref(done))
+                if done.value or st != _lib.OK:
+                    self._finish(st)
+            return self._status is not None
+
+    def is_success(self):
+        return self.is_completed() and self._status == _lib.OK
+
+    def exception(self):
+        return None if self._status in (None, _lib.OK) else _core._error(self._status, self._what)
+
+    def _source_rank(self):
+        self.wait()
+        return self._source
+
+    source_rank = _source_rank
+
+    def get_future(self):
+        self.wait()
+        f = torch.futures.Future()
+        f.set_result([self._tensor])
+        return f
+
+    def __del__(self):
+        if self._handle is not None:
+            try:
+                _c.cohort_work_free(self._handle)  # waits for it: the buffer stays valid until then
+            except Exception:  # noqa: BLE001 (interpreter shutdown)
+                pass
 
 
 # ---- the process group ----
@@ -449,6 +565,153 @@ class ProcessGroupCohort(ProcessGroup):
 
     def barrier(self, opts=None):
         return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w))
+
+    def reduce(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "reduce")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce")
+        if len(tensors) != 1:
+            raise ValueError("cohort backend: reduce: one tensor per call")
+        t = tensors[0]
+        buf, code, n = _flat(t, "reduce")
+
+        def finish():
+            if buf.data_ptr() != t.data_ptr() and self.rank() == root:
+                t.copy_(torch.view_as_complex(buf) if t.is_complex() else buf.view_as(t))
+            return tensors
+
+        return self._issue("reduce", lambda w: _C.cohort_ireduce(self._comm, _ptr(buf), _ptr(buf), n, code, op, root,
+                                                                 w), finish, (buf,))
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "gather")
+        if len(input_tensors) != 1:
+            raise ValueError("cohort backend: gather: one input tensor per call")
+        src, code, n = _flat(input_tensors[0], "gather")
+        outs = output_tensors[0] if self.rank() == root else []
+        if self.rank() == root:
+            if len(output_tensors) != 1 or len(outs) != self.size():
+                raise ValueError(f"cohort backend: gather: the root needs {self.size()} output tensors")
+            for o in outs:
+                if o.numel() != input_tensors[0].numel() or o.dtype != input_tensors[0].dtype:
+                    raise ValueError(f"cohort backend: gather: an output of {o.numel()} {o.dtype} elements for an "
+                                     f"input of {input_tensors[0].numel()} {input_tensors[0].dtype}")
+        whole = torch.empty((self.size(),) + tuple(src.shape), dtype=src.dtype) if self.rank() == root else src
+
+        def finish():
+            for r, o in enumerate(outs):
+                o.copy_(torch.view_as_complex(whole[r]) if o.is_complex() else whole[r].view_as(o))
+            return output_tensors
+
+        return self._issue("gather", lambda w: _C.cohort_igather(self._comm, _ptr(src), _ptr(whole), n, code, root, w),
+                           finish, (src, whole))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        self._check_root(root, "scatter")
+        if len(output_tensors) != 1:
+            raise ValueError("cohort backend: scatter: one output tensor per call")
+        out = output_tensors[0]
+        dst, code, n = _flat(out, "scatter")
+        if self.rank() == root:
+            ins = input_tensors[0] if len(input_tensors) == 1 else []
+            if len(ins) != self.size():
+                raise ValueError(f"cohort backend: scatter: the root needs {self.size()} input tensors")
+            for i in ins:
+                if i.numel() != out.numel() or i.dtype != out.dtype:
+                    raise ValueError(f"cohort backend: scatter: an input of {i.numel()} {i.dtype} elements for an "
+                                     f"output of {out.numel()} {out.dtype}")
+            whole = torch.cat([_flat(i, "scatter")[0].reshape(-1) for i in ins])
+        else:
+            whole = dst
+
+        def finish():
+            if dst.data_ptr() != out.data_ptr():
+                out.copy_(torch.view_as_complex(dst) if out.is_complex() else dst.view_as(out))
+            return output_tensors
+
+        return self._issue("scatter", lambda w: _C.cohort_iscatter(self._comm, _ptr(whole), _ptr(dst), n, code, root,
+                                                                   w), finish, (whole, dst))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.size()
+        src, code, total_in = _flat(input, "all_to_all_single")
+        if output.dtype != input.dtype:
+            raise ValueError(f"cohort backend: all_to_all_single: output {output.dtype}, input {input.dtype}")
+        dst, _, total_out = _flat(output, "all_to_all_single")
+        if not output_split_sizes and not input_split_sizes:
+            if total_in % n or total_in != total_out:
+                raise ValueError(f"cohort backend: all_to_all_single: {total_in} input and {total_out} output "
+                                 f"elements do not split evenly over {n} ranks")
+            start = lambda w: _C.cohort_ialltoall(self._comm, _ptr(src), _ptr(dst), total_in // n, code, w)  # noqa
+            keep = (src, dst)
+        else:
+            send = _counts(input_split_sizes, input, src, n, "input_split_sizes")
+            recv = _counts(output_split_sizes, output, dst, n, "output_split_sizes")
+            start = lambda w: _C.cohort_ialltoallv(self._comm, _ptr(src), send, None, _ptr(dst), recv, None,  # noqa
+                                                   code, w)
+            keep = (src, dst, send, recv)
+
+        def finish():
+            if dst.data_ptr() != output.data_ptr():
+                output.copy_(torch.view_as_complex(dst) if output.is_complex() else dst.view_as(output))
+            return [output]
+
+        return self._issue("all_to_all_single", start, finish, keep)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        n = self.size()
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise ValueError(f"cohort backend: all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} "
+                             f"outputs for a group of {n}")
+        flats_in = [_flat(t, "all_to_all") for t in input_tensors]
+        flats_out = [_flat(t, "all_to_all") for t in output_tensors]
+        codes = {c for _, c, _ in flats_in + flats_out}
+        if len(codes) != 1:
+            raise TypeError("cohort backend: all_to_all: the tensors have different dtypes")
+        code = codes.pop()
+        src = torch.cat([f.reshape(-1) for f, _, _ in flats_in])
+        dst = torch.empty(sum(m for _, _, m in flats_out), dtype=src.dtype)
+        send = (ctypes.c_size_t * n)(*[m for _, _, m in flats_in])
+        recv = (ctypes.c_size_t * n)(*[m for _, _, m in flats_out])
+
+        def finish():
+            off = 0
+            for t, (f, _, m) in zip(output_tensors, flats_out):
+                piece = dst[off:off + m].view_as(f)
+                t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                off += m
+            return output_tensors
+
+        return self._issue("all_to_all", lambda w: _C.cohort_ialltoallv(self._comm, _ptr(src), send, None, _ptr(dst),
+                                                                        recv, None, code, w), finish,
+                           (src, dst, send, recv))
+
+    # -- point to point: not collectives, so not in the completer's issue order (a receive may wait on a message
+    # that another rank sends only after a later collective): their Work waits on its own handle.
+
+    def send(self, tensors, dst_rank, tag):
+        return self._p2p("send", tensors, dst_rank, tag, _C.cohort_isend)
+
+    def recv(self, tensors, src_rank, tag):
+        return self._p2p("recv", tensors, src_rank, tag, _C.cohort_irecv)
+
+    def recv_anysource(self, tensors, tag):
+        return self._p2p("recv", tensors, _core_any_source(), tag, _C.cohort_irecv)
+
+    def _p2p(self, what, tensors, peer, tag, call):
+        if len(tensors) != 1:
+            raise ValueError(f"cohort backend: {what}: one tensor per call")
+        if self._closed:
+            raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
+        t = tensors[0]
+        buf, code, n = _flat(t, what)
+        w = ctypes.c_void_p()
+        st = call(self._comm, _ptr(buf), n, code, peer, tag, ctypes.byref(w))
+        if st != _lib.OK:
+            _raise(st, what)
+        return _P2PWork(w, what, t, buf)
 
     def _check_root(self, root, what):
         if not 0 <= root < self.size():
