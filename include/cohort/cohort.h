@@ -204,6 +204,57 @@ COHORT_API cohort_status cohort_work_test(cohort_work *work, int *done);
 /* Frees a handle; if the work is still running it is waited for first. Safe on NULL. */
 COHORT_API void cohort_work_free(cohort_work *work);
 
+/* ---- point-to-point messages ----
+ *
+ * cohort_send() sends count elements of dtype from buf to rank peer with tag (>= 0); cohort_recv() receives a
+ * message into buf, which holds count elements: from rank peer, or from any rank with COHORT_ANY_SOURCE, with tag,
+ * or with any tag with COHORT_ANY_TAG. A receive takes the first message it accepts, in the order the messages came;
+ * two messages with the same source and tag are received in the order they were sent (MPI's non-overtaking rule),
+ * while messages of different tags may be received in any order. A message may hold fewer elements than the
+ * receive (info says how many came); one with more, or of another dtype, fails that receive with
+ * COHORT_ERR_MISMATCH naming both sizes (or dtypes), the tag and both ranks, and is dropped: the sender's send
+ * completes, and the communicator stays usable (the one exception to the rule at the top of this file). A rank may
+ * send to itself. Zero elements is a message too.
+ *
+ * Messages are not collectives: no other rank needs to call anything in the same order, and they may be mixed
+ * freely with collectives on the same communicator, from the same thread or others. They run on a transport of
+ * their own that every communicator of more than one rank makes when it is made (the same kind as its collectives':
+ * tcp, shm, tcp+shm, mpi or in-process), driven by a thread of its own, so that a collective never waits behind a
+ * message nor a message behind a collective (docs/architecture.md says why, and how messages are matched).
+ *
+ * Completion: cohort_send() returns once buf may be reused (the message may still be on its way: messages up to 64
+ * KiB are sent at once, larger ones once the receiver has posted a receive for them, straight into its buffer);
+ * cohort_recv() once the message is in buf. The cohort_i* forms return a cohort_work at once, completed by
+ * cohort_work_wait()/cohort_work_test() (any number may be in flight; they complete in any order); the buffer belongs
+ * to the library until then. cohort_work_recv_info() gives a completed receive's source, tag and count.
+ *
+ * Failures: a peer that dies fails every message in flight with COHORT_ERR_REMOTE naming it, within the transport's
+ * usual grace (well under a second over tcp and shm), and every later message on comm; a receive from a rank that
+ * destroyed its communicator without sending fails the same way. A receive otherwise waits as long as it takes:
+ * COHORT_OP_TIMEOUT does not apply. cohort_comm_abort() fails them too. Host memory only (device pointers give
+ * COHORT_ERR_INVALID).
+ */
+#define COHORT_ANY_SOURCE (-1)
+#define COHORT_ANY_TAG (-1)
+
+typedef struct cohort_recv_info {
+  int source;   /* the rank that sent the message */
+  int tag;      /* its tag */
+  size_t count; /* elements received: at most the receive's count */
+} cohort_recv_info;
+
+COHORT_API cohort_status cohort_send(cohort_comm *comm, const void *buf, size_t count, cohort_dtype dtype, int peer,
+                                     int tag);
+/* info may be NULL. */
+COHORT_API cohort_status cohort_recv(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int peer, int tag,
+                                     cohort_recv_info *info);
+COHORT_API cohort_status cohort_isend(cohort_comm *comm, const void *buf, size_t count, cohort_dtype dtype, int peer,
+                                      int tag, cohort_work **work);
+COHORT_API cohort_status cohort_irecv(cohort_comm *comm, void *buf, size_t count, cohort_dtype dtype, int peer, int tag,
+                                      cohort_work **work);
+/* A completed cohort_irecv()'s source, tag and count; COHORT_ERR_INVALID for other work, or one not completed. */
+COHORT_API cohort_status cohort_work_recv_info(cohort_work *work, cohort_recv_info *info);
+
 /* ---- device memory (CUDA) ----
  *
  * Every collective above also takes CUDA device pointers (cudaMalloc'd memory, or any memory the driver reports as

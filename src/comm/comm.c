@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/heartbeat.h"
 #include "comm/launch_env.h"
+#include "comm/p2p.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -79,6 +80,10 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
   c->store = store;
   c->store_server = server;
   c->place = place;
+  if ((st = cohort__comm_start_p2p(c)) != COHORT_OK) {
+    cohort_comm_destroy(c);
+    return st;
+  }
   COHORT_LOG_INFO("rank %d of %d joined (layout from %s, transport %s)", rank, size, env->source, t->ops->name);
   *out = c;
   return COHORT_OK;
@@ -105,6 +110,7 @@ cohort_status cohort_init(cohort_comm **out) {
 
 void cohort_comm_destroy(cohort_comm *c) {
   if (!c) return;
+  cohort__p2p_destroy(c->p2p); /* first: it tells the peers that this rank leaves */
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);
     c->stopping = 1;
@@ -222,7 +228,8 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   c->board = g->board;
   cohort__split_registry_retain(g->hubs);
   c->hubs = g->hubs;
-  st = cohort_barrier(c); /* returns once all ranks have joined */
+  st = cohort__comm_start_p2p(c);
+  if (st == COHORT_OK) st = cohort_barrier(c); /* returns once all ranks have joined */
   if (st != COHORT_OK) {
     cohort_comm_destroy(c);
     return st;

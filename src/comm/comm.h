@@ -38,6 +38,7 @@ typedef struct cohort__store_place {
 struct cohort_work {
   struct cohort_work *next;
   cohort_comm *comm;
+  struct cohort__p2p_op *p2p; /* a message (cohort_isend, cohort_irecv): its operation; NULL for a collective */
   cohort__coll_args args;
   int done;
   int64_t start_ns, end_ns; /* when the progress thread ran it (CLOCK_MONOTONIC); 0 until then */
@@ -76,7 +77,14 @@ struct cohort_comm {
    * the transport's name with the device path's ("shm+cuda-ipc"), set under mu. */
   cohort__gpu *gpu;
   char label[64];
+
+  /* Point-to-point messages (p2p.c): their engine and transport, made with the communicator. */
+  struct cohort__p2p *p2p;
 };
+
+/* Makes c's point-to-point engine over a transport of its own (p2p.c says why), the same kind as c's: for a
+ * communicator just made, on every rank at the same point (it meets the peers as c's transport did). */
+cohort_status cohort__comm_start_p2p(cohort_comm *c);
 
 /* Rewrites "rank N" in text (a failure message of a sub-communicator) as "rank N (rank P of the parent)", in place
  * (len: text's buffer). Does nothing on a communicator that is no sub-communicator. */

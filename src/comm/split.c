@@ -18,9 +18,11 @@
 
 #include "comm/board.h"
 #include "comm/comm.h"
+#include "comm/p2p.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "transport/inproc.h"
+#include "transport/mpi.h"
 #include "transport/shm.h"
 
 /* ---- the in-process registry ---- */
@@ -208,6 +210,10 @@ static cohort_status make_sub(cohort_comm *c, uint32_t n, int color, int rank, i
     return st;
   }
   sub->store = store, sub->place = place, sub->board = board, sub->hubs = hubs;
+  if ((st = cohort__comm_start_p2p(sub)) != COHORT_OK) {
+    cohort_comm_destroy(sub);
+    return st;
+  }
   *out = sub;
   return COHORT_OK;
 }
@@ -271,4 +277,44 @@ done:
 cohort_status cohort_comm_dup(cohort_comm *c, cohort_comm **out) {
   if (!c || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_comm_dup: comm or dup pointer is NULL");
   return cohort_comm_split(c, 0, c->rank, out);
+}
+
+/* ---- the point-to-point engine's transport ---- */
+
+/* Made like a split's, in a key space of the communicator's own ("p2p/"; in-process: its registry's split number
+ * UINT32_MAX, which no split reaches), with one socket per peer and no arena (messages are copied). */
+cohort_status cohort__comm_start_p2p(cohort_comm *c) {
+  cohort__transport *t = NULL;
+  cohort__store *store = NULL;
+  int goodbye = 1;
+  cohort_status st = COHORT_OK;
+  if (c->size == 1) {
+    /* no transport: messages to itself only */
+  } else if (strcmp(c->transport->ops->name, "mpi") == 0) {
+    st = cohort__mpi_create(c->rank, c->size, (double)c->config.op_timeout_s, &t);
+  } else if (c->place) {
+    cohort__config *cfg = malloc(sizeof *cfg);
+    if (!cfg) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    *cfg = c->config;
+    cfg->sockets_per_peer = 1;
+    cfg->shm_arena_bytes = 0;
+    st = cohort__store_place_open(c->place, cfg, "p2p/", &store);
+    if (st == COHORT_OK)
+      st = cohort__rendezvous_sub(c->place, cfg, c->rank, c->size, c->local_rank, c->local_size, store, &t);
+    free(cfg);
+  } else if (c->hubs) {
+    struct cohort__board *board = NULL;
+    struct cohort__split_registry *hubs = NULL;
+    st = registry_join(c->hubs, UINT32_MAX, 0, c->rank, c->size, (double)c->config.op_timeout_s, &t, &board, &hubs);
+    cohort__board_release(board);
+    cohort__split_registry_release(hubs);
+    goodbye = 0; /* a hub's queues would keep pointers into a peer that has left */
+  } else {
+    st = cohort__error(COHORT_ERR_INTERNAL, "a communicator of %d ranks with neither a store nor a hub", c->size);
+  }
+  if (st != COHORT_OK) {
+    if (store) cohort__store_close(store);
+    return cohort__error(st, "setting up point-to-point messages: %s", cohort_last_error());
+  }
+  return cohort__p2p_create(t, c->rank, c->size, goodbye, store, &c->p2p);
 }

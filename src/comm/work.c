@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "comm/heartbeat.h"
+#include "comm/p2p.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -155,6 +156,7 @@ void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns
 
 cohort_status cohort_work_wait(cohort_work *w) {
   if (!w) return cohort__error(COHORT_ERR_INVALID, "cohort_work_wait: work is NULL");
+  if (w->p2p) return cohort__p2p_wait(w->p2p);
   cohort_comm *c = w->comm;
   pthread_mutex_lock(&c->mu);
   while (!w->done)
@@ -166,6 +168,7 @@ cohort_status cohort_work_wait(cohort_work *w) {
 
 cohort_status cohort_work_test(cohort_work *w, int *done) {
   if (!w || !done) return cohort__error(COHORT_ERR_INVALID, "cohort_work_test: NULL argument");
+  if (w->p2p) return cohort__p2p_test(w->p2p, done);
   pthread_mutex_lock(&w->comm->mu);
   *done = w->done;
   cohort_status st = w->done ? w->status : COHORT_OK;
@@ -177,6 +180,7 @@ cohort_status cohort_work_test(cohort_work *w, int *done) {
 void cohort_work_free(cohort_work *w) {
   if (!w) return;
   cohort_work_wait(w);
+  cohort__p2p_op_free(w->p2p);
   free(w);
 }
 
@@ -189,7 +193,8 @@ void cohort_comm_abort(cohort_comm *c, const char *reason) {
     cohort__comm_name_parent_ranks(c, c->failure.message, sizeof c->failure.message);
   pthread_mutex_unlock(&c->mu);
   cohort__comm_leave_abort_note(c, COHORT_ERR_REMOTE, message);
-  cohort__gpu_abort(c->gpu); /* NCCL's kernels stop waiting for the peers */
+  cohort__gpu_abort(c->gpu);                             /* NCCL's kernels stop waiting for the peers */
+  cohort__p2p_abort(c->p2p, COHORT_ERR_REMOTE, message); /* messages in flight, here and at the peers */
   pthread_mutex_lock(&c->mu);
   if (c->busy) { /* the driving thread does it at its next look */
     c->transport->ops->interrupt(c->transport, COHORT_ERR_REMOTE, message);
@@ -298,4 +303,100 @@ cohort_status cohort_ireduce_scatter_stream(cohort_comm *c, const void *s, void 
                                             cohort_op o, void *stream, cohort_work **w) {
   cohort__coll_args a = STREAM_ARGS(COHORT__COLL_REDUCE_SCATTER, s, r, n, d, o, -1, stream);
   return run_async(c, &a, w, 1);
+}
+
+/* ---- point-to-point messages (p2p.c) ---- */
+
+static cohort_status p2p_check(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
+                               cohort_dtype dtype, int peer, int tag) {
+  if (!c) return cohort__error(COHORT_ERR_INVALID, "%s: communicator is NULL", fn);
+  size_t es = cohort_dtype_size(dtype);
+  if (es == 0) return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)dtype);
+  if (count > SIZE_MAX / es) return cohort__error(COHORT_ERR_INVALID, "%s: count %zu overflows", fn, count);
+  if (!buf && count > 0) return cohort__error(COHORT_ERR_INVALID, "%s: buf is NULL with count %zu", fn, count);
+  if (is_send ? peer < 0 || peer >= c->size : peer < COHORT_ANY_SOURCE || peer >= c->size)
+    return cohort__error(COHORT_ERR_INVALID, "%s: rank %d is not in [0, %d)%s", fn, peer, c->size,
+                         is_send ? "" : " nor COHORT_ANY_SOURCE");
+  if (is_send ? tag < 0 : tag < COHORT_ANY_TAG)
+    return cohort__error(COHORT_ERR_INVALID, "%s: tag %d must be >= 0%s", fn, tag, is_send ? "" : " or COHORT_ANY_TAG");
+  if (count > 0) { /* one buffer of count elements, as a broadcast's */
+    cohort__coll_args a = {.coll = COHORT__COLL_BROADCAST,
+                           .sendbuf = buf,
+                           .recvbuf = (void *)buf,
+                           .count = count,
+                           .dtype = dtype,
+                           .root = 0};
+    COHORT_CHECK(cohort__gpu_classify(&a, 0));
+    if (a.on_device)
+      return cohort__error(COHORT_ERR_INVALID, "%s: buf is device memory: messages take host memory", fn);
+  }
+  return COHORT_OK;
+}
+
+static void p2p_name_ranks(cohort_comm *c, cohort_status st) {
+  if (st == COHORT_OK || !c->parent_ranks) return;
+  char message[COHORT__MESSAGE_MAX];
+  snprintf(message, sizeof message, "%s", cohort_last_error());
+  cohort__comm_name_parent_ranks(c, message, sizeof message);
+  cohort__error_set_text(message);
+}
+
+static cohort_status p2p_post(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
+                              cohort_dtype dtype, int peer, int tag, struct cohort__p2p_op **op) {
+  COHORT_CHECK(p2p_check(c, fn, is_send, buf, count, dtype, peer, tag));
+  if (!c->p2p) return cohort__error(COHORT_ERR_INTERNAL, "%s: the communicator has no point-to-point engine", fn);
+  cohort_status st = cohort__p2p_post(c->p2p, is_send, (void *)buf, count, dtype, peer, tag, op);
+  p2p_name_ranks(c, st);
+  return st;
+}
+
+static cohort_status p2p_blocking(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
+                                  cohort_dtype dtype, int peer, int tag, cohort_recv_info *info) {
+  struct cohort__p2p_op *op;
+  COHORT_CHECK(p2p_post(c, fn, is_send, buf, count, dtype, peer, tag, &op));
+  cohort_status st = cohort__p2p_wait(op);
+  if (st == COHORT_OK && info) cohort__p2p_info(op, info);
+  p2p_name_ranks(c, st);
+  char message[COHORT__MESSAGE_MAX];
+  snprintf(message, sizeof message, "%s", cohort_last_error());
+  cohort__p2p_op_free(op);
+  if (st != COHORT_OK) cohort__error_set_text(message);
+  return st;
+}
+
+static cohort_status p2p_async(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
+                               cohort_dtype dtype, int peer, int tag, cohort_work **out) {
+  if (!out) return cohort__error(COHORT_ERR_INVALID, "%s: work handle pointer is NULL", fn);
+  *out = NULL;
+  COHORT_CHECK(p2p_check(c, fn, is_send, buf, count, dtype, peer, tag));
+  cohort_work *w = calloc(1, sizeof *w);
+  if (!w) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  w->comm = c;
+  cohort_status st = p2p_post(c, fn, is_send, buf, count, dtype, peer, tag, &w->p2p);
+  if (st != COHORT_OK) {
+    free(w);
+    return st;
+  }
+  *out = w;
+  return COHORT_OK;
+}
+
+cohort_status cohort_send(cohort_comm *c, const void *buf, size_t n, cohort_dtype d, int peer, int tag) {
+  return p2p_blocking(c, "cohort_send", 1, buf, n, d, peer, tag, NULL);
+}
+cohort_status cohort_recv(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int peer, int tag,
+                          cohort_recv_info *info) {
+  return p2p_blocking(c, "cohort_recv", 0, buf, n, d, peer, tag, info);
+}
+cohort_status cohort_isend(cohort_comm *c, const void *buf, size_t n, cohort_dtype d, int peer, int tag,
+                           cohort_work **w) {
+  return p2p_async(c, "cohort_isend", 1, buf, n, d, peer, tag, w);
+}
+cohort_status cohort_irecv(cohort_comm *c, void *buf, size_t n, cohort_dtype d, int peer, int tag, cohort_work **w) {
+  return p2p_async(c, "cohort_irecv", 0, buf, n, d, peer, tag, w);
+}
+cohort_status cohort_work_recv_info(cohort_work *w, cohort_recv_info *info) {
+  if (!w || !info) return cohort__error(COHORT_ERR_INVALID, "cohort_work_recv_info: NULL argument");
+  if (!w->p2p) return cohort__error(COHORT_ERR_INVALID, "cohort_work_recv_info: the work is a collective");
+  return cohort__p2p_info(w->p2p, info);
 }

@@ -6,6 +6,10 @@
 void cohort__call_describe(const cohort__call *c, char *buf, size_t len) {
   const char *name = cohort__coll_name(c->coll), *algo = cohort__algo_name(c->algo);
   unsigned f = cohort__coll_flags(c->coll);
+  if (c->coll == COHORT__COLL_P2P) { /* every frame of the point-to-point transport carries the same call */
+    snprintf(buf, len, "point-to-point messages");
+    return;
+  }
   if (f & COHORT__CALL_NO_DATA) {
     snprintf(buf, len, "%s() [call #%u]", name, c->seq);
     return;

@@ -10,7 +10,8 @@
  * The numbers travel in every frame header and in the heartbeat page: a value, once given, never changes meaning.
  * A new collective is one line in COHORT__COLLECTIVES with the flags that say what it takes (an op, a root, buffers
  * of count elements per rank); the argument checks (coll.c), the normalized call (cohort__call_make) and the
- * descriptions in messages follow from them. Send and receive will name their peer in `root` (COHORT__CALL_PEER).
+ * descriptions in messages follow from them. Point-to-point messages (P2P) run on a transport of their own whose frames
+ * all carry one call (src/comm/p2p.c).
  */
 #ifndef COHORT_TRANSPORT_CALL_H
 #define COHORT_TRANSPORT_CALL_H
@@ -38,7 +39,8 @@ enum {
   X(ALLGATHER, 3, "allgather", COHORT__CALL_RECV_PER_RANK)                                                             \
   X(REDUCE_SCATTER, 4, "reduce_scatter", COHORT__CALL_OP | COHORT__CALL_SEND_PER_RANK)                                 \
   X(BARRIER, 5, "barrier", COHORT__CALL_NO_DATA)                                                                       \
-  X(INTERNAL, 6, "internal", COHORT__CALL_OP) /* setup traffic of the library itself */
+  X(INTERNAL, 6, "internal", COHORT__CALL_OP) /* setup traffic of the library itself */                                \
+  X(P2P, 7, "p2p", COHORT__CALL_PEER)         /* point-to-point messages, on their own transport (src/comm/p2p.c) */
 
 typedef enum cohort__coll {
   COHORT__COLL_NONE = 0,

@@ -168,6 +168,16 @@ static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
   return st;
 }
 
+/* Frames are copied when they are posted: there is nothing to move, only the hub's failure to report. */
+static cohort_status inproc_progress(cohort__transport *base, int *progressed) {
+  cohort__inproc_hub *hub = ((inproc_transport *)base)->hub;
+  (void)progressed;
+  pthread_mutex_lock(&hub->mu);
+  cohort_status st = cohort__failure_raise(&hub->failure);
+  pthread_mutex_unlock(&hub->mu);
+  return st;
+}
+
 static void inproc_abort(cohort__transport *base, cohort_status status, const char *message) {
   cohort__inproc_hub *hub = ((inproc_transport *)base)->hub;
   pthread_mutex_lock(&hub->mu);
@@ -191,6 +201,7 @@ static const cohort__transport_ops inproc_ops = {
     .abort = inproc_abort,
     .interrupt = inproc_abort,
     .destroy = inproc_destroy,
+    .progress = inproc_progress,
 };
 
 cohort_status cohort__inproc_hub_create(int size, cohort__inproc_hub **out) {

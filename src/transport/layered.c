@@ -36,6 +36,10 @@ static cohort_status layered_wait(cohort__transport *t, cohort__req *req) {
   return layers(t)->wide->ops->wait(layers(t)->wide, req);
 }
 
+static cohort_status layered_progress(cohort__transport *t, int *progressed) {
+  return cohort__tcp_progress(layers(t)->wide, progressed); /* isend and irecv go over the mesh alone */
+}
+
 /* A rank in another collective over the mesh (a broadcast, say) while its node peers run the hierarchical
  * allreduce over shm would wait for frames that never come, and they for its flags: its mesh waits look at the
  * calls the node peers publish, so the disagreement is seen (and the abort reaches everyone). */
@@ -101,6 +105,7 @@ static const cohort__transport_ops layered_ops = {
     .release = layered_release,
     .in_arena = layered_in_arena,
     .layers = layered_layers,
+    .progress = layered_progress,
 };
 
 cohort_status cohort__layered_create(cohort__transport *wide, cohort__transport *node, int per_node,

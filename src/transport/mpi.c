@@ -347,6 +347,14 @@ static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
   }
 }
 
+static cohort_status mpi_progress(cohort__transport *base, int *progressed) {
+  mpi_transport *t = (mpi_transport *)base;
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+  if (cohort__failure_requested(&t->interrupt)) return fail(t, t->interrupt.status, "%s", t->interrupt.message);
+  COHORT_CHECK(progress_once(t, progressed));
+  return check_aborts(t);
+}
+
 static void mpi_abort(cohort__transport *base, cohort_status status, const char *message) {
   fail((mpi_transport *)base, status, "%s", message);
 }
@@ -390,6 +398,7 @@ static const cohort__transport_ops mpi_ops = {
     .abort = mpi_abort,
     .interrupt = mpi_interrupt,
     .destroy = mpi_destroy,
+    .progress = mpi_progress,
 };
 
 cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out) {

@@ -469,6 +469,26 @@ static cohort_status shm_poll(cohort__transport *base) {
   return COHORT_OK;
 }
 
+/* Unlike shm_poll, a dead peer fails t only while something posted still expects it (check_liveness): a peer that
+ * said goodbye and exited is no failure of the point-to-point engine's transport. */
+static cohort_status shm_progress(cohort__transport *base, int *progressed) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+  if (cohort__failure_requested(&t->interrupt))
+    return cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
+  COHORT_CHECK(progress_once(t, progressed));
+  COHORT_CHECK(check_peer_aborts(t));
+  int64_t now = cohort__now_ns();
+  if (now >= t->next_progress_liveness) {
+    t->next_progress_liveness = now + LIVENESS_NS;
+    int again = 0;
+    COHORT_CHECK(check_liveness(t, &again));
+    if (again) COHORT_CHECK(progress_once(t, progressed)); /* a dead peer's ring is drained once more */
+    COHORT_CHECK(check_liveness(t, &again));
+  }
+  return COHORT_OK;
+}
+
 /* ---- posting ---- */
 
 static void shm_set_call(cohort__transport *base, const cohort__call *call) { ((shm_transport *)base)->call = *call; }
@@ -617,4 +637,5 @@ const cohort__transport_ops cohort__shm_ops = {
     .release = shm_release,
     .in_arena = shm_in_arena,
     .poll = shm_poll,
+    .progress = shm_progress,
 };

@@ -109,6 +109,7 @@ typedef struct shm_transport {
   cohort_status (*idle_check)(void *arg); /* cohort__shm_set_idle_check */
   void *idle_arg;
   int64_t spin_ns, timeout_ns;
+  int64_t next_progress_liveness; /* shm_progress: when it next looks at the peers' processes */
   double op_timeout_s;
   size_t pending;                    /* posted requests not yet complete */
   cohort__failure failure;           /* the first failure, final; also in our abort slot for the peers */

@@ -276,6 +276,16 @@ cohort_status cohort__tcp_poll(cohort__transport *base) {
   return cohort__links_check_held(&t->links);
 }
 
+cohort_status cohort__tcp_progress(cohort__transport *base, int *progressed) {
+  tcp_transport *t = (tcp_transport *)base;
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+  if (cohort__failure_requested(&t->interrupt)) return fail(t, t->interrupt.status, "%s", t->interrupt.message);
+  if (t->lost_deadline_ns && cohort__now_ns() > t->lost_deadline_ns)
+    return fail(t, COHORT_ERR_REMOTE, "rank %d %s (it exited, crashed or aborted)", t->lost_peer, t->lost_why);
+  COHORT_CHECK(poll_events(t, 0));
+  return progress_once(t, progressed);
+}
+
 /* ---- posting ---- */
 
 static void tcp_set_call(cohort__transport *base, const cohort__call *call) { ((tcp_transport *)base)->call = *call; }
@@ -337,4 +347,5 @@ const cohort__transport_ops cohort__tcp_ops = {
     .interrupt = tcp_interrupt,
     .destroy = cohort__tcp_destroy,
     .poll = cohort__tcp_poll,
+    .progress = cohort__tcp_progress,
 };

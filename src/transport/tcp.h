@@ -39,6 +39,8 @@ void cohort__tcp_set_idle_check(cohort__transport *t, cohort_status (*check)(voi
  * wait): an ABORT from a peer, or a link lost while something was expected of it, fails t. Returns t's status. For
  * the thread that drives t while it waits on something else (the node layer of the layered transport). */
 cohort_status cohort__tcp_poll(cohort__transport *t);
+/* Its progress op (transport.h), for the layered transport's. */
+cohort_status cohort__tcp_progress(cohort__transport *t, int *progressed);
 
 /* The setup's options: the mesh's, where to listen, and the caller's hooks. */
 typedef struct cohort__tcp_setup_options {

@@ -87,6 +87,11 @@ typedef struct cohort__transport_ops {
    * when one died or aborted. For a thread that waits on something else meanwhile (the GPU paths' waits on the
    * device: src/gpu/gpu.c). */
   cohort_status (*poll)(cohort__transport *t);
+  /* Optional, the driving thread: one pass that moves whatever can move now (sets *progressed when something did)
+   * and waits for nothing, then fails t as a wait would when a peer that something posted still expects has died or
+   * aborted; no COHORT_OP_TIMEOUT (nothing says how long a point-to-point receive may wait). The point-to-point
+   * engine (src/comm/p2p.c) drives its transport with it alone. */
+  cohort_status (*progress)(cohort__transport *t, int *progressed);
 } cohort__transport_ops;
 
 /* The common head of every transport. */
