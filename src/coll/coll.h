@@ -90,6 +90,8 @@ cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
  * elements, at its displacement (displs NULL: packed), for every collective of rooted.c and alltoall.c (the fixed-count
  * ones have count elements per rank). */
 void cohort__coll_block(const cohort__coll_args *a, int send, int p, size_t *off, size_t *len);
+/* Every rank agrees on the call before data moves, or every rank fails with the mismatch (rooted.c). */
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx);
 cohort_status cohort__tree_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__ring_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__linear_gather(cohort__coll_ctx *ctx, const cohort__coll_args *a);
