@@ -278,9 +278,9 @@ COHORT_API void cohort_work_free(cohort_work *work);
 
 /* ---- device memory (CUDA) ----
  *
- * Every collective above but the rooted and personalized ones (reduce, gather, scatter, the v-forms, alltoall) also
- * takes CUDA device pointers, for every dtype and op but i8, i16, bool and the bitwise ops (those give
- * COHORT_ERR_INVALID "not on device memory yet") (cudaMalloc'd memory, or any memory the driver reports as
+ * The collectives above but the rooted and personalized ones (reduce, gather, scatter, their v-forms, allgatherv,
+ * alltoall(v): COHORT_ERR_INVALID "not on device memory yet"; so are the dtypes i8, i16, bool and the bitwise ops)
+ * also take CUDA device pointers (cudaMalloc'd memory, or any memory the driver reports as
  * device memory): all of a call's buffers on the device of the calling rank, on every rank alike (a rank that passes
  * host memory where the others pass device memory is a mismatch). The device path is chosen per communicator at its
  * first device collective, and named by cohort_device_path() (and after "+" by cohort_transport_name()):
