@@ -67,8 +67,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        .count = 1000};
   cohort__links links = {.ops = &ops, .t = &s, .call = &call, .pending = &pending, .rank = 0, .count = 1};
   static float payload[1000];
+  /* Call 0 an allreduce; 1 an alltoallv (its count is COHORT__COUNT_PER_PEER: only the posted size bounds a frame);
+   * 2 a gatherv (a total count and the counts' signature, which a frame must carry). */
   for (uint32_t seq = 0; seq < 3 && s.failed == COHORT_OK; seq++) {
     call.seq = seq;
+    if (seq == 1)
+      call = (cohort__call){.seq = seq,
+                            .coll = COHORT__COLL_ALLTOALLV,
+                            .dtype = COHORT_F32,
+                            .algo = COHORT__ALGO_PAIRWISE,
+                            .root = -1,
+                            .count = COHORT__COUNT_PER_PEER};
+    if (seq == 2)
+      call = (cohort__call){.seq = seq,
+                            .coll = COHORT__COLL_GATHERV,
+                            .dtype = COHORT_F32,
+                            .algo = COHORT__ALGO_LINEAR,
+                            .root = 0,
+                            .sig = 0x5eed1234u,
+                            .count = 1000};
     memset(payload, 0xAB, sizeof payload);
     cohort__req req = {.buf = payload, .bytes = sizeof payload, .peer = 1, .call = call};
     pending++;

@@ -17,6 +17,12 @@
  * in eight of ranks 8 to 63 doubles any element, ranks from 64 on only flip signs): 2^15 fits f16 (largest value
  * 65504) and i32, where one factor of 2 per rank would overflow f16 from 16 ranks on and wrap i32 to 0 from 32. */
 static double input(int rank, size_t i, cohort_dtype d, cohort_op op) {
+  if (d == COHORT_BOOL) { /* mostly true for the ands, mostly false for the ors; true is 1 or 2 (any non-zero) */
+    int ands = op == COHORT_PROD || op == COHORT_MIN || op == COHORT_BAND;
+    /* periods 8 and 11 in i, which divide REF_PERIOD; the ands are true on odd ranks, so true at odd i anywhere */
+    int truth = ands ? rank % 2 == 1 || (i * 7 + (size_t)rank * 3) % 8 != 0 : (i * 7 + (size_t)rank * 13) % 11 == 0;
+    return truth ? (rank % 2 ? 2 : 1) : 0;
+  }
   int is_unsigned = d == COHORT_U8;
   if (op == COHORT_PROD) {
     int two = rank < 8 ? (i * 7 + (size_t)rank * 3) % 3 == 0 : rank < 64 && (i + (size_t)rank) % 8 == 0;
@@ -49,7 +55,14 @@ static void store_value(void *buf, size_t i, cohort_dtype d, double v) {
     ((int64_t *)buf)[i] = (int64_t)v;
     break;
   case COHORT_U8:
+  case COHORT_BOOL:
     ((uint8_t *)buf)[i] = (uint8_t)v;
+    break;
+  case COHORT_I8:
+    ((int8_t *)buf)[i] = (int8_t)v;
+    break;
+  case COHORT_I16:
+    ((int16_t *)buf)[i] = (int16_t)v;
     break;
   default:
     break;
@@ -71,17 +84,63 @@ static double load_value(const void *buf, size_t i, cohort_dtype d) {
   case COHORT_I64:
     return (double)((const int64_t *)buf)[i];
   case COHORT_U8:
+  case COHORT_BOOL:
     return ((const uint8_t *)buf)[i];
+  case COHORT_I8:
+    return ((const int8_t *)buf)[i];
+  case COHORT_I16:
+    return ((const int16_t *)buf)[i];
   default:
     return NAN;
   }
 }
 
+/* Wraps an exact integer to the range of a signed type of `bits` bits (two's complement, as the kernels do). */
+static double wrap_signed(double v, int bits) {
+  double m = ldexp(1, bits), h = m / 2;
+  v = fmod(v, m);
+  if (v >= h) v -= m;
+  if (v < -h) v += m;
+  return v;
+}
+
+static int is_float(cohort_dtype d) {
+  return d == COHORT_F32 || d == COHORT_F64 || d == COHORT_F16 || d == COHORT_BF16;
+}
+
+/* Whether the library takes op on d: bitwise ops are for integers (and bool), avg is not for bool. */
+static int op_applies(cohort_dtype d, cohort_op op) {
+  if (op >= COHORT_BAND && is_float(d)) return 0;
+  return !(op == COHORT_AVG && d == COHORT_BOOL);
+}
+
 static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
+  if (d == COHORT_BOOL) { /* or, and, xor of the truths */
+    int acc = input(0, i, d, op) != 0;
+    for (int r = 1; r < n; r++) {
+      int v = input(r, i, d, op) != 0;
+      if (op == COHORT_PROD || op == COHORT_MIN || op == COHORT_BAND)
+        acc = acc && v;
+      else if (op == COHORT_BXOR)
+        acc = acc ^ v;
+      else
+        acc = acc || v;
+    }
+    return acc;
+  }
   double acc = input(0, i, d, op);
   for (int r = 1; r < n; r++) {
     double v = input(r, i, d, op);
     switch (op) {
+    case COHORT_BAND:
+      acc = (double)((int64_t)acc & (int64_t)v);
+      break;
+    case COHORT_BOR:
+      acc = (double)((int64_t)acc | (int64_t)v);
+      break;
+    case COHORT_BXOR:
+      acc = (double)((int64_t)acc ^ (int64_t)v);
+      break;
     case COHORT_PROD:
       acc *= v;
       break;
@@ -98,8 +157,11 @@ static double reference(int n, size_t i, cohort_dtype d, cohort_op op) {
   }
   /* u8 wraps, as documented: the product at 8 ranks (2^8), the sum (and so the average) from 51 ranks on */
   if (d == COHORT_U8 && op != COHORT_MIN && op != COHORT_MAX) acc = fmod(acc, 256);
+  /* i8 and i16 wrap too: sums of the large worlds, products of 2^15 in i16 and 2^7 in i8 */
+  if (d == COHORT_I8) acc = wrap_signed(acc, 8);
+  if (d == COHORT_I16) acc = wrap_signed(acc, 16);
   if (op == COHORT_AVG) {
-    int integer = d == COHORT_I32 || d == COHORT_I64 || d == COHORT_U8;
+    int integer = !is_float(d);
     acc = integer ? trunc(acc / n) : acc / n;
   }
   return acc;
@@ -272,17 +334,25 @@ static int check_broadcast(cohort_comm *c, size_t count, cohort_dtype d, int roo
   return bad;
 }
 
+#include "coll_check_more.inc"
+
 int coll_check_all(cohort_comm *c, const size_t *counts, int ncounts) {
-  int bad = 0, n = cohort_size(c);
-  for (int k = 0; k < ncounts; k++) {
+  int bad = check_refusals(c), n = cohort_size(c);
+  for (int k = 0; k < ncounts && !bad; k++) {
     size_t count = counts[k];
     for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+      int root = (int)((count + (size_t)d) % (size_t)n), async = (k + d) % 2;
       for (int op = 0; op < COHORT_OP_COUNT; op++) {
+        if (!op_applies((cohort_dtype)d, (cohort_op)op)) continue;
         bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);
         bad += check_reduce_scatter(c, count, (cohort_dtype)d, (cohort_op)op);
+        bad += check_reduce(c, count, (cohort_dtype)d, (cohort_op)op, (root + op) % n, (k + op) % 2, async);
       }
       bad += check_allgather(c, count, (cohort_dtype)d);
-      bad += check_broadcast(c, count, (cohort_dtype)d, (int)((count + (size_t)d) % (size_t)n));
+      bad += check_broadcast(c, count, (cohort_dtype)d, root);
+      bad += check_rooted(c, count, (cohort_dtype)d, root, async);
+      bad += check_allgatherv(c, count, (cohort_dtype)d, k % 2, async);
+      bad += check_alltoall(c, count, (cohort_dtype)d, async);
       bad += take_arena_misses();
       if (bad) return bad; /* after a failure the communicator is dead; the first message says it all */
     }
@@ -296,7 +366,8 @@ int coll_check_allreduce_broadcast(cohort_comm *c, const size_t *counts, int nco
     size_t count = counts[k];
     for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
       for (int op = 0; op < COHORT_OP_COUNT; op++)
-        bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);
+        if (op_applies((cohort_dtype)d, (cohort_op)op))
+          bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);
       bad += check_broadcast(c, count, (cohort_dtype)d, (int)((count + (size_t)d) % (size_t)n));
       bad += take_arena_misses();
       if (bad) return bad;

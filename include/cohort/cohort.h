@@ -66,6 +66,11 @@ typedef enum cohort_dtype {
   COHORT_I32 = 4,  /* sums and products wrap around on overflow */
   COHORT_I64 = 5,
   COHORT_U8 = 6,
+  /* The integer types torch uses besides these (numbers never change meaning: they travel in frames). */
+  COHORT_I8 = 7,
+  COHORT_I16 = 8,
+  COHORT_BOOL = 9, /* one byte, 0 false, anything else true; results are 0 or 1: SUM and MAX are a logical or,
+                    * PROD and MIN a logical and (as torch on gloo), BXOR an exclusive or; AVG is refused */
   COHORT_DTYPE_COUNT
 } cohort_dtype;
 
@@ -75,6 +80,10 @@ typedef enum cohort_op {
   COHORT_MIN = 2,
   COHORT_MAX = 3,
   COHORT_PROD = 4,
+  /* Bitwise ops, for the integer dtypes (and bool) only: a float dtype is COHORT_ERR_INVALID. */
+  COHORT_BAND = 5,
+  COHORT_BOR = 6,
+  COHORT_BXOR = 7,
   COHORT_OP_COUNT
 } cohort_op;
 
@@ -95,10 +104,10 @@ COHORT_API const char *cohort_last_error(void);
 
 /* Bytes per element of dtype, 0 for an unknown dtype. */
 COHORT_API size_t cohort_dtype_size(cohort_dtype dtype);
-/* "f32", "bf16", ...; cohort_dtype_parse() accepts these names. */
+/* "f32", "bf16", "i8", "bool", ...; cohort_dtype_parse() accepts these names. */
 COHORT_API const char *cohort_dtype_name(cohort_dtype dtype);
 COHORT_API cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out);
-/* "sum", "avg", "min", "max", "prod". */
+/* "sum", "avg", "min", "max", "prod", "band", "bor", "bxor". */
 COHORT_API const char *cohort_op_name(cohort_op op);
 COHORT_API cohort_status cohort_op_parse(const char *name, cohort_op *out);
 
@@ -180,6 +189,50 @@ COHORT_API cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *se
 /* Returns once every rank has entered the barrier. */
 COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
 
+/*
+ * Rooted and personalized collectives. Counts and displacements are in elements. A buffer that a rank does not use
+ * (recvbuf of reduce and gather(v) off the root, sendbuf of scatter(v) off the root) is not read and may be NULL.
+ * Every rank passes the same root; for gatherv, scatterv and allgatherv every rank passes the same counts array
+ * (counts[i] for rank i; ranks whose arrays differ all get COHORT_ERR_MISMATCH naming both calls, before any data
+ * moves). displs (where rank i's block lies, displs[i] elements into the buffer that holds every rank's block) is
+ * read where that buffer is (the root, or every rank for allgatherv); NULL means packed blocks: displs[i] = the sum
+ * of counts[j] for j < i. Blocks must not overlap each other. The asynchronous forms read counts and displs when
+ * they run: the arrays, like the buffers, belong to the library until the work completes.
+ */
+/* recvbuf[i] = op over ranks of sendbuf[i], on root only (count elements). In place at the root when sendbuf ==
+ * recvbuf. */
+COHORT_API cohort_status cohort_reduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                       cohort_dtype dtype, cohort_op op, int root);
+/* The root's recvbuf (size*count elements) gets rank r's sendbuf (count elements) at offset r*count. The root may pass
+ * sendbuf == recvbuf + root*count (in place). */
+COHORT_API cohort_status cohort_gather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                       cohort_dtype dtype, int root);
+/* Rank r's recvbuf (count elements) gets block r of the root's sendbuf (size*count elements). The root may pass
+ * recvbuf == sendbuf + root*count (in place); other overlap is refused. */
+COHORT_API cohort_status cohort_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                        cohort_dtype dtype, int root);
+/* gather with counts[r] elements from rank r (its sendbuf), placed at the root's recvbuf + displs[r]. */
+COHORT_API cohort_status cohort_gatherv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                        const size_t *displs, cohort_dtype dtype, int root);
+/* scatter with counts[r] elements to rank r (its recvbuf), taken from the root's sendbuf + displs[r]. */
+COHORT_API cohort_status cohort_scatterv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                         const size_t *displs, cohort_dtype dtype, int root);
+/* allgather with counts[r] elements from rank r, placed at recvbuf + displs[r] on every rank. sendbuf may be
+ * recvbuf + displs[rank] (in place). */
+COHORT_API cohort_status cohort_allgatherv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                           const size_t *displs, cohort_dtype dtype);
+/* sendbuf and recvbuf hold size*count elements: block p of sendbuf goes to rank p, and block p of recvbuf comes from
+ * rank p. count is per peer. Separate buffers (overlap is refused). */
+COHORT_API cohort_status cohort_alltoall(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                         cohort_dtype dtype);
+/* alltoall with blocks of their own sizes: send_counts[p] elements at sendbuf + send_displs[p] go to rank p, and
+ * recv_counts[p] elements from rank p land at recvbuf + recv_displs[p] (displs NULL: packed). Rank p's
+ * send_counts[r] must equal rank r's recv_counts[p] (else COHORT_ERR_MISMATCH on every rank, naming the two ranks
+ * and sizes, before the data lands); send_counts[rank] == recv_counts[rank]. Separate buffers. */
+COHORT_API cohort_status cohort_alltoallv(cohort_comm *comm, const void *sendbuf, const size_t *send_counts,
+                                          const size_t *send_displs, void *recvbuf, const size_t *recv_counts,
+                                          const size_t *recv_displs, cohort_dtype dtype);
+
 /* ---- collectives (asynchronous) ---- */
 
 /*
@@ -196,6 +249,25 @@ COHORT_API cohort_status cohort_iallgather(cohort_comm *comm, const void *sendbu
 COHORT_API cohort_status cohort_ireduce_scatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                                 cohort_dtype dtype, cohort_op op, cohort_work **work);
 COHORT_API cohort_status cohort_ibarrier(cohort_comm *comm, cohort_work **work);
+
+/* The asynchronous forms of the rooted and personalized collectives above. */
+COHORT_API cohort_status cohort_ireduce(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                        cohort_dtype dtype, cohort_op op, int root, cohort_work **work);
+COHORT_API cohort_status cohort_igather(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                        cohort_dtype dtype, int root, cohort_work **work);
+COHORT_API cohort_status cohort_iscatter(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                         cohort_dtype dtype, int root, cohort_work **work);
+COHORT_API cohort_status cohort_igatherv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                         const size_t *displs, cohort_dtype dtype, int root, cohort_work **work);
+COHORT_API cohort_status cohort_iscatterv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                          const size_t *displs, cohort_dtype dtype, int root, cohort_work **work);
+COHORT_API cohort_status cohort_iallgatherv(cohort_comm *comm, const void *sendbuf, void *recvbuf, const size_t *counts,
+                                            const size_t *displs, cohort_dtype dtype, cohort_work **work);
+COHORT_API cohort_status cohort_ialltoall(cohort_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                          cohort_dtype dtype, cohort_work **work);
+COHORT_API cohort_status cohort_ialltoallv(cohort_comm *comm, const void *sendbuf, const size_t *send_counts,
+                                           const size_t *send_displs, void *recvbuf, const size_t *recv_counts,
+                                           const size_t *recv_displs, cohort_dtype dtype, cohort_work **work);
 
 /* Blocks until work completes; returns its status (and sets cohort_last_error() on this thread). */
 COHORT_API cohort_status cohort_work_wait(cohort_work *work);
@@ -257,7 +329,9 @@ COHORT_API cohort_status cohort_work_recv_info(cohort_work *work, cohort_recv_in
 
 /* ---- device memory (CUDA) ----
  *
- * Every collective above also takes CUDA device pointers (cudaMalloc'd memory, or any memory the driver reports as
+ * The collectives above but the rooted and personalized ones (reduce, gather, scatter, their v-forms, allgatherv,
+ * alltoall(v): COHORT_ERR_INVALID "not on device memory yet"; so are the dtypes i8, i16, bool and the bitwise ops)
+ * also take CUDA device pointers (cudaMalloc'd memory, or any memory the driver reports as
  * device memory): all of a call's buffers on the device of the calling rank, on every rank alike (a rank that passes
  * host memory where the others pass device memory is a mismatch). The device path is chosen per communicator at its
  * first device collective, and named by cohort_device_path() (and after "+" by cohort_transport_name()):

@@ -562,7 +562,8 @@ def wait_all(handles):
 # ---- numpy and buffers ----
 
 _NP_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float64): _lib.F64, np.dtype(np.float16): _lib.F16,
-              np.dtype(np.int32): _lib.I32, np.dtype(np.int64): _lib.I64, np.dtype(np.uint8): _lib.U8}
+              np.dtype(np.int32): _lib.I32, np.dtype(np.int64): _lib.I64, np.dtype(np.uint8): _lib.U8,
+              np.dtype(np.int8): _lib.I8, np.dtype(np.int16): _lib.I16, np.dtype(np.bool_): _lib.BOOL}
 
 
 def _as_array(obj, writable=False, what="cohort"):
@@ -731,7 +732,8 @@ def _gather_headers(comm, shape, dtype_code, what):
 
 def _lib_dtype_name(code):
     return {_lib.F32: "float32", _lib.F64: "float64", _lib.F16: "float16", _lib.BF16: "bfloat16",
-            _lib.I32: "int32", _lib.I64: "int64", _lib.U8: "uint8"}.get(int(code), f"code {int(code)}")
+            _lib.I32: "int32", _lib.I64: "int64", _lib.U8: "uint8", _lib.I8: "int8", _lib.I16: "int16",
+            _lib.BOOL: "bool"}.get(int(code), f"code {int(code)}")
 
 
 def _allgatherv_bytes(comm, src, firsts, row_bytes, dst):

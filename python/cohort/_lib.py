@@ -14,10 +14,10 @@ c_int, c_size_t, c_void_p, c_char_p, c_int64 = (ctypes.c_int, ctypes.c_size_t, c
 UNDEFINED = -1  # COHORT_UNDEFINED: the color of a rank that joins no group of a split
 OK, ERR_INVALID, ERR_SYSTEM, ERR_TIMEOUT, ERR_REMOTE, ERR_MISMATCH, ERR_AUTH, ERR_INTERNAL, ERR_PROTOCOL = range(9)
 # cohort_dtype
-F32, F64, F16, BF16, I32, I64, U8 = range(7)
-DTYPE_SIZE = {F32: 4, F64: 8, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
-# cohort_op
-SUM, AVG, MIN, MAX, PROD = range(5)
+F32, F64, F16, BF16, I32, I64, U8, I8, I16, BOOL = range(10)
+DTYPE_SIZE = {F32: 4, F64: 8, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1, I8: 1, I16: 2, BOOL: 1}
+# cohort_op (BAND, BOR, BXOR: integer dtypes and bool only)
+SUM, AVG, MIN, MAX, PROD, BAND, BOR, BXOR = range(8)
 # cohort_ddp_compression
 COMPRESS_NONE, COMPRESS_F16, COMPRESS_BF16 = range(3)
 # cohort_ddp_span: the timeline's spans of the training loop (COHORT_TIMELINE)

@@ -61,7 +61,28 @@ void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes) {
   return ctx->scratch[slot];
 }
 
-cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a) {
+static int is_float(cohort_dtype d) {
+  return d == COHORT_F32 || d == COHORT_F64 || d == COHORT_F16 || d == COHORT_BF16;
+}
+
+/* The v-forms' arrays: every count and displacement bounded, their sum too. */
+static cohort_status check_counts(const char *fn, const char *what, const size_t *counts, const size_t *displs, int n,
+                                  size_t es, size_t *total) {
+  const size_t limit = ((size_t)1 << 62) / es;
+  if (!counts) return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, what);
+  size_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] > limit || sum + counts[i] > limit)
+      return cohort__error(COHORT_ERR_INVALID, "%s: %s[%d] = %zu makes the call too large", fn, what, i, counts[i]);
+    if (displs && (displs[i] > limit || displs[i] + counts[i] > limit))
+      return cohort__error(COHORT_ERR_INVALID, "%s: displacement %zu of rank %d is too large", fn, displs[i], i);
+    sum += counts[i];
+  }
+  *total = sum;
+  return COHORT_OK;
+}
+
+cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args *a) {
   const char *fn = cohort__coll_api_name(a->coll);
   unsigned f = cohort__coll_flags(a->coll);
   if (!fn) return cohort__error(COHORT_ERR_INVALID, "unknown collective %d", (int)a->coll);
@@ -70,24 +91,65 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)a->dtype);
   if ((f & COHORT__CALL_OP) && (unsigned)a->op >= COHORT_OP_COUNT)
     return cohort__error(COHORT_ERR_INVALID, "%s: unknown op %d", fn, (int)a->op);
+  if ((f & COHORT__CALL_OP) && a->op >= COHORT_BAND && is_float(a->dtype))
+    return cohort__error(COHORT_ERR_INVALID, "%s: op %s is for integer dtypes (and bool), not %s", fn,
+                         cohort_op_name(a->op), cohort_dtype_name(a->dtype));
+  if ((f & COHORT__CALL_OP) && a->op == COHORT_AVG && a->dtype == COHORT_BOOL)
+    return cohort__error(COHORT_ERR_INVALID, "%s: op avg has no meaning on bool (use sum for any, prod for all)", fn);
   if ((f & COHORT__CALL_ROOT) && (a->root < 0 || a->root >= ctx->size))
     return cohort__error(COHORT_ERR_INVALID, "%s: root %d is not a rank of this %d-rank communicator", fn, a->root,
                          ctx->size);
   size_t es = cohort_dtype_size(a->dtype);
+  int n = ctx->size, me = ctx->rank;
+  int is_root = !(f & COHORT__CALL_ROOT) || a->root == me;
+  if (f & COHORT__CALL_COUNTS) { /* the whole call's elements, and the counts' hash, which every rank compares */
+    COHORT_CHECK(check_counts(fn, "counts", a->counts, is_root ? a->displs : NULL, n, es, &a->count));
+    a->sig = cohort__counts_sig(a->counts, n);
+    size_t mine = a->counts[me];
+    int gathers = a->coll != COHORT__COLL_SCATTERV; /* gatherv, allgatherv: rank's block in sendbuf, all in recvbuf */
+    const void *mine_buf = gathers ? a->sendbuf : a->recvbuf, *all_buf = gathers ? a->recvbuf : a->sendbuf;
+    if (mine && !mine_buf)
+      return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL (counts[%d] = %zu)", fn, gathers ? "sendbuf" : "recvbuf",
+                           me, mine);
+    if (is_root && a->count && !all_buf)
+      return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL on %s", fn, gathers ? "recvbuf" : "sendbuf",
+                           f & COHORT__CALL_ROOT ? "the root" : "a rank");
+    return COHORT_OK;
+  }
+  if (f & COHORT__CALL_PEER_COUNTS) { /* alltoallv: this rank's row and column of the exchange */
+    size_t stotal, rtotal;
+    COHORT_CHECK(check_counts(fn, "send_counts", a->send_counts, a->send_displs, n, es, &stotal));
+    COHORT_CHECK(check_counts(fn, "recv_counts", a->counts, a->displs, n, es, &rtotal));
+    if (a->send_counts[me] != a->counts[me])
+      return cohort__error(COHORT_ERR_INVALID, "%s: rank %d sends %zu elements to itself but receives %zu", fn, me,
+                           a->send_counts[me], a->counts[me]);
+    if (stotal && !a->sendbuf) return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
+    if (rtotal && !a->recvbuf) return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf is NULL", fn);
+    if (stotal && rtotal && n > 1 && a->sendbuf == a->recvbuf)
+      return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf is sendbuf (use separate buffers)", fn);
+    a->count = COHORT__COUNT_PER_PEER;
+    return COHORT_OK;
+  }
   size_t total = a->count;
-  if (f & (COHORT__CALL_SEND_PER_RANK | COHORT__CALL_RECV_PER_RANK)) total *= (size_t)ctx->size;
-  if (a->count > ((size_t)1 << 62) / es / (size_t)ctx->size)
+  if (f & (COHORT__CALL_SEND_PER_RANK | COHORT__CALL_RECV_PER_RANK)) total *= (size_t)n;
+  if (a->count > ((size_t)1 << 62) / es / (size_t)n)
     return cohort__error(COHORT_ERR_INVALID, "%s: count %zu is too large", fn, a->count);
   if (a->count > 0) {
-    if (!a->recvbuf)
+    /* The rooted calls: the root's buffer of every rank's blocks (gather: recvbuf, scatter: sendbuf, reduce:
+     * recvbuf) is read only at the root, and may be NULL elsewhere. */
+    int recv_needed = is_root || a->coll == COHORT__COLL_SCATTER;
+    int send_needed = is_root || a->coll != COHORT__COLL_SCATTER;
+    if (!a->recvbuf && recv_needed)
       return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, f & COHORT__CALL_ONE_BUFFER ? "buf" : "recvbuf");
-    if (!a->sendbuf && !(f & COHORT__CALL_ONE_BUFFER))
+    if (!a->sendbuf && send_needed && !(f & COHORT__CALL_ONE_BUFFER))
       return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
   }
   /* Each rank's block of the send buffer is read while the result is written. */
-  if ((f & COHORT__CALL_SEND_PER_RANK) && a->count && ctx->size > 1) {
+  if ((f & COHORT__CALL_SEND_PER_RANK) && a->count && n > 1 && is_root) {
+    size_t rbytes = (f & COHORT__CALL_RECV_PER_RANK ? total : a->count) * es;
     const char *s = a->sendbuf, *r = a->recvbuf;
-    if (r < s + total * es && s < r + a->count * es)
+    if (a->coll == COHORT__COLL_SCATTER && r == s + (size_t)me * a->count * es) return COHORT_OK; /* in place */
+    if (r && r < s + total * es && s < r + rbytes)
       return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf overlaps sendbuf (use separate buffers)", fn);
   }
   return COHORT_OK;
@@ -103,17 +165,37 @@ static cohort__algo choose(const cohort__coll_ctx *ctx, const cohort__coll_args 
     return bytes <= ctx->small_bytes ? COHORT__ALGO_TREE : COHORT__ALGO_CHAIN;
   case COHORT__COLL_BARRIER:
     return COHORT__ALGO_DISSEMINATION;
+  case COHORT__COLL_REDUCE: /* as allreduce: the tree's rounds for latency, the ring's bandwidth for size */
+    return bytes <= ctx->small_bytes ? COHORT__ALGO_TREE : COHORT__ALGO_RING;
+  case COHORT__COLL_GATHER:
+  case COHORT__COLL_GATHERV:
+  case COHORT__COLL_SCATTER:
+  case COHORT__COLL_SCATTERV:
+    return COHORT__ALGO_LINEAR;
+  case COHORT__COLL_ALLTOALL:
+  case COHORT__COLL_ALLTOALLV:
+    return COHORT__ALGO_PAIRWISE;
   default:
     return COHORT__ALGO_RING;
   }
 }
 
-/* A 1-rank communicator: the result is the input (AVG of one value is the value). */
+/* A 1-rank communicator: the result is the input (AVG of one value is the value; bool reduces to 0 or 1). */
 static void run_alone(const cohort__coll_args *a) {
-  size_t bytes = a->count * cohort_dtype_size(a->dtype);
+  size_t es = cohort_dtype_size(a->dtype), soff = 0, roff = 0, len = a->count;
   unsigned f = cohort__coll_flags(a->coll);
-  if (!(f & (COHORT__CALL_ONE_BUFFER | COHORT__CALL_NO_DATA)) && bytes && a->recvbuf != a->sendbuf)
-    memmove(a->recvbuf, a->sendbuf, bytes);
+  if (f & (COHORT__CALL_ONE_BUFFER | COHORT__CALL_NO_DATA)) return;
+  if (f & (COHORT__CALL_COUNTS | COHORT__CALL_PEER_COUNTS)) {
+    int scatters = a->coll == COHORT__COLL_SCATTERV;
+    cohort__coll_block(a, 0, 0, scatters ? &soff : &roff, &len);
+    if (a->coll == COHORT__COLL_ALLTOALLV) cohort__coll_block(a, 1, 0, &soff, &len);
+  }
+  const char *src = (const char *)a->sendbuf + soff * es;
+  char *dst = (char *)a->recvbuf + roff * es;
+  if (len && dst != src) memmove(dst, src, len * es);
+  if ((f & COHORT__CALL_OP) && a->dtype == COHORT_BOOL)
+    for (size_t i = 0; i < len; i++)
+      dst[i] = dst[i] != 0;
 }
 
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq) {
@@ -129,7 +211,7 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   int hier = a->coll == COHORT__COLL_ALLREDUCE && ctx->across &&
              (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
   cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
-  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count);
+  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count, a->sig);
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
@@ -144,6 +226,19 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
     return cohort__ring_reduce_scatter(ctx, a);
   case COHORT__COLL_BARRIER:
     return cohort__dissemination_barrier(ctx);
+  case COHORT__COLL_REDUCE:
+    return algo == COHORT__ALGO_TREE ? cohort__tree_reduce(ctx, a) : cohort__ring_reduce(ctx, a);
+  case COHORT__COLL_GATHER:
+  case COHORT__COLL_GATHERV:
+    return cohort__linear_gather(ctx, a);
+  case COHORT__COLL_SCATTER:
+  case COHORT__COLL_SCATTERV:
+    return cohort__linear_scatter(ctx, a);
+  case COHORT__COLL_ALLGATHERV:
+    return cohort__ring_allgatherv(ctx, a);
+  case COHORT__COLL_ALLTOALL:
+  case COHORT__COLL_ALLTOALLV:
+    return cohort__pairwise_alltoall(ctx, a);
   default:
     return cohort__error(COHORT_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
   }

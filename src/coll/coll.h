@@ -8,6 +8,8 @@
  *   broadcast.c  binomial tree for small messages, pipelined chain for large ones
  *   barrier.c    dissemination barrier
  *   hier.c       hierarchical allreduce for jobs on several nodes: shm within the node, ring/rd across nodes
+ *   rooted.c     reduce (binomial tree, or ring reduce-scatter + gather), gather(v) and scatter(v) (linear)
+ *   alltoall.c   alltoall(v) (pairwise exchange), allgatherv (ring of variable blocks)
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -32,6 +34,13 @@ typedef struct cohort__coll_args {
   cohort_dtype dtype;
   cohort_op op;
   int root;
+  /* The v-forms, in elements. gatherv, scatterv, allgatherv: counts[i] elements of rank i, at displs[i] in the
+   * buffer that holds every rank's block (gatherv and allgatherv: recvbuf; scatterv: sendbuf), displs NULL for
+   * packed blocks; cohort__coll_check sets count to the sum of counts and sig to their hash. alltoallv: counts and
+   * displs describe recvbuf, send_counts and send_displs sendbuf, one block per peer. */
+  const size_t *counts, *displs;
+  const size_t *send_counts, *send_displs;
+  uint32_t sig;
   /* Device buffers (src/gpu/gpu.h): on_device and the device's ordinal, the caller's stream, the event after which
    * the input is ready (asynchronous calls), and whether a _stream call may return once the work is queued. */
   int on_device, device;
@@ -60,8 +69,9 @@ typedef struct cohort__coll_ctx {
  * transport. */
 cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
-/* Checks arguments (COHORT_ERR_INVALID names the bad one). */
-cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a);
+/* Checks arguments (COHORT_ERR_INVALID names the bad one); for the v-forms, sets a->count and a->sig from the
+ * counts (COHORT__CALL_COUNTS in transport/call.h). */
+cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args *a);
 /* Runs one collective as call number seq. */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
 
@@ -76,6 +86,24 @@ cohort_status cohort__rd_allreduce(cohort__coll_ctx *ctx, const cohort__coll_arg
 cohort_status cohort__tree_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__chain_broadcast(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
+/* rooted.c and alltoall.c. The v-forms' blocks: rank (or peer) p's block of a's counts (send: its send_counts) in
+ * elements, at its displacement (displs NULL: packed), for every collective of rooted.c and alltoall.c (the fixed-count
+ * ones have count elements per rank). */
+void cohort__coll_block(const cohort__coll_args *a, int send, int p, size_t *off, size_t *len);
+/* Every rank agrees on the call before data moves, or every rank fails with the mismatch (rooted.c). */
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx);
+cohort_status cohort__tree_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__ring_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__linear_gather(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__linear_scatter(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__ring_allgatherv(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+cohort_status cohort__pairwise_alltoall(cohort__coll_ctx *ctx, const cohort__coll_args *a);
+/* ring.c: the reduce-scatter half of the ring allreduce on a's count (chunks split as evenly as possible), into
+ * out (count elements; it may be a's sendbuf): after it, chunk cohort__ring_reduced_chunk(rank, size) of out holds
+ * the reduction (AVG divided) and the other chunks partial sums. */
+cohort_status cohort__ring_reduce_chunks(cohort__coll_ctx *ctx, const cohort__coll_args *a, void *out);
+int cohort__ring_reduced_chunk(int rank, int size);
+void cohort__ring_chunk(size_t count, int size, int c, size_t *off, size_t *len);
 /* Needs ctx->layers; the call has been set on the layered transport (so on both of its parts). */
 cohort_status cohort__hier_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 

@@ -8,6 +8,7 @@
  *                   2(n-1)/n of the data, which is optimal.
  *   reduce_scatter: the first half only, indexed so that rank r ends with block r.
  *   allgather:      the second half only, starting from each rank's own block.
+ *   reduce chunks:  allreduce's first half only (cohort_reduce's large path: the root then gathers the chunks).
  *
  * Receives are posted a window ahead; reduce-scatter segments land in scratch slots and are reduced from there
  * (one pass: dst = received op local), allgather segments land directly in the output.
@@ -21,7 +22,8 @@
 
 #define WINDOW 4
 
-typedef enum { RING_ALLREDUCE, RING_REDUCE_SCATTER, RING_ALLGATHER } ring_kind;
+/* RING_REDUCE: allreduce's reduce-scatter half alone (for cohort_reduce: rooted.c gathers the chunks). */
+typedef enum { RING_ALLREDUCE, RING_REDUCE_SCATTER, RING_ALLGATHER, RING_REDUCE } ring_kind;
 
 typedef struct ring {
   cohort__coll_ctx *ctx;
@@ -43,14 +45,16 @@ static int mod(int x, int n) { return ((x % n) + n) % n; }
 
 /* Chunk c covers [chunk_off(c), chunk_off(c) + chunk_len(c)) in elements. allreduce splits count as evenly as
  * possible; reduce_scatter and allgather have exactly count per rank. */
+static int even_chunks(const ring *g) { return g->kind == RING_ALLREDUCE || g->kind == RING_REDUCE; }
+
 static size_t chunk_off(const ring *g, int c) {
-  if (g->kind != RING_ALLREDUCE) return (size_t)c * g->a->count;
+  if (!even_chunks(g)) return (size_t)c * g->a->count;
   size_t q = g->a->count / (size_t)g->n, rem = g->a->count % (size_t)g->n;
   return (size_t)c * q + ((size_t)c < rem ? (size_t)c : rem);
 }
 
 static size_t chunk_len(const ring *g, int c) {
-  if (g->kind != RING_ALLREDUCE) return g->a->count;
+  if (!even_chunks(g)) return g->a->count;
   size_t q = g->a->count / (size_t)g->n, rem = g->a->count % (size_t)g->n;
   return q + ((size_t)c < rem ? 1 : 0);
 }
@@ -58,6 +62,7 @@ static size_t chunk_len(const ring *g, int c) {
 static int send_chunk(const ring *g, int t) {
   switch (g->kind) {
   case RING_ALLREDUCE:
+  case RING_REDUCE:
     return t < g->rs_steps ? mod(g->r - t, g->n) : mod(g->r + 1 - (t - g->rs_steps), g->n);
   case RING_REDUCE_SCATTER:
     return mod(g->r - t - 1, g->n);
@@ -69,6 +74,7 @@ static int send_chunk(const ring *g, int t) {
 static int recv_chunk(const ring *g, int t) {
   switch (g->kind) {
   case RING_ALLREDUCE:
+  case RING_REDUCE:
     return t < g->rs_steps ? mod(g->r - t - 1, g->n) : mod(g->r - (t - g->rs_steps), g->n);
   case RING_REDUCE_SCATTER:
     return mod(g->r - t - 2, g->n);
@@ -119,16 +125,16 @@ static void reduce_unit(ring *g, int u) {
   if (t == g->rs_steps - 1 && g->a->op == COHORT_AVG) cohort__reduce_avg(dst, len, g->a->dtype, g->n);
 }
 
-static cohort_status ring_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, ring_kind kind) {
+static cohort_status ring_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, ring_kind kind, char *out) {
   ring g = {.ctx = ctx, .a = a, .kind = kind, .n = ctx->size, .r = ctx->rank, .es = cohort_dtype_size(a->dtype)};
   g.rs_steps = kind == RING_ALLGATHER ? 0 : g.n - 1;
-  g.steps = g.rs_steps + (kind == RING_REDUCE_SCATTER ? 0 : g.n - 1);
+  g.steps = g.rs_steps + (kind == RING_REDUCE_SCATTER || kind == RING_REDUCE ? 0 : g.n - 1);
   g.seg = ctx->segment_bytes / g.es;
   if (g.seg == 0) g.seg = 1;
   g.chunk_count = chunk_len(&g, 0);
   g.nseg = g.chunk_count == 0 ? 1 : (int)((g.chunk_count + g.seg - 1) / g.seg);
   g.src = a->sendbuf;
-  g.out = a->recvbuf;
+  g.out = out;
   if (g.rs_steps > 0) {
     g.tmp = cohort__coll_scratch(ctx, 0, WINDOW * g.seg * g.es);
     if (!g.tmp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory for ring scratch");
@@ -170,13 +176,26 @@ static cohort_status ring_run(cohort__coll_ctx *ctx, const cohort__coll_args *a,
 }
 
 cohort_status cohort__ring_allreduce(cohort__coll_ctx *ctx, const cohort__coll_args *a) {
-  return ring_run(ctx, a, RING_ALLREDUCE);
+  return ring_run(ctx, a, RING_ALLREDUCE, a->recvbuf);
 }
 
 cohort_status cohort__ring_reduce_scatter(cohort__coll_ctx *ctx, const cohort__coll_args *a) {
-  return ring_run(ctx, a, RING_REDUCE_SCATTER);
+  return ring_run(ctx, a, RING_REDUCE_SCATTER, a->recvbuf);
 }
 
 cohort_status cohort__ring_allgather(cohort__coll_ctx *ctx, const cohort__coll_args *a) {
-  return ring_run(ctx, a, RING_ALLGATHER);
+  return ring_run(ctx, a, RING_ALLGATHER, a->recvbuf);
+}
+
+cohort_status cohort__ring_reduce_chunks(cohort__coll_ctx *ctx, const cohort__coll_args *a, void *out) {
+  return ring_run(ctx, a, RING_REDUCE, out);
+}
+
+/* The last reduce-scatter step of rank r receives chunk r - (n - 2) - 1 = r + 1 (mod n). */
+int cohort__ring_reduced_chunk(int rank, int size) { return (rank + 1) % size; }
+
+void cohort__ring_chunk(size_t count, int size, int c, size_t *off, size_t *len) {
+  size_t q = count / (size_t)size, rem = count % (size_t)size;
+  *off = (size_t)c * q + ((size_t)c < rem ? (size_t)c : rem);
+  *len = q + ((size_t)c < rem ? 1 : 0);
 }

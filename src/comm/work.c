@@ -259,6 +259,136 @@ cohort_status cohort_ibarrier(cohort_comm *c, cohort_work **w) {
   return run_async(c, &a, w, 0);
 }
 
+/* ---- rooted and personalized collectives (coll/rooted.c, coll/alltoall.c) ---- */
+
+#define VARGS(kind, s, r, c, dp, d, root_)                                                                             \
+  (cohort__coll_args) {                                                                                                \
+    .coll = kind, .sendbuf = s, .recvbuf = r, .counts = c, .displs = dp, .dtype = d, .op = COHORT_SUM, .root = root_   \
+  }
+#define A2AV_ARGS(s, sc, sd, r, rc, rd, d)                                                                             \
+  (cohort__coll_args) {                                                                                                \
+    .coll = COHORT__COLL_ALLTOALLV, .sendbuf = s, .send_counts = sc, .send_displs = sd, .recvbuf = r, .counts = rc,    \
+    .displs = rd, .dtype = d, .op = COHORT_SUM, .root = -1                                                             \
+  }
+
+/* Each public call once, blocking or not: w NULL runs it blocking. */
+static cohort_status run(cohort_comm *c, cohort__coll_args *a, cohort_work **w) {
+  return w ? run_async(c, a, w, 0) : run_blocking(c, a, 0);
+}
+
+static cohort_status reduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o, int root,
+                            cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_REDUCE, s, r, n, d, o, root);
+  return run(c, &a, w);
+}
+static cohort_status gather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root,
+                            cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_GATHER, s, r, n, d, COHORT_SUM, root);
+  return run(c, &a, w);
+}
+static cohort_status scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root,
+                             cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_SCATTER, s, r, n, d, COHORT_SUM, root);
+  return run(c, &a, w);
+}
+static cohort_status gatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                             cohort_dtype d, int root, cohort_work **w) {
+  cohort__coll_args a = VARGS(COHORT__COLL_GATHERV, s, r, counts, displs, d, root);
+  return run(c, &a, w);
+}
+static cohort_status scatterv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                              cohort_dtype d, int root, cohort_work **w) {
+  cohort__coll_args a = VARGS(COHORT__COLL_SCATTERV, s, r, counts, displs, d, root);
+  return run(c, &a, w);
+}
+static cohort_status allgatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                                cohort_dtype d, cohort_work **w) {
+  cohort__coll_args a = VARGS(COHORT__COLL_ALLGATHERV, s, r, counts, displs, d, -1);
+  return run(c, &a, w);
+}
+static cohort_status alltoall(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_work **w) {
+  cohort__coll_args a = ARGS(COHORT__COLL_ALLTOALL, s, r, n, d, COHORT_SUM, -1);
+  return run(c, &a, w);
+}
+static cohort_status alltoallv(cohort_comm *c, const void *s, const size_t *sc, const size_t *sd, void *r,
+                               const size_t *rc, const size_t *rd, cohort_dtype d, cohort_work **w) {
+  cohort__coll_args a = A2AV_ARGS(s, sc, sd, r, rc, rd, d);
+  return run(c, &a, w);
+}
+
+cohort_status cohort_reduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o, int root) {
+  return reduce(c, s, r, n, d, o, root, NULL);
+}
+cohort_status cohort_gather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root) {
+  return gather(c, s, r, n, d, root, NULL);
+}
+cohort_status cohort_scatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root) {
+  return scatter(c, s, r, n, d, root, NULL);
+}
+cohort_status cohort_gatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                             cohort_dtype d, int root) {
+  return gatherv(c, s, r, counts, displs, d, root, NULL);
+}
+cohort_status cohort_scatterv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                              cohort_dtype d, int root) {
+  return scatterv(c, s, r, counts, displs, d, root, NULL);
+}
+cohort_status cohort_allgatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                                cohort_dtype d) {
+  return allgatherv(c, s, r, counts, displs, d, NULL);
+}
+cohort_status cohort_alltoall(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d) {
+  return alltoall(c, s, r, n, d, NULL);
+}
+cohort_status cohort_alltoallv(cohort_comm *c, const void *s, const size_t *sc, const size_t *sd, void *r,
+                               const size_t *rc, const size_t *rd, cohort_dtype d) {
+  return alltoallv(c, s, sc, sd, r, rc, rd, d, NULL);
+}
+
+/* The work handle's pointer is checked here: run() takes NULL for "blocking". */
+#define NEED_WORK(w)                                                                                                   \
+  if (!(w)) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL")
+
+cohort_status cohort_ireduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o, int root,
+                             cohort_work **w) {
+  NEED_WORK(w);
+  return reduce(c, s, r, n, d, o, root, w);
+}
+cohort_status cohort_igather(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root,
+                             cohort_work **w) {
+  NEED_WORK(w);
+  return gather(c, s, r, n, d, root, w);
+}
+cohort_status cohort_iscatter(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, int root,
+                              cohort_work **w) {
+  NEED_WORK(w);
+  return scatter(c, s, r, n, d, root, w);
+}
+cohort_status cohort_igatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                              cohort_dtype d, int root, cohort_work **w) {
+  NEED_WORK(w);
+  return gatherv(c, s, r, counts, displs, d, root, w);
+}
+cohort_status cohort_iscatterv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                               cohort_dtype d, int root, cohort_work **w) {
+  NEED_WORK(w);
+  return scatterv(c, s, r, counts, displs, d, root, w);
+}
+cohort_status cohort_iallgatherv(cohort_comm *c, const void *s, void *r, const size_t *counts, const size_t *displs,
+                                 cohort_dtype d, cohort_work **w) {
+  NEED_WORK(w);
+  return allgatherv(c, s, r, counts, displs, d, w);
+}
+cohort_status cohort_ialltoall(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_work **w) {
+  NEED_WORK(w);
+  return alltoall(c, s, r, n, d, w);
+}
+cohort_status cohort_ialltoallv(cohort_comm *c, const void *s, const size_t *sc, const size_t *sd, void *r,
+                                const size_t *rc, const size_t *rd, cohort_dtype d, cohort_work **w) {
+  NEED_WORK(w);
+  return alltoallv(c, s, sc, sd, r, rc, rd, d, w);
+}
+
 /* ---- on device memory, ordered on a stream (src/gpu/) ---- */
 
 #define STREAM_ARGS(kind, s, r, n, d, o, root_, stream_)                                                               \

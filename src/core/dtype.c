@@ -7,12 +7,14 @@ static const struct {
   const char *name;
   size_t size;
 } dtypes[COHORT_DTYPE_COUNT] = {
-    [COHORT_F32] = {"f32", 4}, [COHORT_F64] = {"f64", 8}, [COHORT_F16] = {"f16", 2}, [COHORT_BF16] = {"bf16", 2},
-    [COHORT_I32] = {"i32", 4}, [COHORT_I64] = {"i64", 8}, [COHORT_U8] = {"u8", 1},
+    [COHORT_F32] = {"f32", 4}, [COHORT_F64] = {"f64", 8},   [COHORT_F16] = {"f16", 2}, [COHORT_BF16] = {"bf16", 2},
+    [COHORT_I32] = {"i32", 4}, [COHORT_I64] = {"i64", 8},   [COHORT_U8] = {"u8", 1},   [COHORT_I8] = {"i8", 1},
+    [COHORT_I16] = {"i16", 2}, [COHORT_BOOL] = {"bool", 1},
 };
 
 static const char *const op_names[COHORT_OP_COUNT] = {
-    [COHORT_SUM] = "sum", [COHORT_AVG] = "avg", [COHORT_MIN] = "min", [COHORT_MAX] = "max", [COHORT_PROD] = "prod",
+    [COHORT_SUM] = "sum",   [COHORT_AVG] = "avg",   [COHORT_MIN] = "min", [COHORT_MAX] = "max",
+    [COHORT_PROD] = "prod", [COHORT_BAND] = "band", [COHORT_BOR] = "bor", [COHORT_BXOR] = "bxor",
 };
 
 size_t cohort_dtype_size(cohort_dtype dtype) { return (unsigned)dtype < COHORT_DTYPE_COUNT ? dtypes[dtype].size : 0; }
@@ -27,7 +29,8 @@ cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out) {
       *out = (cohort_dtype)i;
       return COHORT_OK;
     }
-  return cohort__error(COHORT_ERR_INVALID, "unknown dtype '%s' (expected f32, f64, f16, bf16, i32, i64 or u8)", name);
+  return cohort__error(COHORT_ERR_INVALID,
+                       "unknown dtype '%s' (expected f32, f64, f16, bf16, i32, i64, u8, i8, i16 or bool)", name);
 }
 
 const char *cohort_op_name(cohort_op op) { return (unsigned)op < COHORT_OP_COUNT ? op_names[op] : "unknown-op"; }
@@ -38,5 +41,6 @@ cohort_status cohort_op_parse(const char *name, cohort_op *out) {
       *out = (cohort_op)i;
       return COHORT_OK;
     }
-  return cohort__error(COHORT_ERR_INVALID, "unknown op '%s' (expected sum, avg, min, max or prod)", name);
+  return cohort__error(COHORT_ERR_INVALID, "unknown op '%s' (expected sum, avg, min, max, prod, band, bor or bxor)",
+                       name);
 }

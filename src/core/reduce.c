@@ -3,8 +3,9 @@
  * docs/performance.md for the -fopt-info-vec check); each kernel is cloned for x86-64-v3 (AVX2, FMA, F16C) and a
  * baseline, and the loader picks the clone that fits the CPU at run time.
  *
- * Integer SUM and PROD wrap around (computed on unsigned types: signed overflow would be undefined behaviour).
- * f16 and bf16 are converted to f32, combined in f32, and rounded back once per combination.
+ * Integer SUM and PROD wrap around; BAND, BOR and BXOR are for the integer types (and bool) only (computed on unsigned
+ * types: signed overflow would be undefined behaviour). f16 and bf16 are converted to f32, combined in f32, and rounded
+ * back once per combination.
  */
 #include <math.h>
 #include <stdint.h>
@@ -98,6 +99,50 @@ DEFINE_KERNELS(f64, double, double)
 DEFINE_KERNELS(i32, int32_t, uint32_t)
 DEFINE_KERNELS(i64, int64_t, uint64_t)
 DEFINE_KERNELS(u8, uint8_t, uint32_t)
+DEFINE_KERNELS(i8, int8_t, uint32_t)
+DEFINE_KERNELS(i16, int16_t, uint32_t)
+
+/* Bitwise ops, for the integer types. */
+#define DEFINE_BITWISE(NAME, T)                                                                                        \
+  KERNEL static void NAME##_band(T *d, const T *a, const T *b, size_t n) {                                             \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = (T)(a[i] & b[i]);                                                                                         \
+  }                                                                                                                    \
+  KERNEL static void NAME##_bor(T *d, const T *a, const T *b, size_t n) {                                              \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = (T)(a[i] | b[i]);                                                                                         \
+  }                                                                                                                    \
+  KERNEL static void NAME##_bxor(T *d, const T *a, const T *b, size_t n) {                                             \
+    for (size_t i = 0; i < n; i++)                                                                                     \
+      d[i] = (T)(a[i] ^ b[i]);                                                                                         \
+  }
+
+DEFINE_BITWISE(i32, int32_t)
+DEFINE_BITWISE(i64, int64_t)
+DEFINE_BITWISE(u8, uint8_t)
+DEFINE_BITWISE(i8, int8_t)
+DEFINE_BITWISE(i16, int16_t)
+
+/* bool: any non-zero byte is true, results are 0 or 1. SUM and MAX (and BOR) are a logical or, PROD and MIN (and
+ * BAND) a logical and, as torch reduces bool tensors on gloo; BXOR an exclusive or. */
+KERNEL static void bool_reduce(uint8_t *d, const uint8_t *a, const uint8_t *b, size_t n, cohort_op op) {
+  switch (op) {
+  case COHORT_PROD:
+  case COHORT_MIN:
+  case COHORT_BAND:
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint8_t)((a[i] != 0) & (b[i] != 0));
+    return;
+  case COHORT_BXOR:
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint8_t)((a[i] != 0) ^ (b[i] != 0));
+    return;
+  default:
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint8_t)((a[i] != 0) | (b[i] != 0));
+    return;
+  }
+}
 
 /* Half types: blocks of 256 through f32 so that the conversion loops vectorize too. */
 #define HALF_BLOCK 256
@@ -165,6 +210,21 @@ DEFINE_HALF(bf16, cohort__bf16_to_f32, cohort__f32_to_bf16)
     return;                                                                                                            \
   }
 
+#define DISPATCH_INT(NAME, T)                                                                                          \
+  switch (op) {                                                                                                        \
+  case COHORT_BAND:                                                                                                    \
+    NAME##_band((T *)dst, (const T *)a, (const T *)b, n);                                                              \
+    return;                                                                                                            \
+  case COHORT_BOR:                                                                                                     \
+    NAME##_bor((T *)dst, (const T *)a, (const T *)b, n);                                                               \
+    return;                                                                                                            \
+  case COHORT_BXOR:                                                                                                    \
+    NAME##_bxor((T *)dst, (const T *)a, (const T *)b, n);                                                              \
+    return;                                                                                                            \
+  default:                                                                                                             \
+    DISPATCH(NAME, T)                                                                                                  \
+  }
+
 /* dst is either exactly a or b (each element is read before it is written) or disjoint from both; the compiler
  * checks for overlap at run time and still uses the vector loop. */
 void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dtype dtype, cohort_op op) {
@@ -174,11 +234,18 @@ void cohort__reduce(void *dst, const void *a, const void *b, size_t n, cohort_dt
   case COHORT_F64:
     DISPATCH(f64, double)
   case COHORT_I32:
-    DISPATCH(i32, int32_t)
+    DISPATCH_INT(i32, int32_t)
   case COHORT_I64:
-    DISPATCH(i64, int64_t)
+    DISPATCH_INT(i64, int64_t)
   case COHORT_U8:
-    DISPATCH(u8, uint8_t)
+    DISPATCH_INT(u8, uint8_t)
+  case COHORT_I8:
+    DISPATCH_INT(i8, int8_t)
+  case COHORT_I16:
+    DISPATCH_INT(i16, int16_t)
+  case COHORT_BOOL:
+    bool_reduce(dst, a, b, n, op);
+    return;
   case COHORT_F16:
     f16_reduce(dst, a, b, n, op);
     return;
@@ -234,7 +301,19 @@ void cohort__reduce_avg(void *buf, size_t n, cohort_dtype dtype, int world) {
       p[i] = (uint8_t)(p[i] / world);
     return;
   }
-  default:
+  case COHORT_I8: {
+    int8_t *p = buf;
+    for (size_t i = 0; i < n; i++)
+      p[i] = (int8_t)(p[i] / world);
+    return;
+  }
+  case COHORT_I16: {
+    int16_t *p = buf;
+    for (size_t i = 0; i < n; i++)
+      p[i] = (int16_t)(p[i] / world);
+    return;
+  }
+  default: /* bool: AVG is refused (coll.c) */
     return;
   }
 }

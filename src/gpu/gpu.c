@@ -144,6 +144,14 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
     if (!stream_call) return COHORT_OK;
     ds = 0; /* a _stream call with no data */
   }
+  /* The rooted and personalized collectives, the dtypes i8, i16 and bool and the bitwise ops have no device path
+   * yet (src/gpu would need them): refused here, before anything is sent. */
+  unsigned f = cohort__coll_flags(a->coll);
+  if (a->coll >= COHORT__COLL_REDUCE)
+    return cohort__error(COHORT_ERR_INVALID, "%s: not on device memory yet (copy the buffers to host memory)", fn);
+  if (a->dtype >= COHORT_I8 || ((f & COHORT__CALL_OP) && a->op >= COHORT_BAND))
+    return cohort__error(COHORT_ERR_INVALID, "%s: %s %s: not on device memory yet (copy the buffers to host memory)",
+                         fn, cohort_dtype_name(a->dtype), f & COHORT__CALL_OP ? cohort_op_name(a->op) : "");
   cohort_status st = api->available();
   if (st != COHORT_OK) return plugin_error(api, st);
   a->on_device = 1;
@@ -328,7 +336,7 @@ static cohort_status staged(cohort__gpu *g, cohort__coll_ctx *coll, const cohort
 
 cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__coll_ctx *coll, const cohort__config *cfg,
                               const cohort__coll_args *a, uint32_t seq) {
-  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, COHORT__ALGO_DEVICE, a->root, a->count);
+  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, COHORT__ALGO_DEVICE, a->root, a->count, 0);
   t->ops->set_call(t, &call);
   if (!*gp) COHORT_CHECK(setup(gp, t, cfg, a->device));
   cohort__gpu *g = *gp;

@@ -18,7 +18,14 @@ void cohort__call_describe(const cohort__call *c, char *buf, size_t len) {
   if (f & COHORT__CALL_OP) snprintf(op, sizeof op, ", %s", cohort_op_name((cohort_op)c->op));
   if (f & (COHORT__CALL_ROOT | COHORT__CALL_PEER))
     snprintf(root, sizeof root, ", %s=%d", f & COHORT__CALL_ROOT ? "root" : "peer", (int)c->root);
-  snprintf(buf, len, "%s(count=%llu, %s%s%s, %s) [call #%u]", name ? name : "unknown-collective",
-           (unsigned long long)c->count, cohort_dtype_name((cohort_dtype)c->dtype), op, root,
-           algo ? algo : "unknown-algo", c->seq);
+  char count[64];
+  if (f & COHORT__CALL_PEER_COUNTS)
+    snprintf(count, sizeof count, "counts per peer");
+  else if (f & COHORT__CALL_COUNTS) /* the total, and the hash of the counts array that says which one */
+    snprintf(count, sizeof count, "count=%llu, counts#%014llx", (unsigned long long)c->count,
+             (unsigned long long)c->sig);
+  else
+    snprintf(count, sizeof count, "count=%llu", (unsigned long long)c->count);
+  snprintf(buf, len, "%s(%s, %s%s%s, %s) [call #%u]", name ? name : "unknown-collective", count,
+           cohort_dtype_name((cohort_dtype)c->dtype), op, root, algo ? algo : "unknown-algo", c->seq);
 }

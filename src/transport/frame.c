@@ -52,6 +52,15 @@ cohort_status cohort__frame_match(const cohort__call *mine, int my_rank, int pee
   cohort__frame_to_call(hdr, &theirs);
   if (cohort__call_equal(&theirs, mine)) {
     if (hdr->bytes == expect_bytes) return COHORT_OK;
+    if (cohort__coll_flags(mine->coll) & COHORT__CALL_PEER_COUNTS) {
+      size_t es = cohort_dtype_size((cohort_dtype)mine->dtype);
+      snprintf(msg, len,
+               "ranks disagree on the counts of %s: rank %d sends %llu elements to rank %d, which expects %zu from "
+               "it (its recv_counts[%d] against rank %d's send_counts[%d])",
+               cohort__coll_api_name(mine->coll), peer, (unsigned long long)(hdr->bytes / es), my_rank,
+               expect_bytes / es, peer, peer, my_rank);
+      return COHORT_ERR_MISMATCH;
+    }
     snprintf(msg, len,
              "rank %d sent a frame of %llu bytes where rank %d expects %zu in the same call: do the ranks "
              "use the same %s?",

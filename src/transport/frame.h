@@ -3,9 +3,10 @@
  * sends and receives them over a link, whatever carries the bytes.
  *
  * Layout (40 bytes, host byte order, which must be little-endian on every rank): magic "CHRT", kind, coll, dtype,
- * op, seq, root, algo + 7 reserved bytes, count, payload bytes. ABORT frames carry a status and a message as payload.
- * The header is checked field by field before a byte of payload is accepted, so that a malformed, foreign or mismatched
- * frame never lands in user memory.
+ * op, seq, root, algo, the call's 32-bit `sig` (the hash of a v-form's counts array, zero for the other collectives:
+ * bytes that were reserved, always zero, before the v-forms), 3 reserved bytes, count, payload bytes. ABORT frames
+ * carry a status and a message as payload. The header is checked field by field before a byte of payload is accepted,
+ * so that a malformed, foreign or mismatched frame never lands in user memory.
  *
  * A link is one ordered stream each way between this rank and a peer (a socket, or a pair of rings). The transport
  * owns its links and drives them: it calls cohort__link_send and cohort__link_recv when the link may move, and
@@ -53,7 +54,8 @@ typedef struct cohort__frame {
   uint32_t seq;
   int32_t root;
   uint8_t algo;
-  uint8_t reserved[7];
+  uint8_t sig[4]; /* cohort__call's sig, little-endian (unaligned: bytes) */
+  uint8_t reserved[3];
   uint64_t count;
   uint64_t bytes;
 } cohort__frame;
@@ -74,6 +76,7 @@ static inline void cohort__frame_from_call(cohort__frame *f, const cohort__call 
                        .algo = c->algo,
                        .count = c->count,
                        .bytes = bytes};
+  memcpy(f->sig, &c->sig, sizeof f->sig);
 }
 
 static inline void cohort__frame_to_call(const cohort__frame *f, cohort__call *c) {
@@ -84,6 +87,7 @@ static inline void cohort__frame_to_call(const cohort__frame *f, cohort__call *c
                       .algo = f->algo,
                       .root = f->root,
                       .count = f->count};
+  memcpy(&c->sig, f->sig, sizeof f->sig);
 }
 
 /* A DATA header's payload must fit its call (count x dtype size): else COHORT_ERR_PROTOCOL and a message in msg. */

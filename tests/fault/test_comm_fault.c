@@ -11,6 +11,9 @@
  *   mismatch_count,   one rank calls with another count / op / collective: every rank gets COHORT_ERR_MISMATCH,
  *   mismatch_op,      and the message names the ranks and both calls.
  *   mismatch_coll
+ *   mismatch_counts   allgatherv where rank 2 passes another counts array of the same total, gather where rank 0
+ *   mismatch_root     names another root, alltoallv where rank 1 sends rank 0 more than rank 0 expects: every rank
+ *   mismatch_a2av     gets COHORT_ERR_MISMATCH naming both calls (or both sizes), over tcp and shm.
  *   missing_peer      rank 2 never starts: ranks 0 and 1 time out at init, and the message names rank 2.
  *   silent_peer       rank 1 stops (SIGSTOP) during allreduce: survivors time out after COHORT_OP_TIMEOUT, naming it.
  *   intruders         while the job connects, strangers hit the store port and a peer port with garbage, a wrong
@@ -118,6 +121,16 @@ static int child(const char *mode) {
   } else if (!strcmp(mode, "mismatch_coll")) {
     st = rank == 1 ? cohort_broadcast(c, buf, 1000, COHORT_F32, 0)
                    : cohort_allreduce(c, buf, buf, 1000, COHORT_F32, COHORT_SUM);
+  } else if (!strcmp(mode, "mismatch_counts")) { /* 3 ranks; the same total (4), another array on rank 2 */
+    size_t counts[3] = {1, 2, 1}, other[3] = {2, 1, 1};
+    const size_t *mine = rank == 2 ? other : counts;
+    st = cohort_allgatherv(c, buf, buf + 16, mine, NULL, COHORT_F32);
+  } else if (!strcmp(mode, "mismatch_root")) {
+    st = cohort_gather(c, buf, buf + 16, 4, COHORT_F32, rank == 0 ? 0 : 1);
+  } else if (!strcmp(mode, "mismatch_a2av")) { /* rank 1 sends rank 0 five elements, rank 0 expects three */
+    size_t sc[3] = {3, 3, 3}, rc[3] = {3, 3, 3};
+    if (rank == 1) sc[0] = 5;
+    st = cohort_alltoallv(c, buf, sc, NULL, buf + 64, rc, NULL, COHORT_F32);
   } else if (!strcmp(mode, "abort")) {
     cohort_barrier(c);
     if (rank == 2) {
@@ -312,8 +325,8 @@ TEST(a_rank_killed_in_a_tcp_group_fails_its_groups_and_no_other) {
 }
 TEST(a_rank_killed_in_a_shm_group_fails_its_groups_and_no_other) { expect_split_kill("COHORT_OP_TIMEOUT=30"); }
 
-static void expect_mismatch_everywhere(const char *mode, const char *a, const char *b) {
-  job *j = run_job(mode, 3, NULL);
+static void expect_mismatch_on(const char *mode, const char *env, const char *a, const char *b) {
+  job *j = run_job(mode, 3, env);
   ASSERT_TRUE(j != NULL);
   print_results(j);
   for (int r = 0; r < 3; r++) {
@@ -323,6 +336,32 @@ static void expect_mismatch_everywhere(const char *mode, const char *a, const ch
     ASSERT_CONTAINS(j->msg[r], b);
     ASSERT_TRUE(times_reported(j->msg[r]) <= 1);
   }
+}
+
+static void expect_mismatch_everywhere(const char *mode, const char *a, const char *b) {
+  expect_mismatch_on(mode, NULL, a, b);
+}
+
+/* The counts arrays of rank 2 and of the others hash to different signatures (same total). */
+TEST(mismatched_counts_arrays_fail_on_every_rank_tcp) {
+  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=tcp", "allgatherv(count=4, counts#", "ranks disagree");
+}
+TEST(mismatched_counts_arrays_fail_on_every_rank_shm) {
+  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=shm", "allgatherv(count=4, counts#", "ranks disagree");
+}
+TEST(mismatched_roots_fail_on_every_rank_tcp) {
+  expect_mismatch_on("mismatch_root", "COHORT_TRANSPORT=tcp", "gather(count=4, f32, root=0", "root=1");
+}
+TEST(mismatched_roots_fail_on_every_rank_shm) {
+  expect_mismatch_on("mismatch_root", "COHORT_TRANSPORT=shm", "gather(count=4, f32, root=0", "root=1");
+}
+TEST(mismatched_alltoallv_counts_fail_on_every_rank_tcp) {
+  expect_mismatch_on("mismatch_a2av", "COHORT_TRANSPORT=tcp", "counts of cohort_alltoallv: rank 1 sends 5",
+                     "rank 0, which expects 3");
+}
+TEST(mismatched_alltoallv_counts_fail_on_every_rank_shm) {
+  expect_mismatch_on("mismatch_a2av", "COHORT_TRANSPORT=shm", "counts of cohort_alltoallv: rank 1 sends 5",
+                     "rank 0, which expects 3");
 }
 
 TEST(mismatched_counts_fail_on_every_rank) {
@@ -466,6 +505,12 @@ int main(int argc, char **argv) {
       TEST_CASE(mismatched_counts_fail_on_every_rank),
       TEST_CASE(mismatched_ops_fail_on_every_rank),
       TEST_CASE(mismatched_collectives_fail_on_every_rank),
+      TEST_CASE(mismatched_counts_arrays_fail_on_every_rank_tcp),
+      TEST_CASE(mismatched_counts_arrays_fail_on_every_rank_shm),
+      TEST_CASE(mismatched_roots_fail_on_every_rank_tcp),
+      TEST_CASE(mismatched_roots_fail_on_every_rank_shm),
+      TEST_CASE(mismatched_alltoallv_counts_fail_on_every_rank_tcp),
+      TEST_CASE(mismatched_alltoallv_counts_fail_on_every_rank_shm),
       TEST_CASE(missing_peer_times_out_at_init_naming_it),
       TEST_CASE(silent_peer_times_out_naming_it),
       TEST_CASE(abort_reaches_every_rank_with_its_reason),

@@ -97,7 +97,8 @@ static uint64_t get_le(const uint8_t *p, int n) {
   return v;
 }
 
-/* magic @0, kind @4, coll @5, dtype @6, op @7, seq @8, root @12, algo @16, reserved @17..23, count @24, bytes @32. */
+/* magic @0, kind @4, coll @5, dtype @6, op @7, seq @8, root @12, algo @16, sig @17..20, reserved @21..23, count @24,
+ * bytes @32. */
 static void encode(const wire_hdr *h, uint8_t out[HDR_BYTES]) {
   memset(out, 0, HDR_BYTES);
   put_le(out + 0, h->magic, 4);
