@@ -130,6 +130,8 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
              (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
   cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
   cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count);
+  cohort__signature sig = {.call = call}; /* counts_hash: the v-forms' per-rank counts, when there are any */
+  COHORT_CHECK(cohort__coll_agree(ctx, &sig));
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:

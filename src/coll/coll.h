@@ -8,6 +8,7 @@
  *   broadcast.c  binomial tree for small messages, pipelined chain for large ones
  *   barrier.c    dissemination barrier
  *   hier.c       hierarchical allreduce for jobs on several nodes: shm within the node, ring/rd across nodes
+ *   agree.c      before data moves, the ranks compare their calls' signatures: a mismatch is refused on every rank
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -54,7 +55,16 @@ typedef struct cohort__coll_ctx {
    * algorithms over the ranks with our local index on every node. */
   const struct cohort__layers *layers;
   struct cohort__coll_ctx *across;
+  /* The last call was refused by cohort__coll_agree (the ranks' calls differ): its COHORT_ERR_MISMATCH left the
+   * transport usable, unlike a failure while data moves. */
+  int refused;
 } cohort__coll_ctx;
+
+/* What the ranks compare before a call's data moves (agree.c). */
+typedef struct cohort__signature {
+  cohort__call call;    /* sequence number, collective, dtype, op, algorithm, root, count */
+  uint64_t counts_hash; /* v-forms: a hash of the per-rank counts as this rank was given them; 0 for the others */
+} cohort__signature;
 
 /* Takes COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES from cfg; COHORT_ALGO=hier needs a layered
  * transport. */
@@ -62,7 +72,12 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t,
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one). */
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll_args *a);
-/* Runs one collective as call number seq. */
+/* Every rank's signature to every rank: COHORT_OK when all equal mine, else COHORT_ERR_MISMATCH on every rank,
+ * naming rank 0's call and the first that differs, with ctx->refused set (the transport is left usable; any other
+ * failure is one of the transport's and fatal). Leaves the transport's call set to the exchange's own: the caller
+ * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator. */
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine);
+/* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
 
 /* Scratch slot `slot` of at least bytes (reused across calls, freed with the context). */
