@@ -40,19 +40,9 @@ static void describe_unnumbered(const cohort__call *c, char *buf, size_t len) {
   if (num) *num = '\0';
 }
 
-cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
-  ctx->refused = 0;
-  int n = ctx->size, r = ctx->rank;
-  if (n == 1) return COHORT_OK;
-  cohort__signature stack[STACK_RANKS], *rel = stack;
-  if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *rel)))
-    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  cohort__transport *t = ctx->t;
+/* Bruck's allgather of the signatures into rel (rel[i]: the signature of rank (r + i) % n, rel[0] ours). */
+static cohort_status gather(cohort__transport *t, int r, int n, cohort__signature *rel) {
   const size_t sig = sizeof *rel;
-  cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
-                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sig);
-  t->ops->set_call(t, &wire);
-  rel[0] = *mine; /* rel[i]: the signature of rank (r + i) % n */
   for (int d = 1; d < n; d <<= 1) {
     int cnt = d < n - d ? d : n - d;
     cohort__req s, q;
@@ -61,6 +51,37 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
     COHORT_CHECK(t->ops->wait(t, &q));
     COHORT_CHECK(t->ops->wait(t, &s));
   }
+  return COHORT_OK;
+}
+
+/* A transport failure during the exchange (a peer died, timed out, aborted) names the call the transport was in,
+ * the exchange's own: name the collective instead, as a failure while its data moves would. */
+static cohort_status name_the_call(cohort_status st, const cohort__call *wire, const cohort__call *real) {
+  char w[256], c[256], text[2048];
+  cohort__call_describe(wire, w, sizeof w);
+  cohort__call_describe(real, c, sizeof c);
+  const char *msg = cohort_last_error(), *at = strstr(msg, w);
+  if (!at) return st;
+  snprintf(text, sizeof text, "%.*s%s (while the ranks compared their calls)%s", (int)(at - msg), msg, c,
+           at + strlen(w));
+  cohort__error_set_text(text);
+  return st;
+}
+
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
+  ctx->refused = 0;
+  int n = ctx->size, r = ctx->rank;
+  if (n == 1) return COHORT_OK;
+  cohort__signature stack[STACK_RANKS], *rel = stack;
+  if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *rel)))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  cohort__transport *t = ctx->t;
+  cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
+                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *rel);
+  t->ops->set_call(t, &wire);
+  rel[0] = *mine;
+  cohort_status st = gather(t, r, n, rel);
+  if (st != COHORT_OK) return name_the_call(st, &wire, &mine->call);
   const cohort__signature *first = &rel[(n - r) % n];
   for (int q = 1; q < n; q++) {
     const cohort__signature *theirs = &rel[(q - r + n) % n];
