@@ -71,7 +71,7 @@ static cohort_status name_the_call(cohort_status st, const cohort__call *wire, c
 cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
   ctx->refused = 0;
   int n = ctx->size, r = ctx->rank;
-  if (n == 1) return COHORT_OK;
+  if (n == 1 || !ctx->call_check) return COHORT_OK;
   cohort__signature stack[STACK_RANKS], *rel = stack;
   if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *rel)))
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");

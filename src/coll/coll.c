@@ -19,6 +19,7 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t,
     i++;
   if (i == n) return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
   ctx->forced_algo = forcible[i];
+  ctx->call_check = strcmp(cfg->call_check, "off") != 0;
   ctx->small_bytes = (size_t)cfg->small_bytes;
   ctx->segment_bytes = (size_t)cfg->segment_bytes;
   ctx->layers = cohort__layers_of(t);

@@ -55,6 +55,7 @@ typedef struct cohort__coll_ctx {
    * algorithms over the ranks with our local index on every node. */
   const struct cohort__layers *layers;
   struct cohort__coll_ctx *across;
+  int call_check; /* COHORT_CALL_CHECK: the ranks compare their calls before data moves (agree.c) */
   /* The last call was refused by cohort__coll_agree (the ranks' calls differ): its COHORT_ERR_MISMATCH left the
    * transport usable, unlike a failure while data moves. */
   int refused;
@@ -66,8 +67,8 @@ typedef struct cohort__signature {
   uint64_t counts_hash; /* v-forms: a hash of the per-rank counts as this rank was given them; 0 for the others */
 } cohort__signature;
 
-/* Takes COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES from cfg; COHORT_ALGO=hier needs a layered
- * transport. */
+/* Takes COHORT_ALGO, COHORT_SMALL_BYTES, COHORT_SEGMENT_BYTES and COHORT_CALL_CHECK from cfg; COHORT_ALGO=hier needs a
+ * layered transport. */
 cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one). */
@@ -75,7 +76,7 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, const cohort__coll
 /* Every rank's signature to every rank: COHORT_OK when all equal mine, else COHORT_ERR_MISMATCH on every rank,
  * naming rank 0's call and the first that differs, with ctx->refused set (the transport is left usable; any other
  * failure is one of the transport's and fatal). Leaves the transport's call set to the exchange's own: the caller
- * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator. */
+ * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator or with COHORT_CALL_CHECK=off. */
 cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine);
 /* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
