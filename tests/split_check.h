@@ -19,7 +19,8 @@ int split_check_matrix(cohort_comm *world, const size_t *counts, int ncounts);
  * even and odd ranks. A shared transport would mismatch or hang. */
 int split_check_concurrent(cohort_comm *world);
 /* In the odd group (ranks 1, 3, ...: at least 4 ranks) one member calls another count: every member of that group
- * gets COHORT_ERR_MISMATCH naming ranks by their rank in world too, while the even group and world carry on. */
+ * gets COHORT_ERR_MISMATCH naming ranks by their rank in world too, and goes on (its next allreduce is right), as
+ * do the even group and world. */
 int split_check_mismatch(cohort_comm *world);
 
 #endif

@@ -8,8 +8,10 @@ adds Horovod's training API and a DistributedDataParallel wrapper (docs/torch.md
     x = cohort.allreduce(np.ones(4, np.float32), op=cohort.Sum)
 
 Every failure of the library raises a CohortError subclass carrying the C message, which names the rank and the
-call. After any such error (other than a bad argument) the communicator is aborted: later calls raise the same
-error at once, and the job should end (cohortrun stops the others).
+call. Ranks that call different collectives (kind, dtype, op, root or count) raise MismatchError on every rank,
+the root of a broadcast included, naming both calls; that call was refused before any data moved, and the job goes
+on (the next call works). After any other error (but a bad argument) the communicator is aborted: later calls raise
+the same error at once, and the job should end (cohortrun stops the others).
 """
 import atexit
 import builtins
@@ -54,7 +56,8 @@ class RemoteError(CohortError):
 
 
 class MismatchError(CohortError):
-    """Ranks called different collectives, counts, dtypes, ops or roots (COHORT_ERR_MISMATCH)."""
+    """Ranks called different collectives, counts, dtypes, ops or roots (COHORT_ERR_MISMATCH). Raised on every rank
+    when the ranks compare their calls before data moves, and then the communicator stays usable."""
 
 
 class TimeoutError(CohortError, builtins.TimeoutError):  # noqa: A001 (Horovod-style name, also a builtin subclass)

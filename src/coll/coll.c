@@ -19,6 +19,7 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t,
     i++;
   if (i == n) return cohort__error(COHORT_ERR_INVALID, "COHORT_ALGO='%s' is not one of auto, ring, rd, hier", algo);
   ctx->forced_algo = forcible[i];
+  ctx->call_check = strcmp(cfg->call_check, "off") != 0;
   ctx->small_bytes = (size_t)cfg->small_bytes;
   ctx->segment_bytes = (size_t)cfg->segment_bytes;
   ctx->layers = cohort__layers_of(t);
@@ -212,6 +213,8 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
              (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
   cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
   cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count, a->sig);
+  cohort__signature sig = {.call = call, .counts_hash = a->sig}; /* the v-forms' per-rank counts, hashed */
+  COHORT_CHECK(cohort__coll_agree(ctx, &sig));
   ctx->t->ops->set_call(ctx->t, &call);
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:

@@ -10,6 +10,7 @@
  *   hier.c       hierarchical allreduce for jobs on several nodes: shm within the node, ring/rd across nodes
  *   rooted.c     reduce (binomial tree, or ring reduce-scatter + gather), gather(v) and scatter(v) (linear)
  *   alltoall.c   alltoall(v) (pairwise exchange), allgatherv (ring of variable blocks)
+ *   agree.c      before data moves, the ranks compare their calls' signatures: a mismatch is refused on every rank
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -63,16 +64,31 @@ typedef struct cohort__coll_ctx {
    * algorithms over the ranks with our local index on every node. */
   const struct cohort__layers *layers;
   struct cohort__coll_ctx *across;
+  int call_check; /* COHORT_CALL_CHECK: the ranks compare their calls before data moves (agree.c) */
+  /* The last call was refused by cohort__coll_agree (the ranks' calls differ): its COHORT_ERR_MISMATCH left the
+   * transport usable, unlike a failure while data moves. */
+  int refused;
 } cohort__coll_ctx;
 
-/* Takes COHORT_ALGO, COHORT_SMALL_BYTES and COHORT_SEGMENT_BYTES from cfg; COHORT_ALGO=hier needs a layered
- * transport. */
+/* What the ranks compare before a call's data moves (agree.c). */
+typedef struct cohort__signature {
+  cohort__call call;    /* sequence number, collective, dtype, op, algorithm, root, count */
+  uint64_t counts_hash; /* v-forms: a hash of the per-rank counts as this rank was given them; 0 for the others */
+} cohort__signature;
+
+/* Takes COHORT_ALGO, COHORT_SMALL_BYTES, COHORT_SEGMENT_BYTES and COHORT_CALL_CHECK from cfg; COHORT_ALGO=hier needs a
+ * layered transport. */
 cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t, const cohort__config *cfg);
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx);
 /* Checks arguments (COHORT_ERR_INVALID names the bad one); for the v-forms, sets a->count and a->sig from the
  * counts (COHORT__CALL_COUNTS in transport/call.h). */
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args *a);
-/* Runs one collective as call number seq. */
+/* Every rank's signature to every rank: COHORT_OK when all equal mine, else COHORT_ERR_MISMATCH on every rank,
+ * naming rank 0's call and the first that differs, with ctx->refused set (the transport is left usable; any other
+ * failure is one of the transport's and fatal). Leaves the transport's call set to the exchange's own: the caller
+ * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator or with COHORT_CALL_CHECK=off. */
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine);
+/* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
 
 /* Scratch slot `slot` of at least bytes (reused across calls, freed with the context). */
@@ -90,8 +106,9 @@ cohort_status cohort__dissemination_barrier(cohort__coll_ctx *ctx);
  * elements, at its displacement (displs NULL: packed), for every collective of rooted.c and alltoall.c (the fixed-count
  * ones have count elements per rank). */
 void cohort__coll_block(const cohort__coll_args *a, int send, int p, size_t *off, size_t *len);
-/* Every rank agrees on the call before data moves, or every rank fails with the mismatch (rooted.c). */
-cohort_status cohort__coll_agree(cohort__coll_ctx *ctx);
+/* With COHORT_CALL_CHECK=off (no cohort__coll_agree before the call), the rooted calls' own agreement: every rank
+ * agrees on the call before data moves, or every rank fails with the mismatch, fatally (rooted.c). */
+cohort_status cohort__rooted_agree(cohort__coll_ctx *ctx);
 cohort_status cohort__tree_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__ring_reduce(cohort__coll_ctx *ctx, const cohort__coll_args *a);
 cohort_status cohort__linear_gather(cohort__coll_ctx *ctx, const cohort__coll_args *a);

@@ -12,15 +12,17 @@
  *            up to 8 ranks is the common case, and 64 still only means 63 posted requests) the root's link, not the
  *            start-ups, bounds the time. A binomial tree would also copy every block through the inner ranks.
  *
- * Every rooted call starts by agreeing on the call: each rank sends an empty frame to rank + 1 and receives one from
- * rank - 1, whose header its transport compares with its own call; then a dissemination barrier, whose frames a rank
- * sends only once it has compared. Without the first, two ranks that each think they are the root would both wait
- * to receive (a hang), and ranks that each think another is would both send and return; since the frames go round
- * the ring, all ranks agree when every rank agrees with its neighbour. Without the barrier, a rank that agrees with
- * its neighbours could finish before another rank finds the disagreement, and return success while the others fail:
- * after it, every rank has heard (through others) from every rank after that rank compared, so a rank that found a
- * mismatch (and aborted, telling everyone) fails every rank's call. It costs 1 + ceil(log2 n) empty messages of
- * latency before the data moves: the price of a mismatch never being a hang nor a half success.
+ * Every rooted call agrees on the call before data moves: by default agree.c has compared every rank's call before
+ * (COHORT_CALL_CHECK), and a mismatch is refused on every rank; with the check off, by its own exchange (fatal): each
+ * rank sends an empty frame to rank + 1 and receives one from rank - 1, whose header its transport compares with its
+ * own call; then a dissemination barrier, whose frames a rank sends only once it has compared. Without the first, two
+ * ranks that each think they are the root would both wait to receive (a hang), and ranks that each think another is
+ * would both send and return; since the frames go round the ring, all ranks agree when every rank agrees with its
+ * neighbour. Without the barrier, a rank that agrees with its neighbours could finish before another rank finds the
+ * disagreement, and return success while the others fail: after it, every rank has heard (through others) from every
+ * rank after that rank compared, so a rank that found a mismatch (and aborted, telling everyone) fails every rank's
+ * call. It costs 1 + ceil(log2 n) empty messages of latency before the data moves: the price of a mismatch never being
+ * a hang nor a half success.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +49,8 @@ void cohort__coll_block(const cohort__coll_args *a, int send, int p, size_t *off
   *off = o;
 }
 
-cohort_status cohort__coll_agree(cohort__coll_ctx *ctx) {
+cohort_status cohort__rooted_agree(cohort__coll_ctx *ctx) {
+  if (ctx->call_check) return COHORT_OK; /* agree.c compared every rank's call already, before this one started */
   cohort__transport *t = ctx->t;
   int n = ctx->size, r = ctx->rank;
   cohort__req s, q;
@@ -61,7 +64,7 @@ cohort_status cohort__tree_reduce(cohort__coll_ctx *ctx, const cohort__coll_args
   cohort__transport *t = ctx->t;
   int n = ctx->size, vr = (ctx->rank - a->root + n) % n;
   size_t es = cohort_dtype_size(a->dtype), bytes = a->count * es;
-  COHORT_CHECK(cohort__coll_agree(ctx));
+  COHORT_CHECK(cohort__rooted_agree(ctx));
   /* The partial result: recvbuf at the root, scratch elsewhere; received partials land in the other slot. */
   char *acc = vr == 0 ? a->recvbuf : cohort__coll_scratch(ctx, 1, bytes);
   char *tmp = cohort__coll_scratch(ctx, 0, bytes);
@@ -90,7 +93,7 @@ cohort_status cohort__ring_reduce(cohort__coll_ctx *ctx, const cohort__coll_args
   cohort__transport *t = ctx->t;
   int n = ctx->size, r = ctx->rank, root = a->root;
   size_t es = cohort_dtype_size(a->dtype);
-  COHORT_CHECK(cohort__coll_agree(ctx));
+  COHORT_CHECK(cohort__rooted_agree(ctx));
   /* The ring reduces in place into out: the root's recvbuf, a full-size scratch vector elsewhere (slot 1: the ring
    * uses slot 0 for its receive window). */
   char *out = r == root ? a->recvbuf : cohort__coll_scratch(ctx, 1, a->count * es);
@@ -122,7 +125,7 @@ cohort_status cohort__linear_gather(cohort__coll_ctx *ctx, const cohort__coll_ar
   cohort__transport *t = ctx->t;
   int n = ctx->size, r = ctx->rank, root = a->root;
   size_t es = cohort_dtype_size(a->dtype), off, len;
-  COHORT_CHECK(cohort__coll_agree(ctx));
+  COHORT_CHECK(cohort__rooted_agree(ctx));
   if (r != root) {
     cohort__coll_block(a, 0, r, &off, &len);
     cohort__req s;
@@ -151,7 +154,7 @@ cohort_status cohort__linear_scatter(cohort__coll_ctx *ctx, const cohort__coll_a
   cohort__transport *t = ctx->t;
   int n = ctx->size, r = ctx->rank, root = a->root;
   size_t es = cohort_dtype_size(a->dtype), off, len;
-  COHORT_CHECK(cohort__coll_agree(ctx));
+  COHORT_CHECK(cohort__rooted_agree(ctx));
   if (r != root) {
     cohort__coll_block(a, 0, r, &off, &len);
     cohort__req q;

@@ -20,6 +20,7 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
   pthread_mutex_unlock(&c->mu);
   if (failed != COHORT_OK) return failed;
   cohort__heartbeat_enter(c->rank, seq, (int)a->coll); /* the launcher's hang detection (COHORT_HEARTBEAT_S) */
+  c->coll.refused = 0;
   cohort_status st;
   if (a->on_device) {
     int had = c->gpu != NULL;
@@ -33,6 +34,15 @@ static cohort_status execute(cohort_comm *c, const cohort__coll_args *a, uint32_
     st = cohort__coll_run(&c->coll, a, seq);
   }
   cohort__heartbeat_leave();
+  if (st != COHORT_OK && c->coll.refused) {
+    /* The ranks disagreed on the call and every rank refused it before data moved (coll/agree.c): the same error
+     * on every rank, and the communicator goes on. */
+    char message[COHORT__MESSAGE_MAX];
+    snprintf(message, sizeof message, "%s", cohort_last_error());
+    cohort__comm_name_parent_ranks(c, message, sizeof message);
+    cohort__error_set_text(message);
+    return st;
+  }
   if (st != COHORT_OK) {
     /* Make sure the peers hear about it too (a no-op when the transport has failed already), and keep the first
      * message for every later call. */

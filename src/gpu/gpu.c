@@ -345,7 +345,12 @@ cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__co
                          "%s: the buffers are on device %d, but this communicator's device collectives run on device "
                          "%d (its first one chose it)",
                          cohort__coll_api_name(a->coll), a->device, g->device);
-  if (g->path == COHORT__CUDA_PATH_STAGED) return staged(g, coll, a, seq);
+  if (g->path == COHORT__CUDA_PATH_STAGED) return staged(g, coll, a, seq); /* the host collective agrees first */
+  /* The ranks agree on the call before the device path's own control plane runs (coll/agree.c): a mismatch is
+   * refused on every rank, and the communicator goes on. */
+  cohort__signature sig = {.call = call};
+  COHORT_CHECK(cohort__coll_agree(coll, &sig));
+  t->ops->set_call(t, &call);
   cohort__cuda_call dc = {.coll = (int)a->coll,
                           .sendbuf = a->coll == COHORT__COLL_BROADCAST ? a->recvbuf : a->sendbuf,
                           .recvbuf = a->recvbuf,

@@ -321,6 +321,9 @@ cohort_status cohort__links_check_held(cohort__links *s) {
     cohort__call theirs;
     cohort__frame_to_call(h, &theirs);
     if (cohort__call_equal(&theirs, s->call)) continue;
+    /* We are still comparing signatures (coll/agree.c: its frames carry "internal" with the call's number) and the
+     * peer agreed already: its frames of the call itself wait for us. */
+    if (s->call->coll == COHORT__COLL_INTERNAL && theirs.coll != COHORT__COLL_INTERNAL) continue;
     char a[256], b[256];
     cohort__call_describe(s->call, a, sizeof a);
     cohort__call_describe(&theirs, b, sizeof b);

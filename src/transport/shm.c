@@ -296,6 +296,9 @@ static cohort_status check_frames_of_node_call(shm_transport *t) {
 
 /* The reverse, while we wait on rings: a peer that runs a node collective of our call number. */
 static cohort_status check_peer_node_calls(shm_transport *t) {
+  /* While we compare signatures (coll/agree.c), a peer that agreed already may run the node collective of our call
+   * number: no disagreement. */
+  if (t->call.coll == COHORT__COLL_INTERNAL) return COHORT_OK;
   for (int p = 0; p < t->base.size; p++) {
     if (p == t->base.rank) continue;
     node_flags *f = &t->peers[p].seg->node;

@@ -9,8 +9,10 @@
  *
  * Every frame carries the collective it belongs to (cohort__call: sequence number, collective, count, dtype, op,
  * root, algorithm). A receiver compares it with its own current call: a difference is COHORT_ERR_MISMATCH naming
- * both ranks and both calls. Any failure aborts the transport: an ABORT frame with the status and message goes to
- * every peer, so every rank returns the same status, and later calls fail at once.
+ * both ranks and both calls. (The ranks compare their calls before data moves, src/coll/agree.c, with frames of the
+ * call "internal" under the real call's number: a disagreement found there refuses the call and leaves the
+ * transport as it was; what the frames find is a net behind it.) Any failure aborts the transport: an ABORT frame with
+ * the status and message goes to every peer, so every rank returns the same status, and later calls fail at once.
  *
  * Thread-safety: a transport is driven by one thread at a time (the engine guarantees it); abort() may be called
  * from any thread.

@@ -8,3 +8,18 @@ cohort_add_test_binary(abort_behind_frame SOURCES ${CMAKE_CURRENT_LIST_DIR}/abor
 add_test(NAME fault.comm.abort_behind_frame COMMAND $<TARGET_FILE:cohortrun> -np 2 $<TARGET_FILE:abort_behind_frame>)
 set_tests_properties(fault.comm.abort_behind_frame PROPERTIES LABELS "fault;sanitize" TIMEOUT 60
                      ENVIRONMENT "COHORT_TRANSPORT=tcp;COHORT_ALGO=ring")
+# Ranks that call different collectives (every rank its own broadcast root, counts, dtypes, ops, a barrier against an
+# allreduce) are refused with COHORT_ERR_MISMATCH on every rank before data moves, and the communicator goes on
+# (src/coll/agree.c): over tcp and shm between processes, and inproc between threads, at 2 and 3 ranks.
+cohort_add_test_binary(mismatch_refused SOURCES ${CMAKE_CURRENT_LIST_DIR}/mismatch_refused.c)
+foreach(np 2 3)
+  foreach(transport tcp shm)
+    add_test(NAME fault.mismatch.${transport}.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np}
+                                                              $<TARGET_FILE:mismatch_refused>)
+    set_tests_properties(fault.mismatch.${transport}.np${np} PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
+                         ENVIRONMENT "COHORT_TRANSPORT=${transport}" PASS_REGULAR_EXPRESSION "PASS \\(${transport}")
+  endforeach()
+  add_test(NAME fault.mismatch.inproc.np${np} COMMAND mismatch_refused --inproc ${np})
+  set_tests_properties(fault.mismatch.inproc.np${np} PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "PASS \\(inproc")
+endforeach()

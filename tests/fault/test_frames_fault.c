@@ -7,11 +7,15 @@
  * peer handshake with the right secret and hello {CHLO, 1, 0, 2}, and counts itself in on "cohort/0/0/connected".
  * From then on rank 0 believes it talks to a real rank 1, and the test writes whatever bytes it likes.
  *
- * Rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), so a frame that matches its
- * call is: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000. The header is
- * encoded here byte by byte from the documented wire layout (frame.h), not with the library's struct, so that the
- * test also pins the layout down. The control case sends exactly that frame and checks rank 0's result, which
- * proves the other cases fail for the one field they change and for nothing else.
+ * Before any data moves the ranks compare their calls (src/coll/agree.c): rank 0 sends us its signature in a frame
+ * of seq 0, internal (6), u8 (6), sum (0), algo dissemination (6), root -1, count 64 (32 bytes a rank), bytes 32, and
+ * we answer with ours, the same call: seq 0, allreduce (1), f32 (0), sum (0), rd (2), root -1, count 1000, no counts
+ * hash. Then rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), so a frame that
+ * matches its call is: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000. Headers
+ * and signatures are encoded here byte by byte from the documented wire layout (frame.h, cohort__signature in
+ * coll.h), not with the library's structs, so that the test also pins the layout down. The control case sends
+ * exactly that frame and checks rank 0's result, which proves the other cases fail for the one field they change
+ * and for nothing else.
  *
  *   control         a correct frame: rank 0 returns OK with 1 + 2.5 in every element.
  *   bad_magic       a header with a wrong magic: COHORT_ERR_PROTOCOL naming rank 1; rank 0 sends us an ABORT.
@@ -25,6 +29,8 @@
  *   short_payload   a correct header, 100 of its 4000 payload bytes, then close: COHORT_ERR_REMOTE naming rank 1
  *                   within 1 s of the close (no hang).
  *   short_header    20 bytes of a header, then close: the same.
+ *   other_signature our signature says count 999: rank 0 refuses the call with COHORT_ERR_MISMATCH naming both
+ *                   calls before any data moves, and sends no ABORT (its communicator stays usable).
  *
  * Every child runs with COHORT_OP_TIMEOUT=5, so a rank 0 that misses a fault still ends (as a failed test).
  */
@@ -126,6 +132,36 @@ static void decode(const uint8_t in[HDR_BYTES], wire_hdr *h) {
                   .bytes = get_le(in + 32, 8)};
 }
 
+#define SIG_BYTES 32
+
+/* A call's signature as the ranks compare it (cohort__signature): seq @0, coll @4, dtype @5, op @6, algo @7,
+ * root @8, 4 bytes of padding (not compared), count @16, counts hash @24. */
+static void encode_signature(uint32_t seq, uint8_t coll, uint8_t dtype, uint8_t op, uint8_t algo, int32_t root,
+                             uint64_t count, uint8_t out[SIG_BYTES]) {
+  memset(out, 0, SIG_BYTES);
+  put_le(out, seq, 4);
+  out[4] = coll;
+  out[5] = dtype;
+  out[6] = op;
+  out[7] = algo;
+  put_le(out + 8, (uint32_t)root, 4);
+  put_le(out + 16, count, 8);
+}
+
+/* The frame that carries a signature in a 2-rank job's first call. */
+static wire_hdr agreement_header(void) {
+  return (wire_hdr){.magic = FRAME_MAGIC,
+                    .kind = KIND_DATA,
+                    .coll = 6,
+                    .dtype = 6,
+                    .op = 0,
+                    .seq = 0,
+                    .root = -1,
+                    .algo = 6,
+                    .count = 2 * SIG_BYTES,
+                    .bytes = SIG_BYTES};
+}
+
 /* The frame rank 0 expects from rank 1 in its first allreduce. */
 static wire_hdr matching_header(void) {
   return (wire_hdr){.magic = FRAME_MAGIC,
@@ -158,6 +194,9 @@ typedef struct job {
   pid_t pid;
   FILE *out;
   int fd; /* our authenticated link to rank 0 */
+  /* rank 0's signature frame */
+  wire_hdr agree;
+  uint8_t agree_payload[SIG_BYTES];
   /* rank 0's first data frame to us, and its result */
   wire_hdr first;
   float first_payload[COUNT];
@@ -212,9 +251,9 @@ static int read_frame_header(int fd, wire_hdr *h) {
   return 0;
 }
 
-/* Everything up to the moment rank 0 starts its allreduce; then reads the frame rank 0 sends us in it. Returns a
- * description of the step that failed, or NULL. */
-static const char *join_as_rank1(job *j) {
+/* Everything up to the moment rank 0 starts its allreduce; then the signatures (ours says our_count), and when they
+ * agree reads the frame rank 0 sends us in it. Returns a description of the step that failed, or NULL. */
+static const char *join_as_rank1_claiming(job *j, uint64_t our_count) {
   memset(j, 0, sizeof *j);
   j->fd = -1;
   if (cohort__store_server_start("127.0.0.1", 0, SECRET, &j->server) != COHORT_OK) return "store server";
@@ -246,6 +285,16 @@ static const char *join_as_rank1(job *j) {
   /* Rank 0 counts itself in once its side of the handshake is done: before or after us. */
   if (cohort__store_add(j->store, "cohort/0/0/connected", 1, &joined) != COHORT_OK || joined < 1 || joined > 2)
     return "count in on cohort/0/connected";
+  /* The signatures first: rank 0's, then ours. */
+  if (read_frame_header(j->fd, &j->agree) != 0) return "rank 0's signature header";
+  if (j->agree.bytes != SIG_BYTES) return "rank 0's signature frame has an unexpected size";
+  if (cohort__sock_recv_all(j->fd, j->agree_payload, SIG_BYTES, cohort__now_ns() + 5000000000LL) != COHORT_OK)
+    return "rank 0's signature";
+  wire_hdr ah = agreement_header();
+  uint8_t ours[SIG_BYTES];
+  encode_signature(0, 1, 0, 0, 2, -1, our_count, ours);
+  if (send_header(j->fd, &ah) != 0 || send_bytes(j->fd, ours, sizeof ours) != 0) return "our signature";
+  if (our_count != COUNT) return NULL; /* rank 0 refuses the call: no data frame comes */
   /* Rank 0 sends its vector at once (recursive doubling exchanges in both directions). Reading it now keeps our
    * receive queue empty, so that our close() later is a clean FIN and not a reset. */
   if (read_frame_header(j->fd, &j->first) != 0) return "rank 0's frame header";
@@ -255,6 +304,8 @@ static const char *join_as_rank1(job *j) {
     return "rank 0's payload";
   return NULL;
 }
+
+static const char *join_as_rank1(job *j) { return join_as_rank1_claiming(j, COUNT); }
 
 /* Reads rank 0's RESULT line (it ends by itself: COHORT_OP_TIMEOUT=5), then cleans up everything. */
 static void finish(job *j) {
@@ -305,7 +356,21 @@ static job the_job;
 TEST(control_a_correct_frame_completes_the_allreduce) {
   job *j = &the_job;
   JOIN(j);
-  /* What rank 0 sent is what this test assumes about the call. */
+  /* What rank 0 sent is what this test assumes about the call: its signature first, then its data. */
+  wire_hdr ah = agreement_header();
+  ASSERT_EQ(j->agree.magic, ah.magic);
+  ASSERT_EQ(j->agree.kind, ah.kind);
+  ASSERT_EQ(j->agree.coll, ah.coll);
+  ASSERT_EQ(j->agree.dtype, ah.dtype);
+  ASSERT_EQ(j->agree.op, ah.op);
+  ASSERT_EQ(j->agree.seq, ah.seq);
+  ASSERT_EQ(j->agree.root, ah.root);
+  ASSERT_EQ(j->agree.algo, ah.algo);
+  ASSERT_EQ(j->agree.count, ah.count);
+  uint8_t want_sig[SIG_BYTES];
+  encode_signature(0, 1, 0, 0, 2, -1, COUNT, want_sig);
+  memcpy(j->agree_payload + 12, want_sig + 12, 4); /* padding: not compared, whatever it holds */
+  ASSERT_TRUE(memcmp(j->agree_payload, want_sig, SIG_BYTES) == 0);
   ASSERT_EQ(j->first.magic, FRAME_MAGIC);
   ASSERT_EQ(j->first.kind, KIND_DATA);
   ASSERT_EQ(j->first.coll, 1);
@@ -419,6 +484,26 @@ TEST(truncated_payload_then_close_is_reported_within_a_second) { expect_truncati
 
 TEST(truncated_header_then_close_is_reported_within_a_second) { expect_truncation_reported(20); }
 
+TEST(other_signature_is_refused_before_data_moves_without_an_abort) {
+  job *j = &the_job;
+  const char *step = join_as_rank1_claiming(j, COUNT - 1);
+  if (step) {
+    finish(j);
+    TEST_FAIL_("joining as rank 1 failed at: %s (%s)", step, cohort_last_error());
+  }
+  /* Rank 0 refuses the call and ends (its child runs one call): its link closes with nothing more on it. */
+  wire_hdr h;
+  int more = read_frame_header(j->fd, &h) == 0;
+  finish(j);
+  ASSERT_TRUE(!more);
+  ASSERT_TRUE(j->have);
+  ASSERT_STATUS((cohort_status)j->status, COHORT_ERR_MISMATCH);
+  ASSERT_CONTAINS(j->msg, "rank 0 called allreduce(count=1000, f32, sum, rd) [call #0] but rank 1 called "
+                          "allreduce(count=999, f32, sum, rd)");
+  ASSERT_CONTAINS(j->msg, "before any data moved");
+  ASSERT_TRUE(j->value == RANK0_VALUE); /* its buffer untouched */
+}
+
 int main(int argc, char **argv) {
   self_path = argv[0];
   if (argc >= 2 && !strcmp(argv[1], "--child")) return child();
@@ -434,6 +519,7 @@ int main(int argc, char **argv) {
       TEST_CASE(frame_of_another_call_is_a_mismatch),
       TEST_CASE(truncated_payload_then_close_is_reported_within_a_second),
       TEST_CASE(truncated_header_then_close_is_reported_within_a_second),
+      TEST_CASE(other_signature_is_refused_before_data_moves_without_an_abort),
   };
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -46,7 +46,8 @@ foreach(mode allreduce two_engines inside_step)
 endforeach()
 
 # Faults (tests/python/test_faults.sh): a rank SIGKILLed inside an allreduce (RemoteError naming it within 2 s),
-# ranks reducing different shapes (MismatchError on both), Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
+# ranks reducing different shapes or each broadcasting as its own root (MismatchError on both, and the job goes on),
+# Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
 foreach(mode kill mismatch sigint)
   add_test(NAME python.fault.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_faults.sh $<TARGET_FILE:cohortrun>
            ${COHORT_PYTHON} ${mode})

@@ -42,15 +42,25 @@ if mode == "kill":
     sys.exit(0)
 
 if mode == "mismatch":
-    # The ranks reduce different shapes: both raise MismatchError, and so does every later call (aborted).
+    # Each mismatch is refused on every rank before data moves (MismatchError), and the job goes on, as Horovod's
+    # tests expect (they call barrier() next): the ranks reduce different shapes, twice; each rank broadcasts as
+    # root of its own; then a barrier and an allreduce whose value is checked.
     lines = []
-    for attempt in range(2):
+    calls = [lambda: hvd.allreduce(torch.ones(4 + R, 3), op=hvd.Sum)] * 2
+    calls.append(lambda: hvd.broadcast(torch.full((4,), float(R)), root_rank=R))
+    for call in calls:
         t0 = time.time()
         try:
-            hvd.allreduce(torch.ones(4 + R, 3), op=hvd.Sum)
+            call()
             lines.append("no error")
         except hvd.CohortError as e:
             lines.append(f"{type(e).__name__} {time.time() - t0:.3f} {e}".replace("\n", " "))
+    try:
+        hvd.barrier()
+        v = hvd.allreduce(torch.full((5,), float(R + 1)), op=hvd.Sum)
+        lines.append(f"after {v.tolist()}")
+    except hvd.CohortError as e:
+        lines.append(f"after {type(e).__name__} {e}".replace("\n", " "))
     write(f"result.{R}", "\n".join(lines) + "\n")
     sys.exit(0)
 

@@ -2,7 +2,8 @@
 # Faults of cohort.torch between real processes under cohortrun (tests/python/test_faults.py writes what each rank
 # saw). usage: test_faults.sh COHORTRUN PYTHON MODE
 #   kill      rank 1 is SIGKILLed inside an allreduce: rank 0 raises RemoteError naming rank 1 within 2 s
-#   mismatch  the ranks reduce different shapes: both raise MismatchError (within 2 s), and again on the next call
+#   mismatch  the ranks reduce different shapes, twice, then broadcast each as its own root: both raise MismatchError
+#             each time (within 2 s) naming both calls, then a barrier and an allreduce work (3 on every element)
 #   sigint    Ctrl-C (SIGINT) to cohortrun while the ranks reduce: cohortrun exits 130 within 10 s, no Python
 #             rank is left, and nothing of theirs is left in /dev/shm
 set -u
@@ -27,8 +28,13 @@ mismatch)
   "$run" -np 2 "$py" "$here/test_faults.py" mismatch "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"
   for r in 0 1; do
     [ -f "$tmp/result.$r" ] || fail "rank $r reported nothing"
-    [ "$(grep -c '^MismatchError' "$tmp/result.$r")" = 2 ] || fail "rank $r did not raise MismatchError twice"
-    grep -q "^MismatchError [01]\." "$tmp/result.$r" || fail "rank $r took 2 s or more to see the mismatch"
+    [ "$(grep -c '^MismatchError [01]\.' "$tmp/result.$r")" = 3 ] ||
+      fail "rank $r did not raise MismatchError three times, each within 2 s"
+    grep -q "^MismatchError .*rank 0 called allreduce(count=12, f32, sum, .*) \[call #[0-9]*\] but rank 1 called allreduce(count=15, f32, sum" \
+      "$tmp/result.$r" || fail "rank $r's error does not name both allreduces"
+    grep -q "^MismatchError .*rank 0 called broadcast(count=4, f32, root=0, .*) \[call #[0-9]*\] but rank 1 called broadcast(count=4, f32, root=1" \
+      "$tmp/result.$r" || fail "rank $r's error does not name both broadcasts"
+    grep -qx "after \[3.0, 3.0, 3.0, 3.0, 3.0\]" "$tmp/result.$r" || fail "rank $r could not go on after the mismatches"
   done
   ;;
 sigint)

@@ -1,0 +1,203 @@
+/*
+ * mismatch_refused.c: ranks that call different collectives are refused before any data moves, on every rank, and
+ * the communicator goes on (src/coll/agree.c).
+ *
+ *   cohortrun -np N build/tests/mismatch_refused      (the ranks as processes: COHORT_TRANSPORT=tcp or shm)
+ *   build/tests/mismatch_refused --inproc N           (the ranks as threads of this process: the inproc transport)
+ *
+ * Every case makes every rank's call fail with COHORT_ERR_MISMATCH, a message naming rank 0's call and the first
+ * rank's that differs, and its buffers untouched; then an allreduce on the same communicator must give the right
+ * sum. The cases: a broadcast in which every rank names itself root, a broadcast whose counts differ, allreduces
+ * whose dtype, op or count differ (small, and large enough for the ring and the shared-memory node allreduce), an
+ * allgather whose counts differ, and a barrier against an allreduce. A rank that sees anything else prints what and
+ * exits 1 (so cohortrun, and ctest, fail).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cohort/cohort.h"
+
+#define BIG (1 << 18)
+
+static int fail(int rank, const char *what, const char *detail) {
+  printf("mismatch_refused FAILED on rank %d: %s%s%s\n", rank, what, detail ? ": " : "", detail ? detail : "");
+  fflush(stdout);
+  return 1;
+}
+
+/* The call just made must have been refused with a message holding both needles. */
+static int expect_refused(int rank, const char *what, cohort_status st, const char *mine, const char *theirs) {
+  char msg[2048];
+  snprintf(msg, sizeof msg, "%s", st == COHORT_OK ? "(success)" : cohort_last_error());
+  int failures = 0;
+  if (st != COHORT_ERR_MISMATCH) failures += fail(rank, what, "did not return COHORT_ERR_MISMATCH");
+  if (!strstr(msg, mine) || !strstr(msg, theirs) || !strstr(msg, "before any data moved"))
+    failures += fail(rank, what, msg);
+  if (failures) printf("  expected \"%s\" ... \"%s\"\n", mine, theirs);
+  return failures;
+}
+
+/* Then the communicator must go on: an allreduce of rank + 1 gives n(n+1)/2 everywhere. */
+static int expect_usable(cohort_comm *c, const char *after) {
+  int rank = cohort_rank(c), n = cohort_size(c);
+  float v[4];
+  for (int i = 0; i < 4; i++)
+    v[i] = (float)(rank + 1);
+  cohort_status st = cohort_allreduce(c, v, v, 4, COHORT_F32, COHORT_SUM);
+  char what[160];
+  snprintf(what, sizeof what, "the allreduce after %s", after);
+  if (st != COHORT_OK) return fail(rank, what, cohort_last_error());
+  for (int i = 0; i < 4; i++)
+    if (v[i] != (float)(n * (n + 1) / 2)) return fail(rank, what, "wrong value");
+  return 0;
+}
+
+static int untouched(int rank, const char *what, const float *buf, size_t count, float want) {
+  for (size_t i = 0; i < count; i++)
+    if (buf[i] != want) return fail(rank, what, "a buffer changed although the call was refused");
+  return 0;
+}
+
+static int run(cohort_comm *c) {
+  int r = cohort_rank(c), n = cohort_size(c), last = n - 1, failures = 0;
+  float *buf = malloc(sizeof(float) * BIG * 2), *out = malloc(sizeof(float) * BIG * 2 * (size_t)n);
+  if (!buf || !out) return fail(r, "malloc", NULL);
+  char mine[128], theirs[128];
+#define FILL(count)                                                                                                    \
+  for (size_t i_ = 0; i_ < (size_t)(count); i_++)                                                                      \
+  buf[i_] = (float)r
+#define OUT_FILL(count)                                                                                                \
+  for (size_t i_ = 0; i_ < (size_t)(count); i_++)                                                                      \
+  out[i_] = -1.0f
+
+  /* 1. every rank its own root: each would keep its own data and report success */
+  FILL(4);
+  cohort_status st = cohort_broadcast(c, buf, 4, COHORT_F32, r);
+  failures +=
+      expect_refused(r, "broadcast, every rank its own root", st, "rank 0 called broadcast(count=4, f32, root=0",
+                     "but rank 1 called broadcast(count=4, f32, root=1");
+  failures += untouched(r, "broadcast, every rank its own root", buf, 4, (float)r);
+  failures += expect_usable(c, "the broadcast with every rank its own root");
+
+  /* 2. a broadcast whose counts differ (rank 1 wants 8) */
+  FILL(8);
+  st = cohort_broadcast(c, buf, r == 1 ? 8 : 4, COHORT_F32, 0);
+  failures += expect_refused(r, "broadcast, counts differ", st, "rank 0 called broadcast(count=4, f32, root=0",
+                             "but rank 1 called broadcast(count=8, f32, root=0");
+  failures += untouched(r, "broadcast, counts differ", buf, 8, (float)r);
+  failures += expect_usable(c, "the broadcast whose counts differ");
+
+  /* 3. an allreduce whose dtype differs (rank 1: f64 over the same bytes as 4 f32... and more) */
+  FILL(8);
+  st = r == 1 ? cohort_allreduce(c, buf, buf, 4, COHORT_F64, COHORT_SUM)
+              : cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM);
+  failures += expect_refused(r, "allreduce, dtypes differ", st, "rank 0 called allreduce(count=4, f32, sum",
+                             "but rank 1 called allreduce(count=4, f64, sum");
+  failures += untouched(r, "allreduce, dtypes differ", buf, 8, (float)r);
+  failures += expect_usable(c, "the allreduce whose dtypes differ");
+
+  /* 4. an allreduce whose op differs */
+  FILL(4);
+  st = cohort_allreduce(c, buf, buf, 4, COHORT_F32, r == 1 ? COHORT_MAX : COHORT_SUM);
+  failures += expect_refused(r, "allreduce, ops differ", st, "rank 0 called allreduce(count=4, f32, sum",
+                             "but rank 1 called allreduce(count=4, f32, max");
+  failures += untouched(r, "allreduce, ops differ", buf, 4, (float)r);
+  failures += expect_usable(c, "the allreduce whose ops differ");
+
+  /* 5. an allreduce whose count differs on the last rank only (the message names the first that differs) */
+  FILL(5);
+  st = cohort_allreduce(c, buf, buf, r == last ? 5 : 4, COHORT_F32, COHORT_SUM);
+  snprintf(theirs, sizeof theirs, "but rank %d called allreduce(count=5, f32, sum", last);
+  failures += expect_refused(r, "allreduce, counts differ", st, "rank 0 called allreduce(count=4, f32, sum", theirs);
+  failures += untouched(r, "allreduce, counts differ", buf, 5, (float)r);
+  failures += expect_usable(c, "the allreduce whose counts differ");
+
+  /* 6. large allreduces whose counts differ: the ring, or the node allreduce of shared memory */
+  FILL(BIG);
+  st = cohort_allreduce(c, buf, buf, r == 1 ? BIG / 2 : BIG, COHORT_F32, COHORT_SUM);
+  snprintf(mine, sizeof mine, "rank 0 called allreduce(count=%d, f32, sum", BIG);
+  snprintf(theirs, sizeof theirs, "but rank 1 called allreduce(count=%d, f32, sum", BIG / 2);
+  failures += expect_refused(r, "large allreduce, counts differ", st, mine, theirs);
+  failures += untouched(r, "large allreduce, counts differ", buf, BIG, (float)r);
+  failures += expect_usable(c, "the large allreduce whose counts differ");
+
+  /* 7. an allgather whose counts differ */
+  FILL(3);
+  OUT_FILL(3 * n);
+  st = cohort_allgather(c, buf, out, r == 1 ? 3 : 2, COHORT_F32);
+  failures += expect_refused(r, "allgather, counts differ", st, "rank 0 called allgather(count=2, f32",
+                             "but rank 1 called allgather(count=3, f32");
+  failures += untouched(r, "allgather, counts differ (its output)", out, 3 * (size_t)n, -1.0f);
+  failures += expect_usable(c, "the allgather whose counts differ");
+
+  /* 8. a barrier against an allreduce */
+  FILL(4);
+  st = r == 1 ? cohort_barrier(c) : cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM);
+  failures += expect_refused(r, "barrier against allreduce", st, "rank 0 called allreduce(count=4, f32, sum",
+                             "but rank 1 called barrier()");
+  failures += expect_usable(c, "the barrier against an allreduce");
+
+  /* Right calls still give right results after all that: a broadcast from the last rank. */
+  FILL(4);
+  if (cohort_broadcast(c, buf, 4, COHORT_F32, last) != COHORT_OK)
+    failures += fail(r, "the final broadcast", cohort_last_error());
+  else
+    failures += untouched(r, "the final broadcast", buf, 4, (float)last);
+  free(buf);
+  free(out);
+  return failures;
+}
+
+typedef struct thread_job {
+  cohort_inproc_group *group;
+  int rank, failures;
+} thread_job;
+
+static void *thread_main(void *arg) {
+  thread_job *j = arg;
+  cohort_comm *c = NULL;
+  if (cohort_init_inproc(j->group, j->rank, &c) != COHORT_OK) {
+    j->failures = fail(j->rank, "cohort_init_inproc", cohort_last_error());
+    return NULL;
+  }
+  j->failures = run(c);
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--inproc")) {
+    int n = atoi(argv[2]);
+    if (n < 2 || n > 16) return fail(-1, "--inproc N", "N must be in [2, 16]") + 1;
+    cohort_inproc_group *g = NULL;
+    if (cohort_inproc_group_create(n, &g) != COHORT_OK) return fail(-1, "group", cohort_last_error()) + 1;
+    thread_job jobs[16];
+    pthread_t th[16];
+    for (int r = 0; r < n; r++) {
+      jobs[r] = (thread_job){.group = g, .rank = r};
+      pthread_create(&th[r], NULL, thread_main, &jobs[r]);
+    }
+    int failures = 0;
+    for (int r = 0; r < n; r++) {
+      pthread_join(th[r], NULL);
+      failures += jobs[r].failures;
+    }
+    cohort_inproc_group_destroy(g);
+    printf("%s (inproc, %d ranks)\n", failures ? "FAILED" : "PASS", n);
+    return failures ? 1 : 0;
+  }
+  if (argc != 1) {
+    fprintf(stderr, "usage: mismatch_refused [--inproc N]   (without --inproc: one rank, under cohortrun)\n");
+    return 2;
+  }
+  cohort_comm *c = NULL;
+  if (cohort_init(&c) != COHORT_OK) return fail(-1, "cohort_init", cohort_last_error());
+  if (cohort_size(c) < 2) return fail(cohort_rank(c), "world size", "needs at least 2 ranks");
+  int failures = run(c);
+  printf("%s (%s, rank %d of %d)\n", failures ? "FAILED" : "PASS", cohort_transport_name(c), cohort_rank(c),
+         cohort_size(c));
+  cohort_comm_destroy(c);
+  return failures ? 1 : 0;
+}
