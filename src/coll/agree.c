@@ -77,7 +77,7 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort__transport *t = ctx->t;
   cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
-                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *rel);
+                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *rel, 0);
   t->ops->set_call(t, &wire);
   rel[0] = *mine;
   cohort_status st = gather(t, r, n, rel);

@@ -694,7 +694,7 @@ cohort_status cohort__p2p_create(cohort__transport *t, int rank, int size, int g
   pthread_cond_init(&p->wake, NULL);
   if (t) {
     cohort__call call =
-        cohort__call_make(0, COHORT__COLL_P2P, COHORT_U8, COHORT_SUM, COHORT__ALGO_AUTO, -1, 1ull << 40);
+        cohort__call_make(0, COHORT__COLL_P2P, COHORT_U8, COHORT_SUM, COHORT__ALGO_AUTO, -1, 1ull << 40, 0);
     t->ops->set_call(t, &call);
   }
   if (pthread_create(&p->thread, NULL, engine_main, p) != 0) {
