@@ -288,6 +288,7 @@ cohort_status cohort__comm_start_p2p(cohort_comm *c) {
   cohort__store *store = NULL;
   int goodbye = 1;
   cohort_status st = COHORT_OK;
+  if (strcmp(c->config.p2p, "off") == 0) return COHORT_OK; /* COHORT_P2P=off: no engine (work.c says so) */
   if (c->size == 1) {
     /* no transport: messages to itself only */
   } else if (strcmp(c->transport->ops->name, "mpi") == 0) {

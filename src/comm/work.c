@@ -484,7 +484,10 @@ static void p2p_name_ranks(cohort_comm *c, cohort_status st) {
 static cohort_status p2p_post(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
                               cohort_dtype dtype, int peer, int tag, struct cohort__p2p_op **op) {
   COHORT_CHECK(p2p_check(c, fn, is_send, buf, count, dtype, peer, tag));
-  if (!c->p2p) return cohort__error(COHORT_ERR_INTERNAL, "%s: the communicator has no point-to-point engine", fn);
+  if (!c->p2p)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "%s: point-to-point messages are off on this communicator (COHORT_P2P=off when it was made)",
+                         fn);
   cohort_status st = cohort__p2p_post(c->p2p, is_send, (void *)buf, count, dtype, peer, tag, op);
   p2p_name_ranks(c, st);
   return st;

@@ -26,6 +26,7 @@
   X(COHORT_SHM_RING_BYTES, shm_ring_bytes, INT_AUTO, RANGE(256, 1L << 30), "auto", "with shm, bytes of the ring from each peer to each rank; auto: 4 MiB, from 10 ranks on a host 32 MiB per rank shared among its peers (at least 256 KiB a ring)") \
   X(COHORT_SHM_ARENA_BYTES, shm_arena_bytes, INT, RANGE(0, 1L << 44), "1073741824", "with shm (also within nodes), bytes of each rank's zero-copy arena (cohort_alloc); 0: none") \
   X(COHORT_SHM_CHUNK_BYTES, shm_chunk_bytes, INT, RANGE(4096, 1L << 30), "524288", "with shm, bytes of each of the two staging buffers of the node allreduce") \
+  X(COHORT_P2P, p2p, CHOICE, ONE_OF("on,off"), "on", "on: every communicator of several ranks makes a second transport for point-to-point messages (cohort_send/recv) when it is made; off: none (a program that never sends messages saves its sockets, rings and thread; cohort_send/recv then fail with COHORT_ERR_INVALID)") \
   X(COHORT_CALL_CHECK, call_check, CHOICE, ONE_OF("on,off"), "on", "on: before a collective's data moves the ranks compare their calls, and a mismatch is refused on every rank (COHORT_ERR_MISMATCH) with the communicator still usable; off: no such exchange (a mismatch is found, if at all, by the frames and is fatal)") \
   X(COHORT_ALGO, algo, CHOICE, ONE_OF("auto,ring,rd,hier"), "auto", "allreduce algorithm: auto, ring, rd (recursive doubling) or hier (several nodes)") \
   X(COHORT_SMALL_BYTES, small_bytes, INT, RANGE(0, 1L << 40), "65536", "with auto, allreduce up to this size uses recursive doubling, broadcast a tree") \

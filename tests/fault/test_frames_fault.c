@@ -230,6 +230,7 @@ static void start_rank0(job *j, int port) {
     setenv("COHORT_STORE", "tcp", 1);
     /* Pin what decides the frame rank 0 expects, whatever the caller's environment says. */
     setenv("COHORT_ALGO", "auto", 1);
+    setenv("COHORT_P2P", "off", 1); /* the test plays rank 1 of the collectives' transport only */
     setenv("COHORT_SMALL_BYTES", "65536", 1);
     setenv("COHORT_SOCKETS_PER_PEER", "1", 1);
     setenv("COHORT_TIMEOUT", "10", 1);
