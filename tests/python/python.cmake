@@ -161,3 +161,21 @@ add_test(NAME python.observe COMMAND ${CMAKE_COMMAND} -E env COHORT_TIMELINE=${C
          COHORT_REPORT=${CMAKE_SOURCE_DIR}/tools/cohort-report/cohort-report $<TARGET_FILE:cohortrun> -np 2
          ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_observe.py)
 set_tests_properties(python.observe PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+
+# torch.distributed's backend "cohort" (python/cohort/torch/_backend.py, docs/torch.md): every operation on CPU
+# tensors with its values checked (test_dist_backend.py), under cohortrun (cohort's own rendezvous) at 1 to 3 ranks,
+# and in processes started by hand that meet through torch's store: init_method file:// and tcp://, and env:// over
+# the tcp transport.
+foreach(np 1 2 3)
+  add_test(NAME python.dist_backend.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_dist_backend.py)
+  set_tests_properties(python.dist_backend.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
+                       ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+foreach(mode file tcp env)
+  add_test(NAME python.dist_backend.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_dist_launch.sh ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_dist_backend.py ${mode} 3)
+  set_tests_properties(python.dist_backend.${mode} PROPERTIES LABELS "python;mp" TIMEOUT 300
+                       ENVIRONMENT "${COHORT_PY_ENV}" PASS_REGULAR_EXPRESSION "PASS \\(dist launch ${mode}, 3 ranks\\)")
+endforeach()
+set_property(TEST python.dist_backend.env APPEND PROPERTY ENVIRONMENT "COHORT_TRANSPORT=tcp")

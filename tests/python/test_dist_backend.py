@@ -1,0 +1,196 @@
+"""torch.distributed on backend "cohort": every operation on CPU tensors, with values checked on every rank.
+
+    cohortrun -np N python3 test_dist_backend.py                  init_method env:// (cohortrun's rendezvous)
+    RANK=r WORLD_SIZE=N MASTER_ADDR=.. MASTER_PORT=.. python3 test_dist_backend.py   env:// by hand (torch's store)
+    python3 test_dist_backend.py file:///path RANK N              init_method file:// (torch's FileStore), by hand
+    python3 test_dist_backend.py tcp://127.0.0.1:PORT RANK N      init_method tcp:// (torch's TCPStore), by hand
+
+Prints "PASS (backend <rendezvous> <transport>) rank R of N" at the end; any failed check raises (non-zero exit).
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import cohort.torch  # noqa: F401 (registers the backend "cohort")
+
+init = sys.argv[1] if len(sys.argv) > 1 else "env://"
+if init == "env://":
+    dist.init_process_group("cohort")
+else:
+    dist.init_process_group("cohort", init_method=init, rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
+r, n = dist.get_rank(), dist.get_world_size()
+pg = dist.distributed_c10d._get_default_group()
+assert dist.get_backend() == "cohort", dist.get_backend()
+under_cohortrun = os.environ.get("COHORT_LAUNCHER_STORE") == "1"
+expected_rendezvous = "cohortrun" if init == "env://" and under_cohortrun else "torch's store"
+assert pg.rendezvous == expected_rendezvous, (pg.rendezvous, expected_rendezvous)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(f"rank {r}: {what}")
+
+
+# all_reduce: every op torch allows on CPU, every dtype torch sends, in place, non-contiguous, complex.
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
+           torch.int64, torch.uint8):
+    t = torch.full((7,), r + 1, dtype=dt)
+    dist.all_reduce(t)
+    check(t.tolist() == [n * (n + 1) // 2] * 7, f"all_reduce SUM {dt}: {t}")
+    t = torch.full((3,), r + 1, dtype=dt)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    check(t.tolist() == [n] * 3, f"all_reduce MAX {dt}: {t}")
+    t = torch.full((3,), r + 1, dtype=dt)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    check(t.tolist() == [1] * 3, f"all_reduce MIN {dt}: {t}")
+t = torch.full((2,), float(r + 1), dtype=torch.float64)
+dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+check(t.tolist() == [float(torch.arange(1, n + 1).prod())] * 2, f"PRODUCT: {t}")
+b = torch.tensor([r == 0, False, True])
+dist.all_reduce(b)
+check(b.tolist() == [True, False, True], f"bool SUM (logical or): {b}")
+b = torch.tensor([r == 0, True])
+dist.all_reduce(b, op=dist.ReduceOp.MIN)
+check(b.tolist() == [n == 1, True], f"bool MIN (logical and): {b}")
+x = torch.tensor([1 << r, 6], dtype=torch.int32)
+dist.all_reduce(x, op=dist.ReduceOp.BOR)
+check(x.tolist() == [(1 << n) - 1, 6], f"BOR: {x}")
+x = torch.tensor([(1 << n) - 1 - (1 << r), 6], dtype=torch.int64)
+dist.all_reduce(x, op=dist.ReduceOp.BAND)
+check(x.tolist() == [0, 6], f"BAND: {x}")
+x = torch.tensor([1 << r, 3], dtype=torch.int16)
+dist.all_reduce(x, op=dist.ReduceOp.BXOR)
+check(x.tolist() == [(1 << n) - 1, 3 if n % 2 else 0], f"BXOR: {x}")
+c = torch.tensor([1 + 1j, r * 1j], dtype=torch.complex64)
+dist.all_reduce(c)
+check(c.tolist() == [n * (1 + 1j), sum(range(n)) * 1j], f"complex: {c}")
+m = torch.arange(16, dtype=torch.float32).reshape(4, 4) + r
+col = m.t()[1]  # non-contiguous: the result must land in m itself
+dist.all_reduce(col)
+check(m[:, 1].tolist() == [float(n * v + sum(range(n))) for v in (1, 5, 9, 13)], f"non-contiguous: {m}")
+check(m[:, 0].tolist() == [float(v + r) for v in (0, 4, 8, 12)], f"non-contiguous wrote outside its view: {m}")
+if hasattr(dist.ReduceOp, "AVG"):
+    t = torch.full((2,), float(2 * r))
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check(t.tolist() == [float(n - 1)] * 2, f"AVG: {t}")
+
+# async, futures (what DDP's comm hooks chain on)
+works = [dist.all_reduce(torch.full((1000,), float(k + r)), async_op=True) for k in range(5)]
+for w in works:
+    w.wait()
+    check(w.is_completed(), "an async all_reduce did not complete")
+t = torch.ones(4)
+fut = dist.all_reduce(t, async_op=True).get_future()
+check(fut.wait()[0].tolist() == [float(n)] * 4, f"get_future: {fut.value()}")
+doubled = dist.all_reduce(torch.ones(2), async_op=True).get_future().then(lambda f: f.value()[0] * 2).wait()
+check(doubled.tolist() == [2.0 * n] * 2, f"future.then: {doubled}")
+
+# broadcast, reduce, gather, scatter, all_gather, reduce_scatter
+for src in range(n):
+    t = torch.full((3,), float(r))
+    dist.broadcast(t, src=src)
+    check(t.tolist() == [float(src)] * 3, f"broadcast from {src}: {t}")
+    t = torch.full((3,), float(r))
+    dist.reduce(t, dst=src)
+    if r == src:
+        check(t.tolist() == [float(sum(range(n)))] * 3, f"reduce to {src}: {t}")
+g = [torch.empty(2) for _ in range(n)] if r == 0 else None
+dist.gather(torch.tensor([r, -r], dtype=torch.float32), g, dst=0)
+if r == 0:
+    check([x.tolist() for x in g] == [[k, -k] for k in range(n)], f"gather: {g}")
+out = torch.empty(2)
+dist.scatter(out, [torch.tensor([k, 2 * k], dtype=torch.float32) for k in range(n)] if r == n - 1 else None, src=n - 1)
+check(out.tolist() == [r, 2 * r], f"scatter: {out}")
+outs = [torch.empty(2, dtype=torch.int64) for _ in range(n)]
+dist.all_gather(outs, torch.tensor([r, 10 * r]))
+check([o.tolist() for o in outs] == [[k, 10 * k] for k in range(n)], f"all_gather: {outs}")
+whole = torch.empty(2 * n)
+gather_into = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+gather_into(whole, torch.tensor([r, r + 0.5]))
+check(whole.tolist() == [v for k in range(n) for v in (k, k + 0.5)], f"all_gather_into_tensor: {whole}")
+out = torch.empty(2)
+dist.reduce_scatter(out, [torch.full((2,), float(10 * k + r)) for k in range(n)])
+check(out.tolist() == [float(10 * r * n + sum(range(n)))] * 2, f"reduce_scatter: {out}")
+out = torch.empty(3)
+scatter_into = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
+scatter_into(out, torch.arange(3 * n, dtype=torch.float32) + r)
+check(out.tolist() == [float(n * (3 * r + j) + sum(range(n))) for j in range(3)], f"reduce_scatter_tensor: {out}")
+
+# all_to_all, even and uneven
+inp = torch.arange(n * 2, dtype=torch.float32) + 100 * r
+o = torch.empty(n * 2)
+dist.all_to_all_single(o, inp)
+check(o.tolist() == [float(100 * k + 2 * r + j) for k in range(n) for j in range(2)], f"all_to_all_single: {o}")
+inp = torch.cat([torch.full((k + 1, 2), float(r)) for k in range(n)])
+o = torch.empty((r + 1) * n, 2)
+dist.all_to_all_single(o, inp, [r + 1] * n, [k + 1 for k in range(n)])
+check(o[:, 0].tolist() == [float(k) for k in range(n) for _ in range(r + 1)], f"all_to_all_single splits: {o}")
+outs = [torch.empty(k + 1) for k in range(n)]
+dist.all_to_all(outs, [torch.full((r + 1,), float(10 * r + k)) for k in range(n)])
+check([x.tolist() for x in outs] == [[float(10 * k + r)] * (k + 1) for k in range(n)], f"all_to_all: {outs}")
+
+# point to point: tags, any source, batch_isend_irecv
+if n > 1:
+    if r == 0:
+        for k in range(1, n):
+            dist.send(torch.tensor([k * 1.5]), dst=k, tag=7)
+            dist.send(torch.tensor([k * 2.5]), dst=k, tag=3)
+        seen = set()
+        for _ in range(1, n):
+            got = torch.empty(1)
+            src = dist.recv(got, tag=11)
+            check(got.item() == 42.0 + src, f"recv from any source: {got} from {src}")
+            seen.add(src)
+        check(seen == set(range(1, n)), f"any-source receives came from {seen}")
+    else:
+        a, b = torch.empty(1), torch.empty(1)
+        wb = dist.irecv(b, src=0, tag=3)  # the later message, received first: matched by tag
+        dist.recv(a, src=0, tag=7)
+        wb.wait()
+        check((a.item(), b.item()) == (r * 1.5, r * 2.5), f"tags: {a} {b}")
+        dist.send(torch.tensor([42.0 + r]), dst=0, tag=11)
+    buf = torch.empty(1)
+    ops = [dist.P2POp(dist.isend, torch.tensor([float(r)]), (r + 1) % n),
+           dist.P2POp(dist.irecv, buf, (r - 1) % n)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check(buf.item() == float((r - 1) % n), f"batch_isend_irecv: {buf}")
+
+# objects, barrier, subgroups
+objs = [None] * n
+dist.all_gather_object(objs, {"rank": r, "name": f"r{r}"})
+check(objs == [{"rank": k, "name": f"r{k}"} for k in range(n)], f"all_gather_object: {objs}")
+lst = [f"from {n - 1}" if r == n - 1 else None]
+dist.broadcast_object_list(lst, src=n - 1)
+check(lst == [f"from {n - 1}"], f"broadcast_object_list: {lst}")
+dist.barrier()
+evens = dist.new_group([k for k in range(n) if k % 2 == 0])
+odds = dist.new_group([k for k in range(n) if k % 2 == 1]) if n > 1 else None
+mine = evens if r % 2 == 0 else odds
+t = torch.full((2,), float(r))
+dist.all_reduce(t, group=mine)
+check(t.tolist() == [float(sum(k for k in range(n) if k % 2 == r % 2))] * 2, f"subgroup all_reduce: {t}")
+t = torch.full((1,), float(r))
+dist.broadcast(t, src=r % 2, group=mine)  # src is a global rank, as in torch
+check(t.item() == float(r % 2), f"subgroup broadcast: {t}")
+
+# torch's DDP on the backend: replicas stay equal
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for step in range(4):
+    torch.manual_seed(100 + 10 * r + step)
+    opt.zero_grad()
+    ddp(torch.randn(8, 10)).sum().backward()
+    opt.step()
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+every = [torch.empty_like(flat) for _ in range(n)]
+dist.all_gather(every, flat)
+check(all(torch.equal(every[0], e) for e in every), "DDP replicas differ")
+
+transport = pg.transport()
+dist.destroy_process_group()
+print(f"PASS (backend {expected_rendezvous} {transport}) rank {r} of {n}", flush=True)
