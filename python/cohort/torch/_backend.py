@@ -19,6 +19,7 @@ import datetime
 import os
 import secrets
 import socket
+import sys
 import threading
 
 import torch
@@ -205,10 +206,22 @@ def _under_cohortrun(rank, size):
             and os.environ.get("WORLD_SIZE") == str(size))
 
 
+def _timeouts(timeout):
+    """init_process_group(timeout=) as cohort's knobs: the rendezvous' wait (COHORT_TIMEOUT) and, when the caller
+    chose it (not torch's 30-minute default), how long an operation waits on a silent peer (COHORT_OP_TIMEOUT; else
+    cohort's own default, docs/env.md)."""
+    if not isinstance(timeout, datetime.timedelta):
+        return {}
+    seconds = max(1, int(round(timeout.total_seconds())))
+    env = {"COHORT_TIMEOUT": seconds}
+    if timeout != getattr(dist, "default_pg_timeout", None):
+        env["COHORT_OP_TIMEOUT"] = seconds
+    return env
+
+
 def _meet(store, rank, size, timeout, default_group):
-    seconds = max(1, int(timeout.total_seconds())) if isinstance(timeout, datetime.timedelta) else 1800
     if default_group and _under_cohortrun(rank, size):
-        return _init_with_env({"COHORT_TIMEOUT": seconds}), "cohortrun"
+        return _init_with_env(_timeouts(timeout)), "cohortrun"
     job_secret = os.environ.get("COHORT_SECRET")
     if rank == 0:
         host = _host_address()
@@ -225,8 +238,7 @@ def _meet(store, rank, size, timeout, default_group):
     local = [r for r in range(size) if hosts[r] == me]
     env = {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local.index(rank), "LOCAL_WORLD_SIZE": len(local),
            "MASTER_ADDR": host, "COHORT_STORE": "tcp", "COHORT_STORE_ADDR": host, "COHORT_STORE_PORT": port,
-           "COHORT_LAUNCHER_STORE": "0", "COHORT_RUN_ID": run_id, "COHORT_SECRET": secret,
-           "COHORT_TIMEOUT": seconds}
+           "COHORT_LAUNCHER_STORE": "0", "COHORT_RUN_ID": run_id, "COHORT_SECRET": secret, **_timeouts(timeout)}
     # A launcher's variables describe the job, not this group: cohort_init must not read them.
     for k in ("GROUP_RANK", "GROUP_WORLD_SIZE", "COHORT_HEARTBEAT_FD", "TORCHELASTIC_USE_AGENT_STORE"):
         env[k] = None
@@ -291,10 +303,57 @@ class _Completer:
                 p.future.set_result(result)
 
 
-def _done_work(result):
-    f = torch.futures.Future()
-    f.set_result(result)
-    return _create_work_from_future(f)
+class _FutureWork(Work):
+    """The Work handed to torch's Python API (dist.all_reduce and the rest call the group from
+    torch/distributed/distributed_c10d.py, then wait() in Python): wait() raises the operation's error. torch 1.13's
+    Work made from a future (_create_work_from_future) waits without raising, so an error would pass unseen there;
+    that one is kept for callers in C++ (DDP's reducer reads get_future().value(), which raises; its construction's
+    broadcast and shape check call the C++ wait(), which a Python Work cannot serve in 1.13)."""
+
+    def __init__(self, future):
+        super().__init__()
+        self._fut = future
+
+    def wait(self, timeout=None):
+        self._fut.wait()  # raises the operation's error, on every waiter
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self._fut.done() and self.exception() is None
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.value()
+            return None
+        except Exception as e:  # noqa: BLE001 (the operation's error, returned)
+            return e
+
+    def result(self):
+        return self._fut.value()
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        return self._fut
+
+
+def _torch_python_caller():
+    """True when torch's Python API (distributed_c10d.py) called the group's method, not C++ (DDP's reducer runs on
+    autograd's threads; its set-up calls come through torch's C++ functions)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # out of this module
+    return frame is not None and frame.f_globals.get("__name__") == "torch.distributed.distributed_c10d"
+
+
+def _work_of(future):
+    return _FutureWork(future) if _torch_python_caller() else _create_work_from_future(future)
 
 
 class _P2PWork(Work):
@@ -411,17 +470,7 @@ class ProcessGroupCohort(ProcessGroup):
                 _raise(st, what)
             fut = torch.futures.Future()
             self._completer.put(_Pending(w, fut, finish, keep, what))
-        return _create_work_from_future(fut)
-
-    def _sync(self, what, call, finish=None):
-        """A blocking C call on the caller's thread (the operations that have no async form in the C API)."""
-        if self._closed:
-            raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
-        with self._lock:
-            st = call()
-        if st != _lib.OK:
-            _raise(st, what)
-        return _done_work(finish() if finish else None)
+        return _work_of(fut)
 
     # -- the collectives --
 
