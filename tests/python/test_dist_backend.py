@@ -9,11 +9,14 @@ Prints "PASS (backend <rendezvous> <transport>) rank R of N" at the end; any fai
 """
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
 
 import cohort.torch  # noqa: F401 (registers the backend "cohort")
+
+warnings.filterwarnings("ignore", message=".*all_gather_coalesced will be deprecated")
 
 init = sys.argv[1] if len(sys.argv) > 1 else "env://"
 if init == "env://":
@@ -110,6 +113,10 @@ whole = torch.empty(2 * n)
 gather_into = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
 gather_into(whole, torch.tensor([r, r + 0.5]))
 check(whole.tolist() == [v for k in range(n) for v in (k, k + 0.5)], f"all_gather_into_tensor: {whole}")
+coalesced = [[torch.empty(2, 2), torch.empty(3)] for _ in range(n)]
+dist.all_gather_coalesced(coalesced, [torch.full((2, 2), float(r)), torch.full((3,), 10.0 + r)])
+check(all(coalesced[k][0].eq(k).all() and coalesced[k][1].eq(10 + k).all() for k in range(n)),
+      f"all_gather_coalesced: {coalesced}")
 out = torch.empty(2)
 dist.reduce_scatter(out, [torch.full((2,), float(10 * k + r)) for k in range(n)])
 check(out.tolist() == [float(10 * r * n + sum(range(n)))] * 2, f"reduce_scatter: {out}")

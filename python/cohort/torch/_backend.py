@@ -568,7 +568,31 @@ class ProcessGroupCohort(ProcessGroup):
                            (src, dst))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise RuntimeError("cohort backend: all_gather_coalesced is not supported (torch deprecates it)")
+        """output_lists[r][i] gets rank r's input_list[i]: one allgather of the inputs packed end to end."""
+        n = self.size()
+        if len(output_lists) != n or any(len(o) != len(input_list) for o in output_lists):
+            raise ValueError(f"cohort backend: all_gather_coalesced: the outputs must be {n} lists of "
+                             f"{len(input_list)} tensors")
+        flats = [_flat(t, "all_gather_coalesced") for t in input_list]
+        codes = {code for _, code, _ in flats}
+        if len(codes) > 1:
+            raise TypeError("cohort backend: all_gather_coalesced: the tensors have different dtypes")
+        code = codes.pop() if codes else _lib.U8
+        packed = torch.cat([f.reshape(-1) for f, _, _ in flats]) if flats else torch.empty(0, dtype=torch.uint8)
+        whole = torch.empty((n, packed.numel()), dtype=packed.dtype)
+
+        def finish():
+            for r in range(n):
+                off = 0
+                for t, (f, _, m) in zip(output_lists[r], flats):
+                    piece = whole[r, off:off + m].view_as(f)
+                    t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                    off += m
+            return output_lists
+
+        return self._issue("all_gather_coalesced",
+                           lambda w: _c.cohort_iallgather(self._comm, _ptr(packed), _ptr(whole), packed.numel(), code,
+                                                          w), finish, (packed, whole))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != 1 or len(input_tensors) != 1:
