@@ -34,7 +34,7 @@ __all__ = [
     "Average", "Sum", "Min", "Max", "Product", "Adasum",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "poll", "synchronize",
     "allgather", "broadcast", "broadcast_", "reducescatter", "barrier", "broadcast_object", "allgather_object",
-    "CohortError", "RemoteError", "MismatchError", "TimeoutError", "AuthError", "InvalidArgumentError",
+    "CohortError", "HorovodInternalError", "RemoteError", "MismatchError", "TimeoutError", "AuthError", "InvalidArgumentError",
     "Handle", "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "new_group",
 ]
 
@@ -51,7 +51,13 @@ class CohortError(RuntimeError):
         super().__init__(f"{name}: {message}" if message else name)
 
 
-class RemoteError(CohortError):
+class HorovodInternalError(RuntimeError):
+    """Horovod's name for a failure while data moved (a peer died, closed its link or timed out; a malformed frame):
+    RemoteError, TimeoutError and ProtocolError are HorovodInternalErrors, as Horovod raises one from synchronize()
+    and its elastic mode catches it. MismatchError and InvalidArgumentError are not (nothing moved)."""
+
+
+class RemoteError(CohortError, HorovodInternalError):
     """A peer died, closed its link or aborted (COHORT_ERR_REMOTE); the message names it."""
 
 
@@ -60,7 +66,7 @@ class MismatchError(CohortError):
     when the ranks compare their calls before data moves, and then the communicator stays usable."""
 
 
-class TimeoutError(CohortError, builtins.TimeoutError):  # noqa: A001 (Horovod-style name, also a builtin subclass)
+class TimeoutError(CohortError, HorovodInternalError, builtins.TimeoutError):  # noqa: A001 (Horovod-style name, also a builtin subclass)
     """A peer or the store did not answer within COHORT_OP_TIMEOUT (COHORT_ERR_TIMEOUT)."""
 
 
@@ -72,11 +78,16 @@ class InvalidArgumentError(CohortError, ValueError):
     """libcohort refused an argument (COHORT_ERR_INVALID); nothing was started."""
 
 
-class ProtocolError(CohortError):
+class ProtocolError(CohortError, HorovodInternalError):
     """A malformed or unexpected frame arrived (COHORT_ERR_PROTOCOL)."""
 
 
-_ERROR_CLASSES = {_lib.ERR_INVALID: InvalidArgumentError, _lib.ERR_TIMEOUT: TimeoutError,
+class SystemError_(CohortError, HorovodInternalError):
+    """A system call or the library itself failed while data moved (COHORT_ERR_SYSTEM, COHORT_ERR_INTERNAL)."""
+
+
+_ERROR_CLASSES = {_lib.ERR_SYSTEM: SystemError_, _lib.ERR_INTERNAL: SystemError_,
+                  _lib.ERR_INVALID: InvalidArgumentError, _lib.ERR_TIMEOUT: TimeoutError,
                   _lib.ERR_REMOTE: RemoteError, _lib.ERR_MISMATCH: MismatchError, _lib.ERR_AUTH: AuthError,
                   _lib.ERR_PROTOCOL: ProtocolError}
 
@@ -740,21 +751,12 @@ def _lib_dtype_name(code):
 
 
 def _allgatherv_bytes(comm, src, firsts, row_bytes, dst):
-    """src: a contiguous uint8 view of this rank's rows; dst: uint8 of sum(firsts) rows. Pads when uneven."""
-    n = len(firsts)
+    """src: a contiguous uint8 view of this rank's rows; dst: uint8 of sum(firsts) rows (cohort_allgatherv)."""
     if len(set(firsts)) == 1:
         _check(_c.cohort_allgather(comm, _ptr(src), _ptr(dst), src.size, _lib.U8), "cohort.allgather")
         return
-    m = max(firsts) * row_bytes
-    pad = np.zeros(m, np.uint8)
-    pad[:src.size] = src
-    tmp = np.empty(m * n, np.uint8)
-    _check(_c.cohort_allgather(comm, _ptr(pad), _ptr(tmp), m, _lib.U8), "cohort.allgather")
-    off = 0
-    for r in range(n):
-        k = firsts[r] * row_bytes
-        dst[off:off + k] = tmp[r * m:r * m + k]
-        off += k
+    counts = np.array([f * row_bytes for f in firsts], np.uintp)
+    _check(_c.cohort_allgatherv(comm, _ptr(src), _ptr(dst), _ptr(counts), None, _lib.U8), "cohort.allgather")
 
 
 def allgather(x, name=None):
@@ -788,32 +790,44 @@ def reducescatter(x, op=Average, name=None):
     return full[start:start + rows[r]].copy()
 
 
-def barrier():
-    _check(_c.cohort_barrier(_get_comm()), "cohort.barrier")
+def barrier(process_set=None):
+    """Returns once every rank (of process_set, if given) has entered the barrier."""
+    _check(_c.cohort_barrier(_comm_of(process_set, "cohort.barrier")), "cohort.barrier")
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's obj (pickled) on every rank."""
-    comm = _get_comm()
-    _root(comm, root_rank, "cohort.broadcast_object")
-    data = pickle.dumps(obj) if rank() == root_rank else b""
+def _set_root(comm, process_set, root_rank, what):
+    """The rank within comm of root_rank, which is a rank of the job (as in Horovod, also with process_set=)."""
+    _root(_get_comm(), root_rank, what)
+    if process_set is None or process_set is global_process_set or process_set.ranks is None:
+        return root_rank
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"{what}: root_rank {root_rank} is not in {process_set} (root_rank is a rank of the job)")
+    return process_set.ranks.index(root_rank)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """root_rank's obj (pickled) on every rank (of process_set: root_rank is still a rank of the job)."""
+    comm = _comm_of(process_set, "cohort.broadcast_object")
+    root = _set_root(comm, process_set, root_rank, "cohort.broadcast_object")
+    me = _c.cohort_rank(comm)
+    data = pickle.dumps(obj) if me == root else b""
     n = np.array([len(data)], np.int64)
-    _check(_c.cohort_broadcast(comm, _ptr(n), 1, _lib.I64, root_rank), "cohort.broadcast_object")
-    buf = np.frombuffer(data, np.uint8).copy() if rank() == root_rank else np.empty(int(n[0]), np.uint8)
+    _check(_c.cohort_broadcast(comm, _ptr(n), 1, _lib.I64, root), "cohort.broadcast_object")
+    buf = np.frombuffer(data, np.uint8).copy() if me == root else np.empty(int(n[0]), np.uint8)
     if buf.size:
-        _check(_c.cohort_broadcast(comm, _ptr(buf), buf.size, _lib.U8, root_rank), "cohort.broadcast_object")
-    return obj if rank() == root_rank else pickle.loads(buf.tobytes())
+        _check(_c.cohort_broadcast(comm, _ptr(buf), buf.size, _lib.U8, root), "cohort.broadcast_object")
+    return obj if me == root else pickle.loads(buf.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """The list of every rank's obj, in rank order."""
+def allgather_object(obj, name=None, process_set=None):
+    """The list of every rank's obj (of process_set, if given), in rank order."""
+    comm = _comm_of(process_set, "cohort.allgather_object")
     data = np.frombuffer(pickle.dumps(obj), np.uint8).copy()
-    sizes = np.empty(size(), np.int64)
+    sizes = np.empty(_c.cohort_size(comm), np.int64)
     mine = np.array([data.size], np.int64)
-    _check(_c.cohort_allgather(_get_comm(), _ptr(mine), _ptr(sizes), 1, _lib.I64),
-           "cohort.allgather_object")
+    _check(_c.cohort_allgather(comm, _ptr(mine), _ptr(sizes), 1, _lib.I64), "cohort.allgather_object")
     out = np.empty(int(sizes.sum()), np.uint8)
-    _allgatherv_bytes(_get_comm(), data, [int(s) for s in sizes], 1, out)
+    _allgatherv_bytes(comm, data, [int(s) for s in sizes], 1, out)
     objs, off = [], 0
     for s in sizes:
         objs.append(pickle.loads(out[off:off + int(s)].tobytes()))

@@ -104,6 +104,13 @@ _SIGNATURES = {
     "cohort_ireduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
                                        ctypes.POINTER(c_void_p)]),
     "cohort_ibarrier": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
+    # counts and displs: arrays of c_size_t, one per rank (displs None: packed)
+    "cohort_allgatherv": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]),
+    "cohort_iallgatherv": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
+                                   ctypes.POINTER(c_void_p)]),
+    "cohort_alltoallv": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]),
+    "cohort_ialltoallv": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
+                                  ctypes.POINTER(c_void_p)]),
     # Device memory (include/cohort/cohort.h): the stream is a cudaStream_t (torch's Stream.cuda_stream).
     "cohort_cuda_available": (c_int, []),
     "cohort_device_path": (c_char_p, [c_void_p]),

@@ -3,12 +3,13 @@
  *
  * cohort__job_open() opens the store (COHORT_STORE: TCP at COHORT_STORE_ADDR:COHORT_STORE_PORT, else MASTER_ADDR and
  * MASTER_PORT, served by rank 0 unless the launcher serves it; or a directory) and gives the rest of the rendezvous
- * the job's key space only: a view of the store under "cohort/<run id>/<generation>/" (job_store(), the one place
- * that names it). The run id (COHORT_RUN_ID, else derived from COHORT_SECRET and the launcher's job identity) keeps
- * jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a restarted job from meeting stale
+ * the job's key space only: a view of the store under "cohort/<run id>/<generation>/<open>/" (job_store(), the one
+ * place that names it). The run id (COHORT_RUN_ID, else derived from COHORT_SECRET and the launcher's job identity)
+ * keeps jobs sharing a store apart, and the generation (COHORT_RESTART_COUNT) keeps a restarted job from meeting stale
  * addresses. A store that rank 0 serves says whose it is, and the other ranks check that before they publish
  * anything (check_owner). cohort__store_place_open() reconnects to the same place, for sub-communicators.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,11 +154,18 @@ static cohort_status check_owner(job *j, cohort__store *store, int rank, const c
   return st;
 }
 
-/* The job's key space: a view of the store under "cohort/<run id>/<generation>/" that owns it. The one place that
- * names the prefix: the rendezvous, the transports' setup and the communicator's board see only this view. */
+/* How many times this process has opened the job (cohort_init after cohort_comm_destroy: Horovod's shutdown() then
+ * init()). Every rank of a job opens it as many times, so the count names the same key space on every rank, and a
+ * later init never reads what an earlier one left in a store that outlives it (the launcher's: the keys of the
+ * earlier shm setup named segments that are gone). */
+static _Atomic long job_opens;
+
+/* The job's key space: a view of the store under "cohort/<run id>/<generation>/<open>/" that owns it. The one place
+ * that names the prefix: the rendezvous, the transports' setup and the communicator's board see only this view. */
 static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store, cohort__store **out,
                                cohort__store_place *place) {
-  snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
+  long open = atomic_fetch_add(&job_opens, 1);
+  snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/%ld/", run_id, cfg->restart_count, open);
   return cohort__store_prefixed_owner(store, place->prefix, out);
 }
 

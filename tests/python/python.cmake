@@ -190,3 +190,22 @@ BACKEND=cohort WORLD_SIZE=${ws} TEMP_DIR=$d ${COHORT_PYTHON} ${CMAKE_CURRENT_LIS
   set_tests_properties(python.dist_suite.ws${ws} PROPERTIES LABELS "python;conformance" TIMEOUT 3000
                        ENVIRONMENT "${COHORT_PY_ENV}")
 endforeach()
+
+# Horovod's names that its own test suite needs (issue 32; tests/python/test_hvd_api.py): alltoall, grouped
+# allgather/reducescatter, sparse_allreduce_async, int8/int16 and integer scaling, the gradients of the collectives
+# as Horovod defines them, SyncBatchNorm against BatchNorm1d on the whole batch, process sets' root_rank, barrier and
+# broadcast_object.
+foreach(np 1 2 3)
+  add_test(NAME python.hvd_api.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_hvd_api.py)
+  set_tests_properties(python.hvd_api.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
+# shutdown() then init() 20 times in the same 2 processes, over each transport (test_reinit.py); a hang fails on
+# the TIMEOUT.
+foreach(tr shm tcp)
+  add_test(NAME python.reinit.${tr} COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_reinit.py 20)
+  set_tests_properties(python.reinit.${tr} PROPERTIES LABELS "python;mp" TIMEOUT 180
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TRANSPORT=${tr}" PASS_REGULAR_EXPRESSION "reinit ok")
+endforeach()

@@ -290,7 +290,7 @@ def raises(exc, fn, what, needle=None):
     check(False, f"{what}: did not raise {exc.__name__}")
 
 
-raises(TypeError, lambda: hvd.allreduce(torch.zeros(3, dtype=torch.int16)), "int16", "unsupported dtype")
+check(hvd.allreduce(torch.ones(3, dtype=torch.int16), op=hvd.Sum).tolist() == [N] * 3, "int16 allreduce")
 raises(TypeError, lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)), "complex64", "unsupported dtype")
 raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "a list", "torch.Tensor")
 raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum), "Adasum", "Adasum")
@@ -298,8 +298,10 @@ raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=99), "op 99", "unkno
 raises(ValueError, lambda: hvd.grouped_allreduce([]), "empty group", "empty")
 raises(TypeError, lambda: hvd.grouped_allreduce([torch.zeros(2), "x"]), "group with a string", "torch.Tensor")
 raises(ValueError, lambda: hvd.broadcast(torch.zeros(2), N), "root out of range", "out of range")
-raises(ValueError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.int32), prescale_factor=2.0), "int prescale",
-       "floating-point")
+check(hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum, prescale_factor=2.0).tolist() == [2 * N] * 2,
+      "int prescale (in float64, as Horovod)")
+raises(ValueError, lambda: hvd.allreduce(torch.zeros(2, dtype=torch.bool), prescale_factor=2.0), "bool prescale",
+       "bool")
 raises(ValueError, lambda: hvd.allgather(torch.tensor(1.0)), "scalar allgather", "scalar")
 raises(TypeError, lambda: cohort.allreduce("text"), "a str to the core", "buffer protocol")
 raises(ValueError, lambda: cohort.allreduce_(b"abc"), "read-only buffer", "read-only")

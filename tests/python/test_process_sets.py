@@ -58,8 +58,8 @@ y.sum().backward()  # the gradient is the same Sum over the same set: len(member
 check(torch.all(x.grad == float(len(members))).item(), f"allreduce backward over the set: {x.grad}")
 
 # broadcast, allgather, reducescatter.
-b = hvd.broadcast(torch.full((10,), float(R)), root_rank=1, process_set=mine)
-check(torch.all(b == float(members[1])).item(), "broadcast from the set's rank 1")
+b = hvd.broadcast(torch.full((10,), float(R)), root_rank=members[1], process_set=mine)  # a job rank, as in Horovod
+check(torch.all(b == float(members[1])).item(), "broadcast from the set's second member")
 ag = hvd.allgather(torch.full((R + 1, 2), float(R)), process_set=mine)
 want = torch.cat([torch.full((r + 1, 2), float(r)) for r in members])
 check(ag.shape == want.shape and torch.equal(ag, want), "allgather of uneven first dimensions")

@@ -20,7 +20,7 @@ import torch
 import cohort as _core
 from cohort import __version__  # noqa: F401
 from cohort import _lib
-from cohort import (AuthError, CohortError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
+from cohort import (AuthError, CohortError, HorovodInternalError, Handle, InvalidArgumentError, MismatchError, RemoteError,  # noqa: F401
                     TimeoutError, Adasum, Average, Max, Min, Product, Sum, allgather_object, barrier,
                     broadcast_object, cross_rank, cross_size, is_initialized, local_rank, local_size,
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
@@ -38,6 +38,14 @@ def init(comm=None):
     cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
     if cpus.isdigit() and int(cpus) > 0 and os.environ.get("SLURM_STEP_ID") and not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(cpus))
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
 
 
 def nccl_built():
@@ -74,8 +82,23 @@ def gloo_enabled():
 
 
 def _scales(tensor, prescale_factor, postscale_factor, what):
-    if (prescale_factor != 1.0 or postscale_factor != 1.0) and not tensor.dtype.is_floating_point:
-        raise ValueError(f"{what}: prescale_factor/postscale_factor apply to floating-point tensors only")
+    for f in (prescale_factor, postscale_factor):
+        if isinstance(f, bool) or not isinstance(f, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{what}: prescale_factor/postscale_factor must be numbers, got {type(f).__name__}")
+    if (prescale_factor != 1.0 or postscale_factor != 1.0) and tensor.dtype == torch.bool:
+        raise ValueError(f"{what}: prescale_factor/postscale_factor do not apply to bool tensors")
+
+
+def _scale(t, factor):
+    """t * factor as Horovod computes it: integers in float64 (then truncated back), float16 and bfloat16 on the
+    CPU in float32; the result in t's dtype."""
+    if factor == 1.0:
+        return t
+    if not t.dtype.is_floating_point:
+        return (t.double() * float(factor)).to(t.dtype)
+    if t.dtype in (torch.float16, torch.bfloat16) and not t.is_cuda:
+        return (t.float() * float(factor)).to(t.dtype)
+    return t * float(factor)
 
 
 def _resolve_op(op, average, what):
@@ -97,16 +120,14 @@ def _allreduce_start(comm, tensor, output, op, prescale_factor, postscale_factor
     with torch.no_grad():
         wire, ctx = compression.compress(tensor)
         if prescale_factor != 1.0:
-            wire = wire * prescale_factor
+            wire = _scale(wire, prescale_factor)
         src = _host(wire)
         # In place straight into the caller's memory when nothing had to be converted.
         dst = src if (src is tensor and output is tensor) else _like(src)
 
     def finish():
         with torch.no_grad():
-            res = dst
-            if postscale_factor != 1.0:
-                res.mul_(postscale_factor)
+            res = _scale(dst, postscale_factor)
             res = compression.decompress(res, ctx)
             return _put_back(res, output)
 
@@ -242,14 +263,14 @@ def _grouped_start(comm, tensors, outputs, op, prescale_factor, postscale_factor
             else:
                 flat.copy_(parts[0])
             if prescale_factor != 1.0:
-                flat.mul_(prescale_factor)
+                flat.copy_(_scale(flat, prescale_factor))
             fused.append((dt, idx, flat))
 
     def finish():
         with torch.no_grad():
             for dt, idx, flat in fused:
                 if postscale_factor != 1.0:
-                    flat.mul_(postscale_factor)
+                    flat.copy_(_scale(flat, postscale_factor))
                 off = 0
                 for i in idx:
                     n = tensors[i].numel()
@@ -334,10 +355,34 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """New tensors: each of tensors reduced over the ranks, in one fused allreduce per dtype."""
     comm = _core._comm_of(process_set, "grouped_allreduce")
     op = _resolve_op(op, average, "grouped_allreduce")
-    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None
-            for t in _core._list_arg(tensors, "grouped_allreduce")]
+    tensors = _core._list_arg(tensors, "grouped_allreduce")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        if op not in (Average, Sum):
+            raise ValueError("grouped_allreduce: only Average and Sum are differentiable")
+        return list(_GroupedAllreduceFunction.apply(comm, op, prescale_factor, postscale_factor, compression,
+                                                    *tensors))
+    outs = [_output_for(t) if isinstance(t, torch.Tensor) else None for t in tensors]
     return _grouped_start(comm, tensors, outs, op, prescale_factor, postscale_factor, compression, "grouped_allreduce",
                           False)
+
+
+class _GroupedAllreduceFunction(torch.autograd.Function):
+    """grouped_allreduce as a differentiable op (as in Horovod): the gradients are the same grouped reduction of the
+    incoming gradients."""
+
+    @staticmethod
+    def forward(ctx, comm, op, pre, post, compression, *tensors):
+        ctx.args = (comm, op, pre, post, compression)
+        return tuple(_grouped_start(comm, list(tensors), [_output_for(t) for t in tensors], op, pre, post,
+                                    compression, "grouped_allreduce", False))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        comm, op, pre, post, compression = ctx.args
+        gs = [g.contiguous() for g in grads]
+        out = _grouped_start(comm, gs, [_output_for(g) for g in gs], op, pre, post, compression,
+                             "grouped_allreduce (backward)", False)
+        return (None, None, None, None, None) + tuple(out)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -398,31 +443,77 @@ def _broadcast_start(comm, tensor, output, root_rank, what, async_):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    """A new tensor holding root_rank's tensor."""
+    """A new tensor holding root_rank's tensor (root_rank: a rank of the job, also with process_set=, as in Horovod).
+    Differentiable (as in Horovod: the root's gradient is the average of the incoming gradients, the others' zero)."""
     comm = _core._comm_of(process_set, "broadcast")
-    return _broadcast_start(comm, tensor, _output_for(tensor), root_rank, "broadcast", False)
+    root = _core._set_root(comm, process_set, root_rank, "broadcast")
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _BroadcastFunction.apply(tensor, comm, root)
+    return _broadcast_start(comm, tensor, _output_for(tensor), root, "broadcast", False)
+
+
+class _BroadcastFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm, root):
+        ctx.comm, ctx.root = comm, root
+        return _broadcast_start(comm, tensor, _output_for(tensor), root, "broadcast", False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _allreduce_start(ctx.comm, grad.contiguous(), _output_for(grad), Average, 1.0, 1.0, None,
+                             "broadcast (backward)", False)
+        if _c.cohort_rank(ctx.comm) != ctx.root:
+            g.zero_()
+        return g, None, None
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """In place: tensor becomes root_rank's tensor. Returns tensor."""
     comm = _core._comm_of(process_set, "broadcast_")
-    return _broadcast_start(comm, tensor, tensor, root_rank, "broadcast_", False)
+    root = _core._set_root(comm, process_set, root_rank, "broadcast_")
+    return _broadcast_start(comm, tensor, tensor, root, "broadcast_", False)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     comm = _core._comm_of(process_set, "broadcast_async")
-    return _broadcast_start(comm, tensor, _output_for(tensor), root_rank, "broadcast_async", True)
+    root = _core._set_root(comm, process_set, root_rank, "broadcast_async")
+    return _broadcast_start(comm, tensor, _output_for(tensor), root, "broadcast_async", True)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     comm = _core._comm_of(process_set, "broadcast_async_")
-    return _broadcast_start(comm, tensor, tensor, root_rank, "broadcast_async_", True)
+    root = _core._set_root(comm, process_set, root_rank, "broadcast_async_")
+    return _broadcast_start(comm, tensor, tensor, root, "broadcast_async_", True)
 
 
 def allgather(tensor, name=None, process_set=None):
-    """Every rank's tensor concatenated along dimension 0 (ranks may pass different first dimensions)."""
+    """Every rank's tensor concatenated along dimension 0 (ranks may pass different first dimensions).
+    Differentiable (as in Horovod: the gradient is this rank's rows of the average of the incoming gradients)."""
     comm = _core._comm_of(process_set, "allgather")
     _check_tensor(tensor, "allgather")
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _AllgatherFunction.apply(tensor, comm)
+    return _allgather(comm, tensor)
+
+
+class _AllgatherFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm):
+        ctx.comm, ctx.dim = comm, tensor.shape[0]
+        return _allgather(comm, tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm = ctx.comm
+        g = _allreduce_start(comm, grad.contiguous(), _output_for(grad), Average, 1.0, 1.0, None,
+                             "allgather (backward)", False)
+        dims = _allgather(comm, torch.tensor([ctx.dim], dtype=torch.int64))
+        r = _c.cohort_rank(comm)
+        offset = int(dims[:r].sum()) if r else 0
+        return g.narrow(0, offset, ctx.dim), None
+
+
+def _allgather(comm, tensor):
     with torch.no_grad():
         src = _host(tensor)
         firsts = _core._gather_headers(comm, tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather")
@@ -447,18 +538,40 @@ def allgather_async(tensor, name=None, process_set=None):
 def reducescatter(tensor, op=Average, name=None, compression=Compression.none, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
     """tensor reduced over the ranks, then split along dimension 0: rank r gets its part (the first
-    dim % size ranks get one row more, as in Horovod)."""
+    dim % size ranks get one row more, as in Horovod). Differentiable (as in Horovod: the gradient is the allgather
+    of the incoming gradients, times size for op=Sum, times the scaling factors)."""
     comm = _core._comm_of(process_set, "reducescatter")
     _check_tensor(tensor, "reducescatter")
     op = _core._op(op)
     if tensor.dim() == 0:
         raise ValueError("reducescatter: a scalar cannot be scattered along dimension 0")
     _scales(tensor, prescale_factor, postscale_factor, "reducescatter")
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return _ReducescatterFunction.apply(tensor, comm, op, compression, prescale_factor, postscale_factor)
+    return _reducescatter(comm, tensor, op, compression, prescale_factor, postscale_factor)
+
+
+class _ReducescatterFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm, op, compression, pre, post):
+        ctx.args = (comm, op, pre, post)
+        return _reducescatter(comm, tensor, op, compression, pre, post)
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm, op, pre, post = ctx.args
+        if op == Sum:
+            grad = grad * _c.cohort_size(comm)
+        grad = grad * pre * post if (pre != 1.0 or post != 1.0) else grad
+        return _allgather(comm, grad.contiguous()), None, None, None, None, None
+
+
+def _reducescatter(comm, tensor, op, compression, prescale_factor, postscale_factor):
     n, r = _c.cohort_size(comm), _c.cohort_rank(comm)
     with torch.no_grad():
         wire, ctx = (compression or Compression.none).compress(tensor)
         if prescale_factor != 1.0:
-            wire = wire * prescale_factor
+            wire = _scale(wire, prescale_factor)
         src = _host(wire)
         rows = [src.shape[0] // n + (1 if i < src.shape[0] % n else 0) for i in range(n)]
         dt = _TORCH_DTYPES[src.dtype]
@@ -474,10 +587,263 @@ def reducescatter(tensor, op=Average, name=None, compression=Compression.none, p
             _core._check(_allreduce_call(comm, src, full, dt, op))
             start = sum(rows[:r])
             out = full[start:start + rows[r]].clone()
-        if postscale_factor != 1.0:
-            out.mul_(postscale_factor)
+        out = _scale(out, postscale_factor)
         out = (compression or Compression.none).decompress(out, ctx)
         return out.to(tensor.device) if tensor.device.type != "cpu" else out
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter, run now (the uneven split needs the sizes first); the handle returns its result."""
+    return _core._completed(reducescatter(tensor, op=op, name=name, process_set=process_set,
+                                          prescale_factor=prescale_factor, postscale_factor=postscale_factor))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """[allgather(t) for t in tensors], each differentiable as allgather is."""
+    tensors = _core._list_arg(tensors, "grouped_allgather")
+    return [allgather(t, process_set=process_set) for t in tensors]
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """grouped_allgather, run now; the handle returns the list of results."""
+    return _core._completed(grouped_allgather(tensors, name, process_set=process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """[reducescatter(t) for t in tensors], each differentiable as reducescatter is."""
+    tensors = _core._list_arg(tensors, "grouped_reducescatter")
+    return [reducescatter(t, op=op, compression=compression, process_set=process_set,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor) for t in tensors]
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """grouped_reducescatter, run now; the handle returns the list of results."""
+    return _core._completed(grouped_reducescatter(tensors, name, op=op, process_set=process_set,
+                                                  prescale_factor=prescale_factor,
+                                                  postscale_factor=postscale_factor))
+
+
+# ---- alltoall ----
+
+
+def _alltoall(comm, tensor, splits, what):
+    """(output, received splits as int32): rows splits[p] of tensor (in order along dimension 0) go to rank p; the
+    rows from every rank are concatenated in rank order. Every rank first learns every rank's dtype, trailing shape
+    and splits (one allgather), so that a mismatch raises MismatchError on every rank before any data moves."""
+    _check_tensor(tensor, what)
+    n, me = _c.cohort_size(comm), _c.cohort_rank(comm)
+    if tensor.dim() == 0:
+        raise ValueError(f"{what}: a scalar cannot be split along dimension 0 (give it one dimension)")
+    if tensor.dim() > _core._MAX_NDIM:
+        raise ValueError(f"{what}: at most {_core._MAX_NDIM} dimensions")
+    first = tensor.shape[0]
+    if splits is None:
+        if first % n:
+            raise ValueError(f"{what}: the first dimension ({first}) is not a multiple of the {n} ranks; give splits")
+        sp = [first // n] * n
+    else:
+        if isinstance(splits, torch.Tensor):
+            if splits.dtype != torch.int32:
+                raise ValueError(f"{what}: splits must be an int32 tensor, got {splits.dtype}")
+            sp = [int(v) for v in splits.reshape(-1).tolist()]
+        elif isinstance(splits, (list, tuple)) and all(isinstance(v, (int, np.integer)) for v in splits):
+            sp = [int(v) for v in splits]
+        else:
+            raise ValueError(f"{what}: splits must be an int32 tensor or a list of ints, got {type(splits).__name__}")
+        if len(sp) != n:
+            raise ValueError(f"{what}: splits has {len(sp)} entries; the job has {n} ranks")
+        if any(v < 0 for v in sp):
+            raise ValueError(f"{what}: splits has a negative entry: {sp}")
+        if sum(sp) > first:
+            raise ValueError(f"{what}: the splits add up to {sum(sp)}, more than the first dimension ({first})")
+    with torch.no_grad():
+        src = tensor.detach()
+        if src.is_cuda:
+            src = src.cpu()
+        src = src.contiguous()
+        hdr = np.full(2 + _core._MAX_NDIM + n, -1, np.int64)
+        hdr[0], hdr[1] = _TORCH_DTYPES[src.dtype], src.dim()
+        hdr[2:1 + src.dim()] = src.shape[1:]
+        hdr[2 + _core._MAX_NDIM:] = sp
+        allh = np.empty((n, hdr.size), np.int64)
+        _core._check(_c.cohort_allgather(comm, _core._ptr(hdr), _core._ptr(allh), hdr.size, _lib.I64), what)
+        for r in range(n):
+            if not np.array_equal(allh[r, :2 + _core._MAX_NDIM], hdr[:2 + _core._MAX_NDIM]):
+                def desc(h):
+                    return (f"dtype {_core._lib_dtype_name(h[0])}, trailing shape "
+                            f"{tuple(int(v) for v in h[2:1 + h[1]])}")
+                raise MismatchError(_lib.ERR_MISMATCH, f"{what}: rank {me} has {desc(hdr)}, rank {r} has "
+                                    f"{desc(allh[r])}: the tensors must agree in dtype and in every dimension but "
+                                    f"the first")
+        recv = [int(allh[p, 2 + _core._MAX_NDIM + me]) for p in range(n)]
+        row = int(np.prod(src.shape[1:], dtype=np.int64))
+        out = torch.empty((sum(recv),) + tuple(src.shape[1:]), dtype=src.dtype)
+        scounts = np.array([v * row for v in sp], np.uintp)
+        rcounts = np.array([v * row for v in recv], np.uintp)
+        dt = _TORCH_DTYPES[src.dtype]
+        sbuf = src if src.numel() else torch.empty(1, dtype=src.dtype)
+        rbuf = out if out.numel() else torch.empty(1, dtype=src.dtype)
+        _core._check(_c.cohort_alltoallv(comm, _p(sbuf), _core._ptr(scounts), None, _p(rbuf), _core._ptr(rcounts),
+                                         None, dt), what)
+        if tensor.device.type != "cpu":
+            out = out.to(tensor.device)
+        return out, torch.tensor(recv, dtype=torch.int32)
+
+
+class _AlltoallFunction(torch.autograd.Function):
+    """alltoall as a differentiable op (as in Horovod): the gradient goes back by the alltoall with the received
+    splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, comm):
+        out, recv = _alltoall(comm, tensor, splits, "alltoall")
+        ctx.comm, ctx.recv = comm, recv
+        ctx.mark_non_differentiable(recv)
+        return out, recv
+
+    @staticmethod
+    def backward(ctx, grad, _dead):
+        g, _ = _alltoall(ctx.comm, grad.contiguous(), ctx.recv, "alltoall (backward)")
+        return g, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Rows of tensor scattered to the ranks (splits[p] rows to rank p, in order; None: equal parts) and the rows
+    every rank sent here, concatenated in rank order. Returns the tensor, and with splits given also the received
+    splits (int32), as Horovod does. Differentiable."""
+    comm = _core._comm_of(process_set, "alltoall")
+    _check_tensor(tensor, "alltoall")
+    if tensor.requires_grad and torch.is_grad_enabled():
+        out, recv = _AlltoallFunction.apply(tensor, splits, comm)
+    else:
+        out, recv = _alltoall(comm, tensor, splits, "alltoall")
+    return out if splits is None else (out, recv)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """alltoall, run now (the receive sizes need the splits first); synchronize(handle) returns (tensor, received
+    splits), as Horovod's does."""
+    comm = _core._comm_of(process_set, "alltoall_async")
+    return _core._completed(_alltoall(comm, tensor, splits, "alltoall_async"))
+
+
+# ---- sparse tensors ----
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """As Horovod: allgathers the indices and values of a sparse tensor (the sum of sparse tensors is their
+    concatenation). Returns a function that, called, returns the reduced (uncoalesced) sparse tensor."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise TypeError("sparse_allreduce_async: expected a sparse torch.Tensor")
+    op = _core._op(op)
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async: op must be Average or Sum")
+    ps = process_set
+    t = tensor
+    indices = allgather(t._indices().transpose(0, 1).contiguous(), process_set=ps)
+    values = allgather(t._values(), process_set=ps)
+    n = _c.cohort_size(_core._comm_of(ps, "sparse_allreduce_async"))
+
+    def handle():
+        v = values / n if op == Average else values
+        if indices.dim() == 0 or v.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), v, t.size())
+
+    return handle
+
+
+# ---- Horovod's other names ----
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's runtime timeline switch. cohort's timeline (COHORT_TIMELINE, docs/env.md) is set when the job
+    starts and covers the DDP engine's steps; it has no runtime switch: this warns and does nothing."""
+    import warnings
+    warnings.warn("cohort.torch.start_timeline: cohort has no runtime timeline switch; set COHORT_TIMELINE=path "
+                  "before the job starts (docs/env.md)", stacklevel=2)
+
+
+def stop_timeline():
+    """See start_timeline: does nothing."""
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Horovod's SyncBatchNorm: batch normalization whose batch statistics (training) are those of the whole
+    batch over every rank (of process_set), computed with an allreduce of the per-rank count, sum and sum of
+    squares; the backward allreduces the gradient sums. On CPU and CUDA tensors alike."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                 process_set=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self.process_set = process_set
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"SyncBatchNorm: expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if not (self.training and self.track_running_stats) and self.running_mean is not None \
+                and not self.training:
+            return torch.nn.functional.batch_norm(input, self.running_mean, self.running_var, self.weight,
+                                                  self.bias, False, 0.0, self.eps)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                momentum = 1.0 / float(self.num_batches_tracked)
+        comm = _core._comm_of(self.process_set, "SyncBatchNorm")
+        return _SyncBatchNormFunction.apply(input, self.weight, self.bias, self.running_mean, self.running_var,
+                                            self.eps, momentum, comm)
+
+
+class _SyncBatchNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, comm):
+        c = x.shape[1]
+        dims = [0] + list(range(2, x.dim()))
+        xf = x.double()
+        stats = torch.cat([torch.tensor([float(x.numel() // c)], dtype=torch.float64, device=x.device),
+                           xf.sum(dims), (xf * xf).sum(dims)])
+        stats = _allreduce_start(comm, stats, _output_for(stats), Sum, 1.0, 1.0, None, "SyncBatchNorm", False)
+        count = stats[0]
+        mean = stats[1:1 + c] / count
+        var = stats[1 + c:] / count - mean * mean
+        invstd = torch.rsqrt(var.clamp_min(0) + eps)
+        if running_mean is not None:
+            with torch.no_grad():
+                unbiased = var * count / max(float(count) - 1, 1.0)
+                running_mean.mul_(1 - momentum).add_(momentum * mean.to(running_mean.dtype))
+                running_var.mul_(1 - momentum).add_(momentum * unbiased.to(running_var.dtype))
+        shape = [1, c] + [1] * (x.dim() - 2)
+        xhat = (xf - mean.view(shape)) * invstd.view(shape)
+        y = xhat
+        if weight is not None:
+            y = y * weight.double().view(shape) + bias.double().view(shape)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.count, ctx.comm, ctx.dims, ctx.shape = count, comm, dims, shape
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, invstd, weight = ctx.saved_tensors
+        dims, shape = ctx.dims, ctx.shape
+        dyf = dy.double()
+        sum_dy = dyf.sum(dims)
+        sum_dy_xhat = (dyf * xhat).sum(dims)
+        g = torch.cat([sum_dy, sum_dy_xhat])
+        g = _allreduce_start(ctx.comm, g, _output_for(g), Sum, 1.0, 1.0, None, "SyncBatchNorm (backward)", False)
+        c = sum_dy.numel()
+        mean_dy, mean_dy_xhat = g[:c] / ctx.count, g[c:] / ctx.count
+        w = weight.double().view(shape) if weight is not None else 1.0
+        dx = (dyf - mean_dy.view(shape) - xhat * mean_dy_xhat.view(shape)) * invstd.view(shape) * w
+        dw = db = None
+        if weight is not None:
+            dw, db = sum_dy_xhat.to(weight.dtype), sum_dy.to(weight.dtype)
+        return dx.to(dy.dtype), dw, db, None, None, None, None, None
 
 
 # ---- parameters and optimizer state ----

@@ -14,7 +14,8 @@ from cohort import _lib
 from cohort._lib import lib as _c
 
 _TORCH_DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16,
-                 torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
+                 torch.bfloat16: _lib.BF16, torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8,
+                 torch.int8: _lib.I8, torch.int16: _lib.I16, torch.bool: _lib.BOOL}
 
 
 # ---- compression (Horovod's Compression.none / fp16, plus bf16) ----
@@ -77,7 +78,7 @@ def _check_tensor(tensor, what):
         raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in _TORCH_DTYPES:
         raise TypeError(f"{what}: unsupported dtype {tensor.dtype} (supported: float32, float64, float16, "
-                        f"bfloat16, int32, int64, uint8)")
+                        f"bfloat16, int64, int32, int16, int8, uint8, bool)")
     if tensor.is_sparse:
         raise TypeError(f"{what}: sparse tensors are not supported")
 

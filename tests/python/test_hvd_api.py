@@ -1,0 +1,127 @@
+"""Horovod names that cohort.torch gained for Horovod's own test suite (issue 32), checked against values at any
+world size: alltoall (splits, received splits, autograd, mismatch on every rank and the job goes on), grouped
+allgather/reducescatter, reducescatter_async, sparse_allreduce_async, int8/int16 tensors and integer scaling,
+gradients of allgather/broadcast/grouped_allreduce/reducescatter as Horovod defines them, SyncBatchNorm against
+BatchNorm on the whole batch, process sets (barrier, broadcast_object, root_rank as a job rank), the *_built()
+answers and the error classes. Exits non-zero on the first failed check."""
+import sys
+
+import torch
+
+import cohort.torch as hvd
+
+hvd.init()
+N, R = hvd.size(), hvd.rank()
+
+
+def check(cond, what):
+    if not cond:
+        print(f"rank {R}: FAIL {what}", flush=True)
+        sys.exit(1)
+
+
+check(hvd.ccl_built() is False and hvd.ddl_built() is False, "ccl_built/ddl_built answer False")
+check(issubclass(hvd.RemoteError, hvd.HorovodInternalError) and issubclass(hvd.TimeoutError, hvd.HorovodInternalError)
+      and not issubclass(hvd.MismatchError, hvd.HorovodInternalError), "HorovodInternalError classes")
+
+# alltoall with splits: rank r sends p+1 rows of value r*10+p to rank p.
+rows = [p + 1 for p in range(N)]
+t = torch.cat([torch.full((rows[p], 2), float(R * 10 + p)) for p in range(N)])
+out, recv = hvd.alltoall(t, torch.tensor(rows, dtype=torch.int32))
+check(recv.tolist() == [R + 1] * N, f"alltoall received splits {recv.tolist()}")
+exp = torch.cat([torch.full((R + 1, 2), float(p * 10 + R)) for p in range(N)])
+check(torch.equal(out, exp), "alltoall values")
+out = hvd.alltoall(torch.arange(N * 3, dtype=torch.int16).reshape(N, 3))  # equal split: the tensor alone
+check(out.dtype == torch.int16 and out.tolist() == [[3 * R, 3 * R + 1, 3 * R + 2]] * N, "alltoall equal split")
+h = hvd.alltoall_async(t, torch.tensor(rows, dtype=torch.int32))
+check(torch.equal(hvd.synchronize(h)[0], exp), "alltoall_async")
+# gradient: the alltoall back with the received splits
+x = t.clone().requires_grad_()
+o, _ = hvd.alltoall(x, torch.tensor(rows, dtype=torch.int32))
+(o * o.detach()).sum().backward()
+check(torch.equal(x.grad, t), "alltoall gradient")
+if N > 1:
+    bad = torch.ones(N, dtype=torch.int32 if R == 1 else torch.float32)
+    try:
+        hvd.alltoall(bad)
+        check(False, "alltoall of different dtypes raises")
+    except hvd.MismatchError:
+        pass
+    try:
+        hvd.alltoall(torch.ones(N + 1))
+        check(False, "alltoall of an uneven first dimension without splits raises")
+    except ValueError:
+        pass
+    hvd.barrier()  # the job goes on
+    check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N, "allreduce after the refused alltoall")
+
+# int8/int16 and integer scaling (in float64, truncated back, as Horovod)
+s = hvd.allreduce(torch.tensor([3, -5], dtype=torch.int8), op=hvd.Sum, prescale_factor=0.5)
+check(s.dtype == torch.int8 and s.tolist() == [N * 1, N * -2], f"int8 prescale {s.tolist()}")
+s = hvd.allreduce(torch.tensor([7], dtype=torch.int32), op=hvd.Sum, postscale_factor=0.5)
+check(s.tolist() == [int(7 * N * 0.5)], f"int32 postscale {s.tolist()}")
+s = hvd.allreduce(torch.tensor([R + 1], dtype=torch.int16), op=hvd.Sum, prescale_factor=2)
+check(s.tolist() == [N * (N + 1)], "int16 integer prescale")
+
+# grouped allgather / reducescatter, reducescatter_async
+g = hvd.grouped_allgather([torch.full((2,), float(R)), torch.full((1, 3), R, dtype=torch.int8)])
+check(g[0].tolist() == [float(r) for r in range(N) for _ in range(2)] and g[1].shape == (N, 3), "grouped_allgather")
+g = hvd.grouped_reducescatter([torch.ones(2 * N), torch.ones(N, 2)], op=hvd.Sum)
+check(g[0].tolist() == [float(N)] * 2 and g[1].tolist() == [[float(N)] * 2], "grouped_reducescatter")
+check(hvd.synchronize(hvd.reducescatter_async(torch.ones(N), op=hvd.Sum)).tolist() == [float(N)], "reducescatter_async")
+
+# gradients as Horovod defines them
+x = torch.ones(R + 1, 2, requires_grad=True)
+hvd.allgather(x).mul(torch.arange(1.0, 1 + sum(range(1, N + 1))).unsqueeze(1)).sum().backward()
+off = sum(range(1, R + 1))
+check(torch.equal(x.grad, torch.arange(1.0 + off, 2.0 + off + R).unsqueeze(1).expand(R + 1, 2)), "allgather gradient")
+x = torch.ones(3, requires_grad=True)
+(hvd.broadcast(x, N - 1) * 2).sum().backward()
+check(x.grad.tolist() == ([2.0] * 3 if R == N - 1 else [0.0] * 3), "broadcast gradient")
+xs = [torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)]
+ys = hvd.grouped_allreduce(xs, op=hvd.Sum)
+(ys[0] * 2).sum().backward(retain_graph=True)
+(ys[1] * 3).sum().backward()
+check(xs[0].grad.tolist() == [2.0 * N] * 2 and xs[1].grad.tolist() == [3.0 * N] * 3, "grouped_allreduce gradient")
+x = torch.ones(2 * N, requires_grad=True)
+hvd.reducescatter(x, op=hvd.Sum).sum().backward()
+check(x.grad.tolist() == [float(N)] * (2 * N), "reducescatter gradient (Sum: times size, as Horovod)")
+
+# sparse_allreduce_async: the allgather of indices and values equals the dense average
+torch.manual_seed(R)
+d = torch.rand(5, 3)
+d[d < 0.6] = 0
+got = hvd.sparse_allreduce_async(d.to_sparse(), name="sp", op=hvd.Average)().to_dense()
+check(torch.allclose(got, hvd.allreduce(d), atol=1e-6), "sparse_allreduce_async")
+
+# SyncBatchNorm: this rank's slice of the whole batch, against BatchNorm1d on all of it
+torch.manual_seed(0)
+batch = torch.randn(2 * N, 4, 3)
+bn = hvd.SyncBatchNorm(4)
+ref = torch.nn.BatchNorm1d(4)
+a = batch[2 * R:2 * R + 2].clone().requires_grad_()
+b = batch.clone().requires_grad_()
+oa, ob = bn(a), ref(b)
+check(torch.allclose(oa, ob[2 * R:2 * R + 2], atol=1e-5), "SyncBatchNorm output")
+check(torch.allclose(bn.running_var, ref.running_var, atol=1e-5), "SyncBatchNorm running_var")
+(oa ** 2).sum().backward()
+(ob ** 2).sum().backward()
+check(torch.allclose(a.grad, b.grad[2 * R:2 * R + 2], atol=1e-5), "SyncBatchNorm input gradient")
+check(torch.allclose(hvd.allreduce(bn.weight.grad, op=hvd.Sum), ref.weight.grad, atol=1e-4), "SyncBatchNorm weight grad")
+
+# process sets: root_rank is a rank of the job; barrier and broadcast_object take process_set=
+if N > 1:
+    odd = hvd.add_process_set([r for r in range(N) if r % 2])
+    even = hvd.add_process_set([r for r in range(N) if r % 2 == 0])
+    mine = odd if R % 2 else even
+    root = mine.ranks[-1]
+    v = hvd.broadcast(torch.full((2,), float(R)), root_rank=root, process_set=mine)
+    check(v.tolist() == [float(root)] * 2, "broadcast root_rank is a job rank")
+    hvd.barrier(process_set=mine)
+    o = hvd.broadcast_object({"r": R}, root_rank=root, process_set=mine)
+    check(o == {"r": root}, "broadcast_object(process_set=)")
+    check(hvd.allgather_object(R, process_set=mine) == mine.ranks, "allgather_object(process_set=)")
+    hvd.remove_process_set(odd)
+    hvd.remove_process_set(even)
+
+print(f"rank {R}: hvd api ok", flush=True)
