@@ -9,7 +9,7 @@
  * addresses. A store that rank 0 serves says whose it is, and the other ranks check that before they publish
  * anything (check_owner). cohort__store_place_open() reconnects to the same place, for sub-communicators.
  */
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,18 +154,47 @@ static cohort_status check_owner(job *j, cohort__store *store, int rank, const c
   return st;
 }
 
-/* How many times this process has opened the job (cohort_init after cohort_comm_destroy: Horovod's shutdown() then
- * init()). Every rank of a job opens it as many times, so the count names the same key space on every rank, and a
- * later init never reads what an earlier one left in a store that outlives it (the launcher's: the keys of the
- * earlier shm setup named segments that are gone). */
-static _Atomic long job_opens;
+/* How many times this process has opened each job (a run id and generation): cohort_init after cohort_comm_destroy
+ * (Horovod's shutdown() then init()), or a second communicator of the same job (torch's backend beside cohort.torch's
+ * own, python/cohort/torch/_backend.py). Every rank of a job opens it as many times, so the count names the same key
+ * space on every rank, and a later open never reads what an earlier one left in a store that outlives it (the
+ * launcher's: the keys of the earlier shm setup named segments that are gone). Counted per job, not per process: a
+ * process may also join other jobs (the torch backend's subgroups meet under run ids of their own) that only some
+ * ranks join. */
+#define JOB_OPENS_MAX 64
+static struct {
+  char job[384]; /* "cohort/<run id>/<generation>/" */
+  long opens;
+} job_opens[JOB_OPENS_MAX];
+static int job_opens_used;
+static pthread_mutex_t job_opens_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long job_open_number(const char *job_key) {
+  pthread_mutex_lock(&job_opens_lock);
+  int i = 0;
+  while (i < job_opens_used && strcmp(job_opens[i].job, job_key) != 0)
+    i++;
+  if (i == job_opens_used) {
+    if (i == JOB_OPENS_MAX)
+      i = JOB_OPENS_MAX - 1; /* more jobs than that in one process: reuse the last slot */
+    else
+      job_opens_used++;
+    snprintf(job_opens[i].job, sizeof job_opens[i].job, "%s", job_key);
+    job_opens[i].opens = 0;
+  }
+  long n = job_opens[i].opens++;
+  pthread_mutex_unlock(&job_opens_lock);
+  return n;
+}
 
 /* The job's key space: a view of the store under "cohort/<run id>/<generation>/<open>/" that owns it. The one place
  * that names the prefix: the rendezvous, the transports' setup and the communicator's board see only this view. */
 static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store, cohort__store **out,
                                cohort__store_place *place) {
-  long open = atomic_fetch_add(&job_opens, 1);
-  snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/%ld/", run_id, cfg->restart_count, open);
+  snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
+  long open = job_open_number(place->prefix);
+  size_t len = strlen(place->prefix);
+  snprintf(place->prefix + len, sizeof place->prefix - len, "%ld/", open);
   return cohort__store_prefixed_owner(store, place->prefix, out);
 }
 

@@ -194,7 +194,8 @@ static void start_rank(job *j, const char *mode, int rank, const char *secret, c
     setenv("MASTER_PORT", v, 1);
     setenv("COHORT_SECRET", secret, 1);
     setenv("COHORT_LAUNCHER_STORE", "1", 1);
-    setenv("COHORT_RUN_ID", "fault", 1); /* keys under cohort/fault/0/: the intruder test reads one */
+    setenv("COHORT_RUN_ID", "fault",
+           1); /* keys under cohort/fault/0/0/ (run id, generation, first open): the intruder test reads one */
     setenv("COHORT_LOG_LEVEL", "error", 1);
     if (extra_env) {
       char buf[256];
@@ -458,7 +459,7 @@ TEST(strangers_are_refused_and_the_job_is_unaffected) {
   ASSERT_OK(cohort__store_connect_tcp("127.0.0.1", j.port, SECRET, 10, &store));
   void *addr = NULL;
   size_t len = 0;
-  ASSERT_OK(cohort__store_get(store, "cohort/fault/0/peer/0", 20, &addr, &len));
+  ASSERT_OK(cohort__store_get(store, "cohort/fault/0/0/peer/0", 20, &addr, &len));
   char host[128];
   snprintf(host, sizeof host, "%s", (char *)addr);
   char *colon = strrchr(host, ':');

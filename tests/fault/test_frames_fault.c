@@ -4,7 +4,7 @@
  * The test process plays rank 1 of a 2-rank job itself. It serves the rendezvous store (so it knows the secret),
  * starts rank 0 as a child (this binary with --child: one cohort_allreduce of 1000 f32, sum), publishes an address
  * for rank 1 that nobody ever dials (rank 0 only dials lower ranks), reads rank 0's address, connects, passes the
- * peer handshake with the right secret and hello {CHLO, 1, 0, 2}, and counts itself in on "cohort/0/0/connected".
+ * peer handshake with the right secret and hello {CHLO, 1, 0, 2}, and counts itself in on "cohort/0/0/0/connected".
  * From then on rank 0 believes it talks to a real rank 1, and the test writes whatever bytes it likes.
  *
  * Before any data moves the ranks compare their calls (src/coll/agree.c): rank 0 sends us its signature in a frame
@@ -225,7 +225,8 @@ static void start_rank0(job *j, int port) {
     setenv("WORLD_SIZE", "2", 1);
     setenv("COHORT_SECRET", SECRET, 1);
     setenv("COHORT_LAUNCHER_STORE", "1", 1);
-    setenv("COHORT_RUN_ID", "0", 1); /* keys under cohort/0/0/: the test plays a rank and reads them */
+    setenv("COHORT_RUN_ID", "0",
+           1); /* keys under cohort/0/0/0/ (run id, generation, first open): the test plays a rank and reads them */
     setenv("COHORT_RESTART_COUNT", "0", 1);
     setenv("COHORT_STORE", "tcp", 1);
     /* Pin what decides the frame rank 0 expects, whatever the caller's environment says. */
@@ -263,10 +264,10 @@ static const char *join_as_rank1_claiming(job *j, uint64_t our_count) {
   if (cohort__store_connect_tcp("127.0.0.1", port, SECRET, 10, &j->store) != COHORT_OK) return "store connect";
   /* Port 9 (discard): rank 0 has no lower rank to dial, so it never uses this address. */
   static const char fake_addr[] = "127.0.0.1:9";
-  if (cohort__store_set(j->store, "cohort/0/0/peer/1", fake_addr, strlen(fake_addr)) != COHORT_OK) return "publish";
+  if (cohort__store_set(j->store, "cohort/0/0/0/peer/1", fake_addr, strlen(fake_addr)) != COHORT_OK) return "publish";
   void *addr = NULL;
   size_t len = 0;
-  if (cohort__store_get(j->store, "cohort/0/0/peer/0", 10, &addr, &len) != COHORT_OK) return "rank 0's address";
+  if (cohort__store_get(j->store, "cohort/0/0/0/peer/0", 10, &addr, &len) != COHORT_OK) return "rank 0's address";
   char host[128];
   snprintf(host, sizeof host, "%s", (char *)addr);
   free(addr);
@@ -284,7 +285,7 @@ static const char *join_as_rank1_claiming(job *j, uint64_t our_count) {
     return "peer handshake";
   int64_t joined = 0;
   /* Rank 0 counts itself in once its side of the handshake is done: before or after us. */
-  if (cohort__store_add(j->store, "cohort/0/0/connected", 1, &joined) != COHORT_OK || joined < 1 || joined > 2)
+  if (cohort__store_add(j->store, "cohort/0/0/0/connected", 1, &joined) != COHORT_OK || joined < 1 || joined > 2)
     return "count in on cohort/0/connected";
   /* The signatures first: rank 0's, then ours. */
   if (read_frame_header(j->fd, &j->agree) != 0) return "rank 0's signature header";

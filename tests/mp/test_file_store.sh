@@ -33,11 +33,11 @@ cat "$TMP/out" "$TMP/err"
 n=$(grep -c "of 3 (tcp): all collectives correct" "$TMP/out")
 [ "$n" -eq 3 ] || fail "$n of 3 ranks reported correct collectives"
 
-# Key "cohort/fs/0/peer/R" (run id fs, generation 0) is the file "k_cohort%2ffs%2f0%2fpeer%2fR" (file_store.c
+# Key "cohort/fs/0/0/peer/R" (run id fs, generation 0, first open) is the file "k_cohort%2ffs%2f0%2f0%2fpeer%2fR" (file_store.c
 # escapes every '/').
 ports=""
 for r in 0 1 2; do
-  f=$DIR/k_cohort%2ffs%2f0%2fpeer%2f$r
+  f=$DIR/k_cohort%2ffs%2f0%2f0%2fpeer%2f$r
   [ -f "$f" ] || fail "the file store has no address for rank $r ($f)"
   addr=$(cat "$f")
   port=${addr##*:}
@@ -49,6 +49,6 @@ for r in 0 1 2; do
 done
 distinct=$(echo $ports | tr ' ' '\n' | sort -u | wc -l)
 [ "$distinct" -eq 3 ] || fail "the ranks published $distinct distinct ports:$ports"
-connected=$(cat "$DIR/k_cohort%2ffs%2f0%2fconnected" 2>/dev/null)
+connected=$(cat "$DIR/k_cohort%2ffs%2f0%2f0%2fconnected" 2>/dev/null)
 [ "$connected" = 3 ] || fail "the connected counter is '$connected', not 3"
 echo "ok [$CASE]: rendezvous through $DIR (ports$ports, connected=$connected)"
