@@ -20,12 +20,14 @@
  *    the partner's when the partner's block equals its own; the result goes into recvbuf only after the last round,
  *    once every signature has been compared. So the agreement costs such an allreduce no round at all. Whether a
  *    partner sent a data frame follows from the block it sent just before (its signatures: all equal, and an rd
- *    allreduce of so many bytes), so every frame is received, also when the call is refused;
+ *    allreduce of so many bytes), so every frame is received, also when the call is refused. The data frames carry
+ *    the sender's own call (the receiver expects the call the sender's signature names), so the frame checks hold
+ *    for them as for any algorithm's;
  *  - frames at any other world size: Bruck's allgather, in round k, with d = 2^k, rank r sends the signatures it
  *    holds, of ranks r .. r+d-1, to rank r - d and receives those of ranks r+d .. r+2d-1 from rank r + d.
  *
- * The exchange's frames carry the call "internal" with the real call's sequence number and a count bound that is the
- * same on every rank: the frame checks of the transports never see a disagreement in it. A rank still in the
+ * The signatures' frames carry the call "internal" with the real call's sequence number, the same on every rank:
+ * the frame checks of the transports never see a disagreement in it. A rank still in the
  * exchange may meanwhile hold frames of the real call (same number) from a peer that finished it first; the
  * transports' idle checks (frame.c, shm.c) know that these are no disagreement. A transport failure while the
  * signatures move (a peer died) is fatal, as any other.
@@ -98,7 +100,7 @@ static int block_equal(const cohort__signature *all, int lo, int m, const cohort
 }
 
 /* Recursive doubling of the signatures at a power-of-two world, all[q] rank q's; f, when set, carries the data. */
-static cohort_status doubling(cohort__coll_ctx *ctx, cohort__signature *all, fused *f) {
+static cohort_status doubling(cohort__coll_ctx *ctx, const cohort__call *wire, cohort__signature *all, fused *f) {
   cohort__transport *t = ctx->t;
   const int r = ctx->rank, n = ctx->size;
   const size_t sig = sizeof *all;
@@ -112,7 +114,11 @@ static cohort_status doubling(cohort__coll_ctx *ctx, cohort__signature *all, fus
     cohort__req s, d, q;
     COHORT_CHECK(t->ops->irecv(t, p, all + theirs_lo, (size_t)m * sig, &q));
     COHORT_CHECK(t->ops->isend(t, p, all + mine_lo, (size_t)m * sig, &s));
-    if (live) COHORT_CHECK(t->ops->isend(t, p, f->acc, (size_t)my_bytes, &d));
+    if (live) { /* our partial sum, in a frame of our call */
+      t->ops->set_call(t, &me->call);
+      COHORT_CHECK(t->ops->isend(t, p, f->acc, (size_t)my_bytes, &d));
+      t->ops->set_call(t, wire);
+    }
     COHORT_CHECK(t->ops->wait(t, &q));
     /* The partner sent its partial sum iff its block is uniform and its call rides on the exchange. */
     const cohort__signature *head = &all[p];
@@ -122,9 +128,11 @@ static cohort_status doubling(cohort__coll_ctx *ctx, cohort__signature *all, fus
     if (theirs_live) {
       char *into = agree ? f->tmp : cohort__coll_scratch(ctx, 2, (size_t)their_bytes); /* read and dropped */
       if (!into) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-      cohort__req g;
+      cohort__req g; /* a frame of the partner's call (its signature says which): the frame checks still hold */
+      t->ops->set_call(t, &head->call);
       COHORT_CHECK(t->ops->irecv(t, p, into, (size_t)their_bytes, &g));
       COHORT_CHECK(t->ops->wait(t, &g));
+      t->ops->set_call(t, wire);
     }
     if (live) COHORT_CHECK(t->ops->wait(t, &d)); /* acc is rewritten next */
     COHORT_CHECK(t->ops->wait(t, &s));
@@ -181,7 +189,7 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort__transport *t = ctx->t;
   cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
-                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *all + FUSE_MAX, 0);
+                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *all, 0);
   t->ops->set_call(t, &wire);
   cohort_status st = COHORT_OK;
   const cohort__coll_args *a = NULL; /* the allreduce that rides on the frames */
@@ -201,7 +209,7 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
       f.tmp = f.acc + bytes;
       if (bytes) memcpy(f.acc, a->sendbuf, bytes);
     }
-    st = doubling(ctx, all, a ? &f : NULL);
+    st = doubling(ctx, &wire, all, a ? &f : NULL);
   } else { /* Bruck's order, relative to us: rel[i] is rank (r + i) % n's; rotated into all afterwards */
     cohort__signature rstack[STACK_RANKS], *rel = rstack;
     if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 0, (size_t)n * sizeof *rel)))
