@@ -178,8 +178,8 @@ static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all
   return COHORT_OK;
 }
 
-cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine, const cohort__coll_args *ride,
-                                     int *done) {
+cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
+                                      const cohort__coll_args *ride, int *done) {
   ctx->refused = 0;
   *done = 0;
   int n = ctx->size, r = ctx->rank;

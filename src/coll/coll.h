@@ -11,6 +11,7 @@
  *   rooted.c     reduce (binomial tree, or ring reduce-scatter + gather), gather(v) and scatter(v) (linear)
  *   alltoall.c   alltoall(v) (pairwise exchange), allgatherv (ring of variable blocks)
  *   agree.c      before data moves, the ranks compare their calls' signatures: a mismatch is refused on every rank
+ *                (a small rd allreduce over frames, and shm's small node allreduce, ride on that exchange)
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -93,8 +94,8 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
  * at a power-of-two world, rd allreduce: recvbuf holds the result); else the caller runs it next, as after
  * cohort__coll_agree (shm may have staged the node allreduce's input already: the transport knows). Whatever rides
  * along, nothing is written to recvbuf before every rank's signature is compared. */
-cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine, const cohort__coll_args *ride,
-                                      int *done);
+cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
+                                      const cohort__coll_args *ride, int *done);
 /* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
 

@@ -12,8 +12,8 @@
  * we answer with ours, the same call: seq 0, allreduce (1), f32 (0), sum (0), rd (2), root -1, count 1000, no counts
  * hash. Rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), which rides on the
  * exchange: right behind its signature it sends its vector, and it expects ours right behind our signature, in a
- * frame that matches its call: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000. Headers
- * and signatures are encoded here byte by byte from the documented wire layout (frame.h, cohort__signature in
+ * frame that matches its call: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000.
+ * Headers and signatures are encoded here byte by byte from the documented wire layout (frame.h, cohort__signature in
  * coll.h), not with the library's structs, so that the test also pins the layout down. The control case sends
  * exactly that frame and checks rank 0's result, which proves the other cases fail for the one field they change
  * and for nothing else.
