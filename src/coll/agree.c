@@ -2,35 +2,66 @@
  * agree.c: before a collective's data moves, the ranks compare their calls.
  *
  * Every rank gathers every rank's signature (cohort__signature: the call's sequence number, collective, dtype, op,
- * root, count and algorithm, and a hash of the per-rank counts for the v-forms) with Bruck's allgather: in round
- * k, with d = 2^k, rank r sends the signatures it holds, of ranks r .. r+d-1, to rank r - d and receives those of
- * ranks r+d .. r+2d-1 from rank r + d; after ceil(log2 n) rounds every rank holds all n. Every rank then compares
- * them the same way (each against rank 0's, the first that differs is named), so every rank reaches the same
- * verdict with the same message: either all run the call, or all refuse it with COHORT_ERR_MISMATCH, before a
- * byte of anyone's buffers has moved. A refused call leaves the transport as it was (every frame of the exchange
- * was received, nothing else was sent), so the communicator stays usable and its next call works; ctx->refused
- * tells the engine (work.c) that this failure is no failure of the transport.
+ * root, count and algorithm, and a hash of the per-rank counts for the v-forms), and then compares them the same way
+ * (each against rank 0's, the first that differs is named), so every rank reaches the same verdict with the same
+ * message: either all run the call, or all refuse it with COHORT_ERR_MISMATCH, before a byte of anyone's buffers has
+ * moved. A refused call leaves the transport as it was (every frame of the exchange was received, nothing else was
+ * sent), so the communicator stays usable and its next call works; ctx->refused tells the engine (work.c) that this
+ * failure is no failure of the transport.
  *
- * The exchange's frames carry the call "internal" with the real call's sequence number, the same on every rank:
- * the frame checks of the transports never see a disagreement in it. A rank still in the exchange may meanwhile
- * hold frames of the real call (same number) from a peer that finished it first; the transports' idle checks
- * (frame.c, shm.c) know that these are no disagreement. A transport failure while the signatures move (a peer
- * died) is fatal, as any other.
+ * How the signatures travel, the same way for every call of a communicator (it depends on the transport and the
+ * world size only, so ranks in different calls still run the same exchange):
+ *  - a transport with memory shared by all ranks (shm: its agree operation) publishes each rank's signature in its
+ *    own segment and reads the peers': one round of flags; a small node allreduce stages its input in that same
+ *    round (the transport's node allreduce then reduces at once);
+ *  - frames at a power-of-two world: recursive doubling, in round k (mask m = 2^k) rank r and r ^ m swap the m
+ *    signatures they hold. A recursive-doubling allreduce (algorithm rd, at most FUSE_MAX bytes) rides on it: a
+ *    rank whose signatures held so far all equal its own also sends its partial sum in a second frame, and adds
+ *    the partner's when the partner's block equals its own; the result goes into recvbuf only after the last round,
+ *    once every signature has been compared. So the agreement costs such an allreduce no round at all. Whether a
+ *    partner sent a data frame follows from the block it sent just before (its signatures: all equal, and an rd
+ *    allreduce of so many bytes), so every frame is received, also when the call is refused. The data frames carry
+ *    the sender's own call (the receiver expects the call the sender's signature names), so the frame checks hold
+ *    for them as for any algorithm's;
+ *  - frames at any other world size: Bruck's allgather, in round k, with d = 2^k, rank r sends the signatures it
+ *    holds, of ranks r .. r+d-1, to rank r - d and receives those of ranks r+d .. r+2d-1 from rank r + d.
  *
- * Cost: ceil(log2 n) rounds of frames of at most n/2 signatures (docs/performance.md has the measurements).
+ * The signatures' frames carry the call "internal" with the real call's sequence number, the same on every rank:
+ * the frame checks of the transports never see a disagreement in it. A rank still in the
+ * exchange may meanwhile hold frames of the real call (same number) from a peer that finished it first; the
+ * transports' idle checks (frame.c, shm.c) know that these are no disagreement. A transport failure while the
+ * signatures move (a peer died) is fatal, as any other.
+ *
+ * Cost: shm, one round of flags; frames, ceil(log2 n) rounds of at most n/2 signatures, nothing more for a fused
+ * rd allreduce (docs/performance.md has the measurements).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "coll/coll.h"
 #include "core/error.h"
+#include "core/reduce.h"
 
 /* Signatures of up to this many ranks live on the stack; larger worlds use scratch slot 1 (free before any
  * algorithm runs). */
 #define STACK_RANKS 64
+/* A recursive-doubling allreduce of up to this many bytes rides on the exchange (frames, power-of-two worlds). */
+#define FUSE_MAX ((uint64_t)256 << 10)
 
 static int same(const cohort__signature *a, const cohort__signature *b) {
   return cohort__call_equal(&a->call, &b->call) && a->counts_hash == b->counts_hash;
+}
+
+static int pow2(int n) { return (n & (n - 1)) == 0; }
+
+/* The bytes of the data frames a rank with this signature sends along the exchange, or -1 when it sends none. The
+ * same function on every rank: a receiver decides from the sender's signature. */
+static int64_t fused_bytes(const cohort__coll_ctx *ctx, const cohort__call *c) {
+  if (!pow2(ctx->size) || ctx->t->ops->agree || c->coll != COHORT__COLL_ALLREDUCE || c->algo != COHORT__ALGO_RD ||
+      c->dtype >= COHORT_DTYPE_COUNT)
+    return -1;
+  uint64_t es = cohort_dtype_size((cohort_dtype)c->dtype);
+  return c->count <= FUSE_MAX / es ? (int64_t)(c->count * es) : -1;
 }
 
 /* "broadcast(count=4, f32, root=1, tree)": the call without its number (named once, in the first call). */
@@ -41,7 +72,7 @@ static void describe_unnumbered(const cohort__call *c, char *buf, size_t len) {
 }
 
 /* Bruck's allgather of the signatures into rel (rel[i]: the signature of rank (r + i) % n, rel[0] ours). */
-static cohort_status gather(cohort__transport *t, int r, int n, cohort__signature *rel) {
+static cohort_status bruck(cohort__transport *t, int r, int n, cohort__signature *rel) {
   const size_t sig = sizeof *rel;
   for (int d = 1; d < n; d <<= 1) {
     int cnt = d < n - d ? d : n - d;
@@ -51,6 +82,64 @@ static cohort_status gather(cohort__transport *t, int r, int n, cohort__signatur
     COHORT_CHECK(t->ops->wait(t, &q));
     COHORT_CHECK(t->ops->wait(t, &s));
   }
+  return COHORT_OK;
+}
+
+/* The rd allreduce that rides on the exchange: acc holds the partial sum (recvbuf untouched until the verdict), tmp
+ * a partner's; live while every signature held so far equals ours. */
+typedef struct fused {
+  const cohort__coll_args *a;
+  char *acc, *tmp;
+  int live;
+} fused;
+
+static int block_equal(const cohort__signature *all, int lo, int m, const cohort__signature *ref) {
+  for (int i = lo; i < lo + m; i++)
+    if (!same(&all[i], ref)) return 0;
+  return 1;
+}
+
+/* Recursive doubling of the signatures at a power-of-two world, all[q] rank q's; f, when set, carries the data. */
+static cohort_status doubling(cohort__coll_ctx *ctx, const cohort__call *wire, cohort__signature *all, fused *f) {
+  cohort__transport *t = ctx->t;
+  const int r = ctx->rank, n = ctx->size;
+  const size_t sig = sizeof *all;
+  const cohort__signature *me = &all[r];
+  int64_t my_bytes = fused_bytes(ctx, &me->call);
+  if (my_bytes >= 0 && !f)
+    return cohort__error(COHORT_ERR_INTERNAL, "an rd allreduce came to the agreement without its arguments");
+  int live = my_bytes >= 0; /* we send our partial sum this round */
+  for (int m = 1; m < n; m <<= 1) {
+    int p = r ^ m, mine_lo = r & ~(m - 1), theirs_lo = p & ~(m - 1);
+    cohort__req s, d, q;
+    COHORT_CHECK(t->ops->irecv(t, p, all + theirs_lo, (size_t)m * sig, &q));
+    COHORT_CHECK(t->ops->isend(t, p, all + mine_lo, (size_t)m * sig, &s));
+    if (live) { /* our partial sum, in a frame of our call */
+      t->ops->set_call(t, &me->call);
+      COHORT_CHECK(t->ops->isend(t, p, f->acc, (size_t)my_bytes, &d));
+      t->ops->set_call(t, wire);
+    }
+    COHORT_CHECK(t->ops->wait(t, &q));
+    /* The partner sent its partial sum iff its block is uniform and its call rides on the exchange. */
+    const cohort__signature *head = &all[p];
+    int64_t their_bytes = fused_bytes(ctx, &head->call);
+    int theirs_live = their_bytes >= 0 && block_equal(all, theirs_lo, m, head);
+    int agree = live && theirs_live && same(head, me);
+    if (theirs_live) {
+      char *into = agree ? f->tmp : cohort__coll_scratch(ctx, 2, (size_t)their_bytes); /* read and dropped */
+      if (!into) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+      cohort__req g; /* a frame of the partner's call (its signature says which): the frame checks still hold */
+      t->ops->set_call(t, &head->call);
+      COHORT_CHECK(t->ops->irecv(t, p, into, (size_t)their_bytes, &g));
+      COHORT_CHECK(t->ops->wait(t, &g));
+      t->ops->set_call(t, wire);
+    }
+    if (live) COHORT_CHECK(t->ops->wait(t, &d)); /* acc is rewritten next */
+    COHORT_CHECK(t->ops->wait(t, &s));
+    if (agree) cohort__reduce(f->acc, f->acc, f->tmp, f->a->count, f->a->dtype, f->a->op);
+    live = agree;
+  }
+  if (f) f->live = live;
   return COHORT_OK;
 }
 
@@ -68,23 +157,11 @@ static cohort_status name_the_call(cohort_status st, const cohort__call *wire, c
   return st;
 }
 
-cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
-  ctx->refused = 0;
-  int n = ctx->size, r = ctx->rank;
-  if (n == 1 || !ctx->call_check) return COHORT_OK;
-  cohort__signature stack[STACK_RANKS], *rel = stack;
-  if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *rel)))
-    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  cohort__transport *t = ctx->t;
-  cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
-                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *rel, 0);
-  t->ops->set_call(t, &wire);
-  rel[0] = *mine;
-  cohort_status st = gather(t, r, n, rel);
-  if (st != COHORT_OK) return name_the_call(st, &wire, &mine->call);
-  const cohort__signature *first = &rel[(n - r) % n];
-  for (int q = 1; q < n; q++) {
-    const cohort__signature *theirs = &rel[(q - r + n) % n];
+/* The verdict, the same on every rank: all[q] is rank q's signature. */
+static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all) {
+  const cohort__signature *first = &all[0];
+  for (int q = 1; q < ctx->size; q++) {
+    const cohort__signature *theirs = &all[q];
     if (same(theirs, first)) continue;
     char a[256], b[256];
     cohort__call_describe(&first->call, a, sizeof a);
@@ -99,4 +176,62 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
                          a, q, b, cohort__call_equal(&theirs->call, &first->call) ? " with other per-rank counts" : "");
   }
   return COHORT_OK;
+}
+
+cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
+                                      const cohort__coll_args *ride, int *done) {
+  ctx->refused = 0;
+  *done = 0;
+  int n = ctx->size, r = ctx->rank;
+  if (n == 1 || !ctx->call_check) return COHORT_OK;
+  cohort__signature stack[STACK_RANKS], *all = stack;
+  if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  cohort__transport *t = ctx->t;
+  cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
+                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *all, 0);
+  t->ops->set_call(t, &wire);
+  cohort_status st = COHORT_OK;
+  const cohort__coll_args *a = NULL; /* the allreduce that rides on the frames */
+  fused f = {0};
+  if (t->ops->agree) { /* shared memory: one round of flags (the node allreduce may stage its input in it) */
+    const void *stage = NULL;
+    size_t stage_bytes = 0;
+    if (ride) stage = ride->sendbuf, stage_bytes = ride->count * cohort_dtype_size(ride->dtype);
+    st = t->ops->agree(t, mine, sizeof *mine, all, stage, stage_bytes);
+  } else if (pow2(n)) {
+    if (ride && fused_bytes(ctx, &mine->call) >= 0) f.a = a = ride;
+    all[r] = *mine;
+    if (a) {
+      size_t bytes = a->count * cohort_dtype_size(a->dtype);
+      f.acc = cohort__coll_scratch(ctx, 0, 2 * bytes);
+      if (!f.acc) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+      f.tmp = f.acc + bytes;
+      if (bytes) memcpy(f.acc, a->sendbuf, bytes);
+    }
+    st = doubling(ctx, &wire, all, a ? &f : NULL);
+  } else { /* Bruck's order, relative to us: rel[i] is rank (r + i) % n's; rotated into all afterwards */
+    cohort__signature rstack[STACK_RANKS], *rel = rstack;
+    if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 0, (size_t)n * sizeof *rel)))
+      return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+    rel[0] = *mine;
+    st = bruck(t, r, n, rel);
+    for (int q = 0; st == COHORT_OK && q < n; q++)
+      all[q] = rel[(q - r + n) % n];
+  }
+  if (st != COHORT_OK) return name_the_call(st, &wire, &mine->call);
+  COHORT_CHECK(verdict(ctx, all));
+  if (a) { /* agreed: the fused allreduce's result, into recvbuf only now */
+    if (!f.live) return cohort__error(COHORT_ERR_INTERNAL, "the fused allreduce stopped though the ranks agree");
+    size_t bytes = a->count * cohort_dtype_size(a->dtype);
+    if (bytes) memcpy(a->recvbuf, f.acc, bytes);
+    if (a->op == COHORT_AVG) cohort__reduce_avg(a->recvbuf, a->count, a->dtype, n);
+    *done = 1;
+  }
+  return COHORT_OK;
+}
+
+cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
+  int done;
+  return cohort__coll_agree_with(ctx, mine, NULL, &done);
 }

@@ -44,7 +44,7 @@ cohort_status cohort__coll_ctx_init(cohort__coll_ctx *ctx, cohort__transport *t,
 }
 
 void cohort__coll_ctx_free(cohort__coll_ctx *ctx) {
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     free(ctx->scratch[i]);
   memset(ctx->scratch, 0, sizeof ctx->scratch);
   if (ctx->across) cohort__coll_ctx_free(ctx->across);
@@ -214,8 +214,12 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
   cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count, a->sig);
   cohort__signature sig = {.call = call, .counts_hash = a->sig}; /* the v-forms' per-rank counts, hashed */
-  COHORT_CHECK(cohort__coll_agree(ctx, &sig));
+  /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
+  int rides = a->coll == COHORT__COLL_ALLREDUCE && (node || (algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
+  int done;
+  COHORT_CHECK(cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done));
   ctx->t->ops->set_call(ctx->t, &call);
+  if (done) return COHORT_OK;
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
     if (node) return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL, NULL);

@@ -11,6 +11,7 @@
  *   rooted.c     reduce (binomial tree, or ring reduce-scatter + gather), gather(v) and scatter(v) (linear)
  *   alltoall.c   alltoall(v) (pairwise exchange), allgatherv (ring of variable blocks)
  *   agree.c      before data moves, the ranks compare their calls' signatures: a mismatch is refused on every rank
+ *                (a small rd allreduce over frames, and shm's small node allreduce, ride on that exchange)
  *   coll.c       argument checks, algorithm selection (COHORT_ALGO, size thresholds) and dispatch
  *
  * Every algorithm gives every rank bitwise the same result: a reduced element is computed once and then copied
@@ -58,8 +59,8 @@ typedef struct cohort__coll_ctx {
   cohort__algo forced_algo; /* COHORT_ALGO; AUTO picks by size (and hier.c whenever the job has layers) */
   size_t small_bytes;       /* allreduce up to this: recursive doubling */
   size_t segment_bytes;     /* pipeline segment of ring and chain */
-  void *scratch[2];
-  size_t scratch_len[2];
+  void *scratch[3];
+  size_t scratch_len[3];
   /* Several nodes with several ranks each (cohort__layers_of), else NULL; then `across` is the context of the
    * algorithms over the ranks with our local index on every node. */
   const struct cohort__layers *layers;
@@ -88,6 +89,13 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args 
  * failure is one of the transport's and fatal). Leaves the transport's call set to the exchange's own: the caller
  * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator or with COHORT_CALL_CHECK=off. */
 cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine);
+/* The same, with the call's arguments when its data may ride on the exchange (ride: an allreduce that runs as the
+ * transport's node allreduce or as recursive doubling, else NULL). *done: the exchange ran the whole call (frames
+ * at a power-of-two world, rd allreduce: recvbuf holds the result); else the caller runs it next, as after
+ * cohort__coll_agree (shm may have staged the node allreduce's input already: the transport knows). Whatever rides
+ * along, nothing is written to recvbuf before every rank's signature is compared. */
+cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
+                                      const cohort__coll_args *ride, int *done);
 /* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
 

@@ -324,6 +324,9 @@ cohort_status cohort__links_check_held(cohort__links *s) {
     /* We are still comparing signatures (coll/agree.c: its frames carry "internal" with the call's number) and the
      * peer agreed already: its frames of the call itself wait for us. */
     if (s->call->coll == COHORT__COLL_INTERNAL && theirs.coll != COHORT__COLL_INTERNAL) continue;
+    /* And the reverse: while a recursive-doubling allreduce rides on the exchange (agree.c), we wait for a partner's
+     * data frame under its call, and a later round's partner may already have sent us its signatures. */
+    if (theirs.coll == COHORT__COLL_INTERNAL && s->call->coll != COHORT__COLL_INTERNAL) continue;
     char a[256], b[256];
     cohort__call_describe(s->call, a, sizeof a);
     cohort__call_describe(&theirs, b, sizeof b);

@@ -636,6 +636,7 @@ const cohort__transport_ops cohort__shm_ops = {
     .interrupt = shm_interrupt,
     .destroy = cohort__shm_destroy,
     .node_allreduce = cohort__shm_node_allreduce,
+    .agree = cohort__shm_agree,
     .alloc = shm_alloc,
     .release = shm_release,
     .in_arena = shm_in_arena,

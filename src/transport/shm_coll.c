@@ -207,12 +207,16 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   int b = (int)(k & 1);
   const void **x = operands(t);
   if (!x) return cohort__shm_fail(t, COHORT_ERR_SYSTEM, "out of memory");
-  COHORT_CHECK(claim(t, k));
-  post_call(t, k, -1, -1);
-  if (bytes) memcpy(cohort__shm_stage(t->me, b), sendbuf, bytes);
-  cohort__shm_publish(t, &t->me->node.in, k);
-  COHORT_CHECK(wait_all(t, FLAG_IN, k));
-  COHORT_CHECK(check_calls(t, k, bytes));
+  if (t->staged) { /* the agreement staged every rank's input and compared the calls: reduce at once */
+    t->staged = 0;
+  } else {
+    COHORT_CHECK(claim(t, k));
+    post_call(t, k, -1, -1);
+    if (bytes) memcpy(cohort__shm_stage(t->me, b), sendbuf, bytes);
+    cohort__shm_publish(t, &t->me->node.in, k);
+    COHORT_CHECK(wait_all(t, FLAG_IN, k));
+    COHORT_CHECK(check_calls(t, k, bytes));
+  }
   if (count) {
     for (int q = 0; q < t->base.size; q++)
       x[q] = cohort__shm_stage(seg_of(t, q), b);
@@ -222,6 +226,40 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   /* Done before completing: we read nothing more of the peers' buffers, and they need not wait for our network. */
   cohort__shm_publish(t, &t->me->node.done, k);
   if (complete) COHORT_CHECK(complete(arg, recvbuf, 0, count));
+  return COHORT_OK;
+}
+
+/* One round of flags: our signature into our slot, then every peer's from theirs. A small node allreduce that is to
+ * follow stages its input first (into the buffer of chunk node_k + 1, claimed as small_allreduce would), so that
+ * once the ranks agree it reduces at once: the agreement and the node allreduce's own round are one. Refused, the
+ * staged bytes are never read and the chunk number was not taken: the next agreement starts afresh. */
+cohort_status cohort__shm_agree(cohort__transport *base, const void *mine, size_t bytes, void *all, const void *stage,
+                                size_t stage_bytes) {
+  shm_transport *t = (shm_transport *)base;
+  if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
+  if (bytes > COHORT__AGREE_MAX)
+    return cohort__shm_fail(t, COHORT_ERR_INTERNAL, "a %zu-byte signature (at most %d)", bytes, COHORT__AGREE_MAX);
+  int n = t->base.size, r = t->base.rank;
+  uint64_t k = ++t->agree_k;
+  t->staged = 0;
+  if (stage && stage_bytes <= COHORT__SHM_SMALL_BYTES) {
+    uint64_t nk = t->node_k + 1;
+    COHORT_CHECK(claim(t, nk));
+    if (stage_bytes) memcpy(cohort__shm_stage(t->me, (int)(nk & 1)), stage, stage_bytes);
+    t->staged = 1;
+  }
+  memcpy(t->me->agree.sig[k & 1], mine, bytes);
+  cohort__shm_publish(t, &t->me->agree.k, k);
+  for (int p = 0; p < n; p++) {
+    unsigned char *to = (unsigned char *)all + (size_t)p * bytes;
+    if (p == r) {
+      memcpy(to, mine, bytes);
+      continue;
+    }
+    agree_slot *s = &t->peers[p].seg->agree;
+    COHORT_CHECK(cohort__shm_await(t, p, &s->k, k));
+    memcpy(to, s->sig[k & 1], bytes);
+  }
   return COHORT_OK;
 }
 

@@ -44,6 +44,15 @@ typedef struct node_flags {
 } node_flags;
 _Static_assert(sizeof(node_flags) == 4 * CACHE_LINE, "in and the calls share one cache line");
 
+/* The ranks' agreement (coll/agree.c) through the segments: agreement k's signature of the owner is in sig[k % 2],
+ * written before k is stored (release). A slot is rewritten two agreements later, when every peer has published
+ * k + 1 and so has read it. A small node allreduce may have staged its input (staging buffer of its chunk) before k
+ * too. */
+typedef struct agree_slot {
+  _Alignas(CACHE_LINE) _Atomic uint64_t k;
+  unsigned char sig[2][COHORT__AGREE_MAX];
+} agree_slot;
+
 typedef struct ring_ctl {
   _Alignas(CACHE_LINE) _Atomic uint64_t head; /* bytes written so far (the producer, a peer) */
   _Alignas(CACHE_LINE) _Atomic uint64_t tail; /* bytes consumed so far (the consumer, the owner) */
@@ -66,6 +75,7 @@ typedef struct seg_hdr {
   int32_t abort_status;
   char abort_text[COHORT__ABORT_TEXT_MAX];
   node_flags node;
+  agree_slot agree;
 } seg_hdr;
 
 /* ---- private state ---- */
@@ -101,6 +111,8 @@ typedef struct shm_transport {
   cohort__links links; /* the rings' frame machine (frame.h); its world_offset is WORLD's */
   cohort__call call;
   uint64_t node_k;          /* the last chunk number of the node collectives (the same on every rank) */
+  uint64_t agree_k;         /* the last agreement (cohort__shm_agree; the same on every rank) */
+  int staged;               /* the last agreement staged our input for node chunk node_k + 1 */
   int me_fd;                /* our segment, kept open to reserve arena pages as they are allocated */
   pthread_mutex_t arena_mu; /* cohort_alloc may run on any thread */
   arena_block *blocks;      /* allocated arena blocks, sorted by offset */
@@ -143,6 +155,10 @@ int64_t cohort__shm_arena_offset(shm_transport *t, const void *ptr, size_t bytes
 /* The node allreduce (shm_coll.c): the transport's node_allreduce operation (transport.h); the call has been set. */
 cohort_status cohort__shm_node_allreduce(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
                                          cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg);
+
+/* The transport's agree operation (shm_coll.c, transport.h). */
+cohort_status cohort__shm_agree(cohort__transport *t, const void *mine, size_t bytes, void *all, const void *stage,
+                                size_t stage_bytes);
 
 /* The segment's magic, and the page size its parts are aligned to. */
 #define SEG_MAGIC 0x314d485354524843ull /* "CHRTSHM1" */

@@ -40,6 +40,9 @@ typedef struct cohort__req {
 
 typedef struct cohort__transport cohort__transport;
 
+/* The most bytes of a rank's signature that a transport's agree operation carries. */
+#define COHORT__AGREE_MAX 64
+
 /* Completes one reduced slice of a node allreduce in place, before the node's other ranks copy it: slice holds
  * count elements, the node's reduction (AVG as SUM) of elements [first, first + count) of the vector. Called once
  * per chunk on every rank, with count 0 for an empty slice, so that the ranks that complete the same slices on other
@@ -76,6 +79,14 @@ typedef struct cohort__transport_ops {
    * the division of AVG itself; small vectors (every rank reduces the whole vector) go through it whole. */
   cohort_status (*node_allreduce)(cohort__transport *t, const void *sendbuf, void *recvbuf, size_t count,
                                   cohort_dtype dtype, cohort_op op, cohort__slice_fn complete, void *arg);
+  /* Optional (NULL where a transport has none): the ranks' agreement (src/coll/agree.c) through memory that all
+   * ranks share, one round instead of frames: publishes this rank's `bytes` (at most COHORT__AGREE_MAX) of mine and
+   * fills all with every rank's, in rank order. Every rank calls it once per collective, whatever its call (the
+   * call set is the exchange's own). stage, when not NULL: the input (stage_bytes) of the node allreduce that this
+   * rank runs next if the ranks agree; the transport may copy it in the same round, and the next node_allreduce
+   * then starts from there (a call refused meanwhile leaves nothing behind). */
+  cohort_status (*agree)(cohort__transport *t, const void *mine, size_t bytes, void *all, const void *stage,
+                         size_t stage_bytes);
   /* Optional: the parts of a transport over several nodes (the hierarchical allreduce uses them), else NULL. */
   const cohort__layers *(*layers)(const cohort__transport *t);
   /* Optional, any thread: bytes of memory that the peers can read in place (cohort_alloc), or NULL when there is

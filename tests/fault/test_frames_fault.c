@@ -10,9 +10,10 @@
  * Before any data moves the ranks compare their calls (src/coll/agree.c): rank 0 sends us its signature in a frame
  * of seq 0, internal (6), u8 (6), sum (0), algo dissemination (6), root -1, count 64 (32 bytes a rank), bytes 32, and
  * we answer with ours, the same call: seq 0, allreduce (1), f32 (0), sum (0), rd (2), root -1, count 1000, no counts
- * hash. Then rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), so a frame that
- * matches its call is: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000. Headers
- * and signatures are encoded here byte by byte from the documented wire layout (frame.h, cohort__signature in
+ * hash. Rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), which rides on the
+ * exchange: right behind its signature it sends its vector, and it expects ours right behind our signature, in a
+ * frame that matches its call: seq 0, allreduce (1), f32 (0), sum (0), algo rd (2), root -1, count 1000, bytes 4000.
+ * Headers and signatures are encoded here byte by byte from the documented wire layout (frame.h, cohort__signature in
  * coll.h), not with the library's structs, so that the test also pins the layout down. The control case sends
  * exactly that frame and checks rank 0's result, which proves the other cases fail for the one field they change
  * and for nothing else.
@@ -29,8 +30,9 @@
  *   short_payload   a correct header, 100 of its 4000 payload bytes, then close: COHORT_ERR_REMOTE naming rank 1
  *                   within 1 s of the close (no hang).
  *   short_header    20 bytes of a header, then close: the same.
- *   other_signature our signature says count 999: rank 0 refuses the call with COHORT_ERR_MISMATCH naming both
- *                   calls before any data moves, and sends no ABORT (its communicator stays usable).
+ *   other_signature our signature says count 999 (and our vector of 999 follows it): rank 0 refuses the call with
+ *                   COHORT_ERR_MISMATCH naming both calls before any data lands in its buffer, and sends no ABORT
+ *                   (its communicator stays usable).
  *
  * Every child runs with COHORT_OP_TIMEOUT=5, so a rank 0 that misses a fault still ends (as a failed test).
  */
@@ -296,9 +298,9 @@ static const char *join_as_rank1_claiming(job *j, uint64_t our_count) {
   uint8_t ours[SIG_BYTES];
   encode_signature(0, 1, 0, 0, 2, -1, our_count, ours);
   if (send_header(j->fd, &ah) != 0 || send_bytes(j->fd, ours, sizeof ours) != 0) return "our signature";
-  if (our_count != COUNT) return NULL; /* rank 0 refuses the call: no data frame comes */
-  /* Rank 0 sends its vector at once (recursive doubling exchanges in both directions). Reading it now keeps our
-   * receive queue empty, so that our close() later is a clean FIN and not a reset. */
+  /* Rank 0 sends its vector at once, right behind its signature (the recursive doubling rides on the exchange of
+   * signatures: agree.c), whatever our signature says. Reading it now keeps our receive queue empty, so that our
+   * close() later is a clean FIN and not a reset. */
   if (read_frame_header(j->fd, &j->first) != 0) return "rank 0's frame header";
   if (j->first.bytes != sizeof j->first_payload) return "rank 0's frame has an unexpected size";
   if (cohort__sock_recv_all(j->fd, j->first_payload, sizeof j->first_payload, cohort__now_ns() + 5000000000LL) !=
@@ -493,6 +495,15 @@ TEST(other_signature_is_refused_before_data_moves_without_an_abort) {
     finish(j);
     TEST_FAIL_("joining as rank 1 failed at: %s (%s)", step, cohort_last_error());
   }
+  ASSERT_EQ(j->first.count, COUNT); /* rank 0's vector came along, in a frame of its own call */
+  /* Our signature names an rd allreduce too, so rank 0 reads our vector along (and drops it): send it. */
+  wire_hdr ours = matching_header();
+  ours.count = COUNT - 1;
+  ours.bytes = (COUNT - 1) * sizeof(float);
+  float payload[COUNT - 1];
+  for (int i = 0; i < COUNT - 1; i++)
+    payload[i] = RANK1_VALUE;
+  ASSERT_TRUE(send_header(j->fd, &ours) == 0 && send_bytes(j->fd, payload, sizeof payload) == 0);
   /* Rank 0 refuses the call and ends (its child runs one call): its link closes with nothing more on it. */
   wire_hdr h;
   int more = read_frame_header(j->fd, &h) == 0;
