@@ -24,6 +24,7 @@ import threading
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _create_work_from_future
+from torch.distributed.constants import default_pg_timeout
 
 import cohort as _core
 from cohort import _lib
@@ -207,8 +208,14 @@ def _under_cohortrun(rank, size):
 
 def _meet(store, rank, size, timeout, default_group):
     seconds = max(1, int(timeout.total_seconds())) if isinstance(timeout, datetime.timedelta) else 1800
+    # torch's timeout bounds the group's operations too (as on gloo): COHORT_OP_TIMEOUT of this communicator, unless
+    # it is torch's default (30 min), which leaves cohort's own (COHORT_OP_TIMEOUT of the environment, else 600 s).
+    op_timeout = seconds if isinstance(timeout, datetime.timedelta) and timeout != default_pg_timeout else None
     if default_group and _under_cohortrun(rank, size):
-        return _init_with_env({"COHORT_TIMEOUT": seconds}), "cohortrun"
+        env = {"COHORT_TIMEOUT": seconds}
+        if op_timeout:
+            env["COHORT_OP_TIMEOUT"] = op_timeout
+        return _init_with_env(env), "cohortrun"
     job_secret = os.environ.get("COHORT_SECRET")
     if rank == 0:
         host = _host_address()
@@ -227,6 +234,8 @@ def _meet(store, rank, size, timeout, default_group):
            "MASTER_ADDR": host, "COHORT_STORE": "tcp", "COHORT_STORE_ADDR": host, "COHORT_STORE_PORT": port,
            "COHORT_LAUNCHER_STORE": "0", "COHORT_RUN_ID": run_id, "COHORT_SECRET": secret,
            "COHORT_TIMEOUT": seconds}
+    if op_timeout:
+        env["COHORT_OP_TIMEOUT"] = op_timeout
     # A launcher's variables describe the job, not this group: cohort_init must not read them.
     for k in ("GROUP_RANK", "GROUP_WORLD_SIZE", "COHORT_HEARTBEAT_FD", "TORCHELASTIC_USE_AGENT_STORE"):
         env[k] = None
@@ -286,9 +295,27 @@ class _Completer:
                 except Exception as e:  # noqa: BLE001 (handed to the waiter)
                     err = e
             if err is not None:
-                p.future.set_exception(err)
+                p.future.set_result(_Failed(err))  # raised by _unwrap, in C++'s eyes too
             else:
                 p.future.set_result(result)
+
+
+class _Failed:
+    """A failed operation's error as the raw Future's value. torch 1.13's Future.set_exception is Python-only (it
+    completes the C++ future successfully, with the exception as its value: DDP's reducer, comm hooks and
+    Work.get_future() would take it for a result); _unwrap raises it inside a then() callback, which marks the
+    chained future failed in C++."""
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _unwrap(fut):
+    v = fut.value()
+    if isinstance(v, _Failed):
+        raise v.error
+    return v
 
 
 def _done_work(result):
@@ -411,7 +438,7 @@ class ProcessGroupCohort(ProcessGroup):
                 _raise(st, what)
             fut = torch.futures.Future()
             self._completer.put(_Pending(w, fut, finish, keep, what))
-        return _create_work_from_future(fut)
+        return _create_work_from_future(fut.then(_unwrap))
 
     def _sync(self, what, call, finish=None):
         """A blocking C call on the caller's thread (the operations that have no async form in the C API)."""
