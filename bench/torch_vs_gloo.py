@@ -15,6 +15,14 @@
   cohortrun -np N python3 torch_vs_gloo.py interleaved MODEL ROUNDS STEPS BATCH
                                                                  the three trainings below in the same processes,
                                                                  taking turns every STEPS steps, ROUNDS times
+  cohortrun -np N python3 torch_vs_gloo.py dist_allreduce MAXMB  torch.distributed.all_reduce on backend "cohort"
+                                                                 (the default group) and on a gloo group of the same
+                                                                 ranks, alternately in the same processes, 4 KiB to
+                                                                 MAXMB MiB (best of 3 per size)
+  cohortrun -np N python3 torch_vs_gloo.py dist_ddp MODEL ROUNDS STEPS BATCH
+                                                                 as interleaved, the three being torch DDP on backend
+                                                                 "cohort", torch DDP on gloo and cohort.torch's
+                                                                 DistributedDataParallel
 
 interleaved: this machine's speed drifts by 10-20% from one run to the next (a shared VM), more than the
 differences to be measured, so separate runs cannot tell 1.05x from 1.1x. Here every rank holds three copies of the
@@ -31,6 +39,7 @@ ranks together.
 """
 import ctypes
 import gzip
+import os
 import socket
 import sys
 import time
@@ -138,6 +147,85 @@ def interleaved(hvd, rank, world, model_name, rounds, steps, batch):
               + f" round_ratio_max={ratios[-1]:.3f}", flush=True)
 
 
+def dist_groups():
+    """The default group on backend "cohort" (cohortrun's rendezvous) and a gloo group of the same ranks."""
+    import torch.distributed as dist
+    import cohort.torch  # noqa: F401 (registers the backend)
+    dist.init_process_group("cohort")
+    return dist, dist.new_group(backend="gloo")
+
+
+def dist_allreduce(rank, world, maxmb):
+    dist, gloo = dist_groups()
+    if rank == 0:
+        print(f"{'bytes':>12} {'cohort_us':>10} {'gloo_us':>10} {'cohort_busbw':>12} {'gloo_busbw':>10} {'ratio':>7}",
+              flush=True)
+    b = 4096
+    while b <= maxmb << 20:
+        t = torch.ones(b // 4)
+        iters = 200 if b < 1 << 20 else 40 if b < 16 << 20 else 5
+        best = {}
+        for _ in range(3):  # alternately, the best of 3 for each
+            for name, group in (("cohort", None), ("gloo", gloo)):
+                dist.all_reduce(t, group=group)
+                dist.barrier(group=gloo)
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    dist.all_reduce(t, group=group)
+                el = (time.perf_counter() - t0) / iters
+                best[name] = min(best.get(name, el), el)
+        if rank == 0:
+            bw = {k: b / v * 2 * (world - 1) / world / 1e9 for k, v in best.items()}
+            print(f"{b:12d} {best['cohort'] * 1e6:10.1f} {best['gloo'] * 1e6:10.1f} {bw['cohort']:12.2f} "
+                  f"{bw['gloo']:10.2f} {best['gloo'] / best['cohort']:7.2f}", flush=True)
+        b *= 4
+    dist.destroy_process_group()
+
+
+def dist_ddp(hvd, rank, world, model_name, rounds, steps, batch):
+    """torch DDP on "cohort" against torch DDP on gloo and cohort.torch's DDP, as interleaved() does. The default
+    group is gloo and the cohort group a new_group (met through torch's store): a default group on "cohort" beside
+    hvd.init() fails today under cohortrun (both join cohortrun's rendezvous with the same run id)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    gloo, coh = None, dist.new_group(backend="cohort")
+    torch.set_num_threads(1)
+    x, y = load()
+    nets = {}
+    for name, wrap in (("dist_cohort", lambda m: nn.parallel.DistributedDataParallel(m, process_group=coh)),
+                       ("gloo", lambda m: nn.parallel.DistributedDataParallel(m, process_group=gloo)),
+                       ("cohort_torch", lambda m: hvd.DistributedDataParallel(m))):
+        torch.manual_seed(0)
+        net = wrap(CNN() if model_name == "cnn" else mlp())
+        nets[name] = (net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
+    names = list(nets)
+    spent = dict.fromkeys(names, 0.0)
+    step = 0
+    for r in range(-1, rounds):  # round -1 warms every model up and is not counted
+        order = names[r % 3:] + names[:r % 3] if r >= 0 else names
+        for name in order:
+            net, opt = nets[name]
+            hvd.barrier()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                lo = ((step * world + rank) * batch) % (len(x) - batch)
+                step += 1
+                opt.zero_grad()
+                F.cross_entropy(net(x[lo:lo + batch]), y[lo:lo + batch]).backward()
+                opt.step()
+            hvd.barrier()
+            if r >= 0:
+                spent[name] += time.perf_counter() - t0
+    dist.destroy_process_group()
+    if rank == 0:
+        imgs = rounds * steps * batch * world
+        ips = {k: imgs / v for k, v in spent.items()}
+        print(f"dist_ddp {model_name} world={world} rounds={rounds} steps={steps} "
+              + " ".join(f"{k}_img_per_s={v:.1f}" for k, v in ips.items())
+              + f" dist_cohort_over_gloo={ips['dist_cohort'] / ips['gloo']:.3f}"
+              + f" dist_cohort_over_cohort_torch={ips['dist_cohort'] / ips['cohort_torch']:.3f}", flush=True)
+
+
 def grouped(hvd, rank, world, maxmb):
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
@@ -196,6 +284,10 @@ def main():
         s.close()
         mp.spawn(gloo_rank, args=(world, port, model_name, steps, batch), nprocs=world)
         return
+    if mode == "dist_allreduce":  # no cohort.torch engine beside the backend's default group (see dist_ddp)
+        import cohort.torch as hvd
+        dist_allreduce(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(sys.argv[2]))
+        return
     import cohort
     import cohort.torch as hvd
     hvd.init()
@@ -237,6 +329,8 @@ def main():
                 print(f"overhead {k} us={v:.2f}", flush=True)
     elif mode == "grouped":
         grouped(hvd, r, n, int(sys.argv[2]))
+    elif mode == "dist_ddp":
+        dist_ddp(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "interleaved":
         interleaved(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "train":

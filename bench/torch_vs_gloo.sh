@@ -19,6 +19,10 @@
 #    cohort.torch's DDP and with torch DDP on gloo, so that the machine's drift between runs (10-20% on a shared VM)
 #    cannot decide the ratio. ROUNDS_CNN (turns of 10 steps; default 2/3 of STEPS, at least 2) and ROUNDS_MLP
 #    (turns of 5 steps; default 2/5 of STEPS, at least 2): 20 and 12 for STEPS=30.
+# 5. torch.distributed on backend "cohort" (dist.init_process_group("cohort"), python/cohort/torch/_backend.py):
+#    dist.all_reduce busbw on "cohort" against a gloo group of the same ranks, 4 KiB .. MAXMB MiB, alternately in the
+#    same processes (best of 3 per size); then torch's DDP on "cohort", torch's DDP on gloo and cohort.torch's
+#    DistributedDataParallel, interleaved as in 4 (torch_vs_gloo.py dist_ddp).
 # Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, ../shared/bench-anchors beside the
 # checkout, or /work/shared/bench-anchors), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
@@ -88,4 +92,18 @@ for spec in "cnn ${ROUNDS_CNN:-$RC} 10" "mlp ${ROUNDS_MLP:-$RM} 5"; do
     printf "%-4s alone %8.1f  cohort %8.1f  gloo %8.1f img/s   cohort/gloo %.3fx (rounds: min %.3f median %.3f max %.3f)   ceiling (alone/gloo) %.3fx\n",
       $2, v["alone_img_per_s"], v["cohort_img_per_s"], v["gloo_img_per_s"], v["cohort_over_gloo"],
       v["round_ratio_min"], v["round_ratio_median"], v["round_ratio_max"], v["alone_over_gloo"] }'
+done
+
+echo "== torch.distributed backend \"cohort\": dist.all_reduce, 2 ranks, float32 sum in place, alternately with gloo"
+"$RUN" -np 2 "$PY" $B dist_allreduce "$MAXMB" 2>&1 | sed 's/^\[0\] //' | grep -E '^ *([0-9]|bytes)' ||
+  { echo "torch_vs_gloo.sh: the dist_allreduce run printed no result" >&2; exit 1; }
+
+echo "== torch DDP on backend \"cohort\" vs DDP on gloo vs cohort.torch DDP, interleaved, 2 ranks, batch 64 per rank"
+for spec in "cnn ${ROUNDS_CNN:-$RC} 10" "mlp ${ROUNDS_MLP:-$RM} 5"; do
+  line=$("$RUN" -np 2 "$PY" $B dist_ddp $spec 64 2>&1 | sed 's/^\[0\] //' | grep '^dist_ddp') ||
+    { echo "torch_vs_gloo.sh: the dist_ddp run ($spec) printed no result" >&2; exit 1; }
+  echo "$line" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    printf "%-4s dist(cohort) %8.1f  dist(gloo) %8.1f  cohort.torch %8.1f img/s   dist(cohort)/gloo %.3fx   dist(cohort)/cohort.torch %.3fx\n",
+      $2, v["dist_cohort_img_per_s"], v["gloo_img_per_s"], v["cohort_torch_img_per_s"], v["dist_cohort_over_gloo"],
+      v["dist_cohort_over_cohort_torch"] }'
 done

@@ -14,6 +14,7 @@ How a group's ranks meet (docs/torch.md says what each way authenticates):
     there; the secret is the job's COHORT_SECRET when the environment has one, else one rank 0 draws and passes
     through torch's store, which authenticates nothing: whoever can read that store during set-up can join.
 """
+import collections
 import ctypes
 import datetime
 import os
@@ -256,36 +257,53 @@ class _Pending:
 
 
 class _Completer:
-    """One thread per group: waits on the group's cohort_work handles in issue order (the order they complete on
-    one communicator) and fulfils each Future: the result, or the error as an exception on every waiter."""
+    """The threads of a group that wait on its cohort_work handles (in issue order, the order they complete on one
+    communicator) and fulfil each Future: with the result, or with _Failed(error). A thread waits for each operation
+    in flight, up to MAX_THREADS: a future's callback runs on the thread that fulfils it and may wait on a later
+    operation of the same group (PowerSGD's hook does), which that busy thread could never fulfil (gloo, for the
+    same reason, gives each group two worker threads)."""
+
+    MAX_THREADS = 4
 
     def __init__(self, name):
         self._cv = threading.Condition()
-        self._queue = []
+        self._queue = collections.deque()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=f"cohort-{name}", daemon=True)
-        self._thread.start()
+        self._idle = 0
+        self._name = name
+        self._threads = []
+        self._spawn()
+
+    def _spawn(self):
+        t = threading.Thread(target=self._run, name=f"cohort-{self._name}-{len(self._threads)}", daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def put(self, pending):
         with self._cv:
             self._queue.append(pending)
+            if self._idle < len(self._queue) and len(self._threads) < self.MAX_THREADS:
+                self._spawn()
             self._cv.notify()
 
     def close(self):
         with self._cv:
             self._closed = True
-            self._cv.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._cv.notify_all()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join()
 
     def _run(self):
         while True:
             with self._cv:
+                self._idle += 1
                 while not self._queue and not self._closed:
                     self._cv.wait()
+                self._idle -= 1
                 if not self._queue:
                     return
-                p = self._queue.pop(0)
+                p = self._queue.popleft()
             st = _c.cohort_work_wait(p.work) if p.work else _lib.OK
             err = None
             if st != _lib.OK:
@@ -297,10 +315,26 @@ class _Completer:
                     result = p.finish() if p.finish else None
                 except Exception as e:  # noqa: BLE001 (handed to the waiter)
                     err = e
-            if err is not None:
-                p.future.set_exception(err)
-            else:
-                p.future.set_result(result)
+            p.future.set_result(_Failed(err) if err is not None else result)
+
+
+class _Failed:
+    """A failed operation's error as the raw Future's value. torch 1.13's Future.set_exception is Python-only (it
+    completes the C++ future successfully, with the exception as its value: DDP's reducer, comm hooks and
+    Work.get_future() would take it for a result); _unwrap raises it inside a then() callback, which marks the
+    chained future failed in C++ too."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _unwrap(fut):
+    v = fut.value()
+    if isinstance(v, _Failed):
+        raise v.error
+    return v
 
 
 class _FutureWork(Work):
@@ -470,7 +504,7 @@ class ProcessGroupCohort(ProcessGroup):
                 _raise(st, what)
             fut = torch.futures.Future()
             self._completer.put(_Pending(w, fut, finish, keep, what))
-        return _work_of(fut)
+        return _work_of(fut.then(_unwrap))
 
     # -- the collectives --
 
