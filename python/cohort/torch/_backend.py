@@ -135,6 +135,11 @@ def _counts(split_sizes, tensor, flat, n, what):
     return (ctypes.c_size_t * n)(*[s * per_row for s in split_sizes])
 
 
+def _copy_back(dst, flat):
+    """Writes a result from the library's flat buffer (a complex tensor's real view, see _flat) into dst."""
+    dst.copy_(torch.view_as_complex(flat) if dst.is_complex() else flat.view_as(dst))
+
+
 def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
@@ -407,7 +412,7 @@ class _P2PWork(Work):
                 self._source = info.source
             if self._buf.data_ptr() != self._tensor.data_ptr():
                 t = self._tensor
-                t.copy_(torch.view_as_complex(self._buf) if t.is_complex() else self._buf.view_as(t))
+                _copy_back(t, self._buf)
         _c.cohort_work_free(self._handle)
         self._handle = None
 
@@ -524,7 +529,7 @@ class ProcessGroupCohort(ProcessGroup):
 
             def finish():
                 if src.data_ptr() != t.data_ptr():
-                    t.copy_(src.view_as(t) if not t.is_complex() else torch.view_as_complex(src))
+                    _copy_back(t, src)
                 return tensors
 
             return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, _ptr(src), _ptr(src), n, code, op,
@@ -540,7 +545,7 @@ class ProcessGroupCohort(ProcessGroup):
             off = 0
             for t, (f, _, n) in zip(tensors, flats):
                 piece = fused[off:off + n].view_as(f)
-                t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                _copy_back(t, piece)
                 off += n
             return tensors
 
@@ -557,7 +562,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if buf.data_ptr() != t.data_ptr():
-                t.copy_(torch.view_as_complex(buf) if t.is_complex() else buf.view_as(t))
+                _copy_back(t, buf)
             return tensors
 
         return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, _ptr(buf), n, code, root, w),
@@ -578,7 +583,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             for r, o in enumerate(outs):
-                o.copy_(torch.view_as_complex(whole[r]) if o.is_complex() else whole[r].view_as(o))
+                _copy_back(o, whole[r])
             return output_tensors
 
         return self._issue("all_gather", lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(whole), n, code,
@@ -620,7 +625,7 @@ class ProcessGroupCohort(ProcessGroup):
                 off = 0
                 for t, (f, _, m) in zip(output_lists[r], flats):
                     piece = whole[r, off:off + m].view_as(f)
-                    t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                    _copy_back(t, piece)
                     off += m
             return output_lists
 
@@ -646,7 +651,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if dst.data_ptr() != out.data_ptr():
-                out.copy_(torch.view_as_complex(dst) if out.is_complex() else dst.view_as(out))
+                _copy_back(out, dst)
             return output_tensors
 
         return self._issue("reduce_scatter", lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(whole), _ptr(dst),
@@ -663,7 +668,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if dst.data_ptr() != output.data_ptr():
-                output.copy_(torch.view_as_complex(dst) if output.is_complex() else dst.view_as(output))
+                _copy_back(output, dst)
             return [output]
 
         return self._issue("reduce_scatter_tensor",
@@ -684,7 +689,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if buf.data_ptr() != t.data_ptr() and self.rank() == root:
-                t.copy_(torch.view_as_complex(buf) if t.is_complex() else buf.view_as(t))
+                _copy_back(t, buf)
             return tensors
 
         return self._issue("reduce", lambda w: _C.cohort_ireduce(self._comm, _ptr(buf), _ptr(buf), n, code, op, root,
@@ -708,7 +713,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             for r, o in enumerate(outs):
-                o.copy_(torch.view_as_complex(whole[r]) if o.is_complex() else whole[r].view_as(o))
+                _copy_back(o, whole[r])
             return output_tensors
 
         return self._issue("gather", lambda w: _C.cohort_igather(self._comm, _ptr(src), _ptr(whole), n, code, root, w),
@@ -735,7 +740,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if dst.data_ptr() != out.data_ptr():
-                out.copy_(torch.view_as_complex(dst) if out.is_complex() else dst.view_as(out))
+                _copy_back(out, dst)
             return output_tensors
 
         return self._issue("scatter", lambda w: _C.cohort_iscatter(self._comm, _ptr(whole), _ptr(dst), n, code, root,
@@ -762,7 +767,7 @@ class ProcessGroupCohort(ProcessGroup):
 
         def finish():
             if dst.data_ptr() != output.data_ptr():
-                output.copy_(torch.view_as_complex(dst) if output.is_complex() else dst.view_as(output))
+                _copy_back(output, dst)
             return [output]
 
         return self._issue("all_to_all_single", start, finish, keep)
@@ -787,7 +792,7 @@ class ProcessGroupCohort(ProcessGroup):
             off = 0
             for t, (f, _, m) in zip(output_tensors, flats_out):
                 piece = dst[off:off + m].view_as(f)
-                t.copy_(torch.view_as_complex(piece) if t.is_complex() else piece.view_as(t))
+                _copy_back(t, piece)
                 off += m
             return output_tensors
 
