@@ -50,6 +50,8 @@ void train_flags_usage(FILE *f) {
           "  --dump-params PATH      rank 0 writes the final parameters as raw little-endian float32\n"
           "  --log-every N           plain progress lines every N steps when stdout is not a terminal (default 50)\n"
           "  --eval-batch N          images per evaluation batch (default 1000)\n"
+          "  --eval-images N         score the first N test images (default all 10000); 0 skips evaluation\n"
+          "                          and reports test_acc=nan (runs that compare parameters, not accuracy)\n"
           "  --quiet                 no progress lines, only the final line\n"
           "  --sync ddp|fused        how gradients are averaged: ddp (default) runs the engine's bucketed\n"
           "                          allreduces during backward; fused is one allreduce after backward\n"
@@ -133,6 +135,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     cfg->threads = atoi(slurm_cpus);
   cfg->log_every = 50;
   cfg->eval_batch = 1000;
+  cfg->eval_images = -1;
   cfg->sync = TRAIN_SYNC_DDP;
   cfg->compress = COHORT_DDP_COMPRESS_NONE;
   cfg->accumulate = 1;
@@ -172,6 +175,7 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                                         "--dump-params",
                                         "--log-every",
                                         "--eval-batch",
+                                        "--eval-images",
                                         "--sync",
                                         "--bucket-mb",
                                         "--compress",
@@ -273,6 +277,8 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
       if ((rc = parse_int(name, value, 1, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->log_every = n;
     } else if (!strcmp(name, "--eval-batch")) {
       if ((rc = parse_int(name, value, 1, 65536, &n)) == TRAIN_EXIT_OK) cfg->eval_batch = (int)n;
+    } else if (!strcmp(name, "--eval-images")) {
+      if ((rc = parse_int(name, value, 0, INT64_MAX / 2, &n)) == TRAIN_EXIT_OK) cfg->eval_images = n;
     } else if (!strcmp(name, "--sync")) {
       if (!strcmp(value, "ddp"))
         cfg->sync = TRAIN_SYNC_DDP;

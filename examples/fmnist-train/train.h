@@ -66,6 +66,7 @@ typedef struct train_config {
   const char *dump_params; /* NULL: none */
   int64_t log_every;       /* plain progress lines every N steps */
   int eval_batch;
+  int64_t eval_images; /* --eval-images: the first N test images are scored (-1: all 10000; 0: none, test_acc nan) */
   int quiet;   /* no progress lines at all, only the final line */
   int profile; /* rank 0 prints where a step's time goes before the final line */
   int uneven;  /* --uneven: rank r trains ceil(S x (W - r) / W) of an epoch's S steps, then joins (cohort_ddp_join) */
@@ -192,6 +193,8 @@ int train_cuda_loop(train_job *job, train_progress *progress, train_metrics *met
                     int64_t *last_eval, int64_t *last_ckpt);
 /* Test accuracy on the GPU (the same shards and sum as the CPU evaluation). */
 int train_cuda_evaluate(train_job *job);
+/* How many test images an evaluation scores: --eval-images capped at the test set (0: evaluation is skipped). */
+size_t train_eval_images(const train_job *job);
 /* Copies the GPU's parameters and optimizer state into the CPU model and optimizer (before a checkpoint or a hash). */
 int train_cuda_pull(train_job *job);
 void train_cuda_stop(train_job *job);

@@ -188,7 +188,11 @@ int train_cuda_pull(train_job *job) {
 }
 
 int train_cuda_evaluate(train_job *job) {
-  const size_t n = cohort_dataset_size(job->test_set);
+  const size_t n = train_eval_images(job);
+  if (n == 0) {
+    job->test_acc = NAN;
+    return 0;
+  }
   const size_t lo = n * (size_t)job->rank / (size_t)job->world, hi = n * (size_t)(job->rank + 1) / (size_t)job->world;
   int64_t counts[2] = {0, (int64_t)(hi - lo)}; /* correct, seen */
   if (job->gpu->api->evaluate(job->gpu->net, lo, hi, &counts[0]) != 0) return gpu_fail(job, "evaluating");

@@ -102,6 +102,7 @@ usage)
   usage_case "--zero 1 does not combine with --compress" --zero 1 --compress f16
   usage_case "--zero 1 does not combine with --uneven" --zero 1 --uneven
   usage_case "--zero is out of range" --zero 2
+  usage_case "--eval-images is out of range: '-1'" --eval-images -1
   usage_case "--lars must be >= 0 (0: plain SGD), got '-0.01'" --lars -0.01
   usage_case "--lars-mode must be larc or lars, got 'lamb'" --lars-mode lamb
   usage_case "--uneven checkpoints at the ends of epochs only" --uneven --checkpoint x --checkpoint-every 5
@@ -117,14 +118,16 @@ determinism)
   check_final_format
   [ "$(field steps)" = 20 ] || fail "steps=$(field steps), expected 20"
   first=$(field param_sha256)
-  train 2 --steps 20 --batch 32 --quiet
+  # The reruns compare parameters only: no evaluation (--eval-images 0), which took most of each run's time.
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0
   [ "$(field param_sha256)" = "$first" ] || fail "rerun gave param_sha256 $(field param_sha256), first run $first"
+  [ "$(field test_acc)" = nan ] || fail "--eval-images 0 reported test_acc=$(field test_acc), not nan (nothing scored)"
   # The engine's buckets and one fused allreduce schedule the sums differently; on 2 ranks the sums are the same.
-  train 2 --steps 20 --batch 32 --quiet --sync fused
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --sync fused
   [ "$(field param_sha256)" = "$first" ] || fail "--sync fused gave param_sha256 $(field param_sha256), not $first"
-  train 2 --steps 20 --batch 32 --quiet --bucket-mb 0.25
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --bucket-mb 0.25
   [ "$(field param_sha256)" = "$first" ] || fail "--bucket-mb 0.25 gave param_sha256 $(field param_sha256), not $first"
-  train 2 --steps 20 --batch 32 --quiet --seed 1
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --seed 1
   [ "$(field param_sha256)" != "$first" ] || fail "--seed 1 gave the same parameters as --seed 0"
   ;;
 loss)
@@ -147,13 +150,14 @@ loss)
     fail "CSV test_acc in '$row' differs from the final line's $acc"
   ;;
 resume)
+  # Evaluation scores the first 1000 test images: the accuracies still compare, at a tenth of the time.
   ck="$TMP/job.ck"
-  train 2 --steps 40 --batch 32 --quiet
+  train 2 --steps 40 --batch 32 --eval-images 1000 --quiet
   straight=$FINAL
-  train 2 --steps 20 --batch 32 --quiet --checkpoint "$ck"
+  train 2 --steps 20 --batch 32 --eval-images 1000 --quiet --checkpoint "$ck"
   [ -s "$ck" ] || fail "no checkpoint written at $ck"
   half=$(field param_sha256)
-  train 2 --steps 40 --batch 32 --checkpoint "$ck" --resume
+  train 2 --steps 40 --batch 32 --eval-images 1000 --checkpoint "$ck" --resume
   grep -q '^\[0\] resumed from .* at step 20' "$TMP/out" || fail "no 'resumed ... at step 20' line: $(cat "$TMP/out")"
   [ "$(field param_sha256)" != "$half" ] || fail "the resumed run did not train"
   resumed=$FINAL
@@ -162,7 +166,7 @@ resume)
       fail "resumed run ended with '$resumed', the straight run with '$straight' ($f differs)"
   done
   # Resuming with other settings would silently be another run: refused, naming the setting.
-  "$RUN" -np 2 "$TRAIN" --steps 40 --batch 16 --checkpoint "$ck" --resume >"$TMP/out" 2>"$TMP/err" &&
+  "$RUN" -np 2 "$TRAIN" --steps 40 --batch 16 --eval-images 1000 --checkpoint "$ck" --resume >"$TMP/out" 2>"$TMP/err" &&
     fail "resuming with another --batch succeeded"
   grep -q "written with --batch 32, this run has 16" "$TMP/err" || fail "no clear message: $(cat "$TMP/err")"
   ;;
@@ -171,9 +175,9 @@ preempt)
   # rank 0 having written the checkpoint, and --resume auto ends as the uninterrupted run (before: rank 1 died and
   # the steps since the last --checkpoint-every were lost).
   ck="$TMP/job.ck"
-  train 2 --steps 60 --batch 32 --quiet
+  train 2 --steps 60 --batch 32 --eval-images 1000 --quiet
   straight=$FINAL
-  "$RUN" -np 2 "$TRAIN" --steps 60 --batch 32 --checkpoint "$ck" >"$TMP/out" 2>"$TMP/err" &
+  "$RUN" -np 2 "$TRAIN" --steps 60 --batch 32 --eval-images 1000 --checkpoint "$ck" >"$TMP/out" 2>"$TMP/err" &
   job=$!
   victim=""
   for _ in $(seq 1 600); do
@@ -192,7 +196,7 @@ preempt)
     "$TMP/err" || fail "rank 0 does not say it stopped and saved: $(cat "$TMP/err")"
   at=$(sed -n 's/.*after step \([0-9]*\): checkpoint.*/\1/p' "$TMP/err" | head -n 1)
   [ "$at" -lt 60 ] || fail "it stopped only at step $at"
-  train 2 --steps 60 --batch 32 --checkpoint "$ck" --resume auto
+  train 2 --steps 60 --batch 32 --eval-images 1000 --checkpoint "$ck" --resume auto
   grep -q "^\[0\] resumed from .* at step $at" "$TMP/out" || fail "no 'resumed ... at step $at': $(cat "$TMP/out")"
   for f in steps loss test_acc param_sha256; do
     [ "$(FINAL=$FINAL field $f)" = "$(FINAL=$straight field $f)" ] ||
@@ -201,9 +205,9 @@ preempt)
   echo "ok: SIGTERM to rank 1: both ranks saved after step $at and exited 143; resumed to the straight run's end"
   ;;
 zero)
-  train 2 --steps 20 --batch 32 --quiet
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0
   plain=$(field param_sha256)
-  train 2 --steps 20 --batch 32 --quiet --zero 1 --profile
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --zero 1 --profile
   [ "$(field param_sha256)" = "$plain" ] || fail "--zero 1 gave param_sha256 $(field param_sha256), not $plain"
   bytes=$(sed -n 's/^\[0\] profile: optimizer state \([0-9]*\) bytes per rank (ZeRO-1 shard).*/\1/p' "$TMP/out")
   full=$((1199882 * 4)) # the CNN's momentum buffers
@@ -211,17 +215,17 @@ zero)
   [ "$bytes" -ge $((full / 2)) ] && [ "$bytes" -le $((full / 2 + 4096)) ] ||
     fail "ZeRO-1 on 2 ranks holds $bytes bytes of optimizer state per rank, not about half of $full"
   # Checkpoints: written under ZeRO at 2 ranks, they are the unsharded run's (rank 0 gathered the shards).
-  train 2 --steps 20 --batch 32 --quiet --checkpoint "$TMP/plain.ck"
-  train 2 --steps 20 --batch 32 --quiet --zero 1 --checkpoint "$TMP/zero.ck"
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --checkpoint "$TMP/plain.ck"
+  train 2 --steps 20 --batch 32 --quiet --eval-images 0 --zero 1 --checkpoint "$TMP/zero.ck"
   cmp -s "$TMP/plain.ck" "$TMP/zero.ck" || fail "the ZeRO checkpoint differs from the unsharded one"
   # ... and resume at 3 ranks with and without ZeRO, and an unsharded checkpoint resumes under ZeRO.
-  train 3 --steps 30 --batch 32 --quiet --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/p.bin"
+  train 3 --steps 30 --batch 32 --quiet --eval-images 0 --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/p.bin"
   straight=$(field param_sha256)
-  train 3 --steps 30 --batch 32 --quiet --checkpoint "$TMP/zero.ck" --resume --dump-params "$TMP/z.bin"
+  train 3 --steps 30 --batch 32 --quiet --eval-images 0 --checkpoint "$TMP/zero.ck" --resume --dump-params "$TMP/z.bin"
   [ "$(field param_sha256)" = "$straight" ] || fail "the ZeRO checkpoint resumed without ZeRO is another run"
   cp "$TMP/zero.ck" "$TMP/zero2.ck"
-  train 3 --steps 30 --batch 32 --quiet --zero 1 --checkpoint "$TMP/zero2.ck" --resume --dump-params "$TMP/zz.bin"
-  train 3 --steps 30 --batch 32 --quiet --zero 1 --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/pz.bin"
+  train 3 --steps 30 --batch 32 --quiet --eval-images 0 --zero 1 --checkpoint "$TMP/zero2.ck" --resume --dump-params "$TMP/zz.bin"
+  train 3 --steps 30 --batch 32 --quiet --eval-images 0 --zero 1 --checkpoint "$TMP/plain.ck" --resume --dump-params "$TMP/pz.bin"
   for f in zz pz; do
     d=$(param_distance "$TMP/p.bin" "$TMP/$f.bin")
     at_most "$d" 1e-5 || fail "resumed at 3 ranks under ZeRO ($f) the parameters are $d (relative) from the straight run"
@@ -231,10 +235,10 @@ equivalence)
   # The same 10 steps of global batch 64 three ways; each pair may differ by float32 rounding alone, at most K * u
   # of the distance travelled from the initial parameters, K = 64 x 26 x 26 (params.sh says why).
   bound=$(unit_roundoff_times $((64 * 26 * 26)))
-  train 1 --steps 0 --batch 64 --quiet --dump-params "$TMP/p0.bin"
-  train 1 --steps 10 --batch 64 --quiet --dump-params "$TMP/p1.bin"
-  train 2 --steps 10 --batch 32 --quiet --dump-params "$TMP/p2.bin"
-  train 2 --steps 10 --batch 16 --accumulate 2 --quiet --dump-params "$TMP/pa.bin"
+  train 1 --steps 0 --batch 64 --quiet --eval-images 0 --dump-params "$TMP/p0.bin"
+  train 1 --steps 10 --batch 64 --quiet --eval-images 0 --dump-params "$TMP/p1.bin"
+  train 2 --steps 10 --batch 32 --quiet --eval-images 0 --dump-params "$TMP/p2.bin"
+  train 2 --steps 10 --batch 16 --accumulate 2 --quiet --eval-images 0 --dump-params "$TMP/pa.bin"
   # 1,199,882 CNN parameters, 4 bytes each.
   for f in p0 p1 p2 pa; do
     [ "$(stat -c %s "$TMP/$f.bin" 2>/dev/null)" = $((1199882 * 4)) ] || fail "$f.bin is not a dump of 1199882 floats"
@@ -249,14 +253,14 @@ equivalence)
   at_most "$acc" "$bound" || fail "1 rank x 64 and 2 ranks x 2 x 16 accumulated ended $acc apart (> $bound)"
   # oneDNN (where built in) against the reference: the same sums in other orders.
   if "$TRAIN" --kernels onednn --steps 0 --quiet >/dev/null 2>&1; then
-    train 1 --steps 10 --batch 64 --quiet --kernels reference --dump-params "$TMP/pr.bin"
-    train 1 --steps 10 --batch 64 --quiet --kernels onednn --dump-params "$TMP/po.bin"
+    train 1 --steps 10 --batch 64 --quiet --eval-images 0 --kernels reference --dump-params "$TMP/pr.bin"
+    train 1 --steps 10 --batch 64 --quiet --eval-images 0 --kernels onednn --dump-params "$TMP/po.bin"
     ref=$(param_distance_travelled "$TMP/pr.bin" "$TMP/po.bin" "$TMP/p0.bin")
     echo "--kernels onednn against --kernels reference: $ref (bound $bound)"
     at_most "$ref" "$bound" || fail "oneDNN and the reference kernels ended $ref of the distance travelled apart"
   fi
   # The comparison can fail: an update 1% too large (the lr) ends outside the bound.
-  train 2 --steps 10 --batch 32 --quiet --lr 0.0505 --dump-params "$TMP/plr.bin"
+  train 2 --steps 10 --batch 32 --quiet --eval-images 0 --lr 0.0505 --dump-params "$TMP/plr.bin"
   off=$(param_distance_travelled "$TMP/p1.bin" "$TMP/plr.bin" "$TMP/p0.bin")
   echo "an lr 1% too large: $off"
   at_most "$off" "$bound" && fail "an lr 1% too large ended $off apart, within the bound $bound: the comparison is blind"
