@@ -30,11 +30,55 @@ os.environ.pop("CI", None)
 # torch's test utilities import expecttest, which Debian does not package: a stand-in (shim/expecttest.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim"))
 
+import torch  # noqa: E402
 import torch.nn.parallel._replicated_tensor_ddp_utils as _replicated  # noqa: E402
 
 _replicated._set_ddp_with_replicated_tensor = lambda value: None
 
+import torch.testing._internal.common_distributed as _common  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+
+# The suite's skips on GPUs and world sizes (skip_if_lt_x_gpu, skip_if_no_gpu, skip_if_small_worldsize,
+# skip_if_odd_worldsize) are decided inside each spawned rank, which exits with a skip code: every one of those tests
+# starts WORLD_SIZE Python processes to learn what the parent already knows (CUDA, the GPU count, WORLD_SIZE and
+# BACKEND are the same there), about 3 s apiece, 150-odd tests per world size on a machine without GPUs. The same
+# conditions and messages are decided here in the parent instead, before any process starts; which tests run and
+# which skip, and why, is unchanged. Patched before distributed_test imports the names.
+def _skip_unless(condition, key):
+    import unittest
+
+    skip = _common.TEST_SKIPS.get(key)
+    return unittest.skipUnless(condition, skip.message if skip else key)
+
+
+def _gpus():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _skip_if_lt_x_gpu(x):
+    return _skip_unless(_gpus() >= x, f"multi-gpu-{x}")
+
+
+def _skip_if_no_gpu(func):
+    world_size = int(os.environ["WORLD_SIZE"])
+    if not torch.cuda.is_available():
+        return _skip_unless(False, "no_cuda")(func)
+    return _skip_unless(_gpus() >= world_size, f"multi-gpu-{world_size}")(func)
+
+
+def _skip_if_small_worldsize(func):
+    return _skip_unless(BACKEND == "mpi" or int(os.environ["WORLD_SIZE"]) > 2, "small_worldsize")(func)
+
+
+def _skip_if_odd_worldsize(func):
+    return _skip_unless(BACKEND == "mpi" or int(os.environ["WORLD_SIZE"]) % 2 == 0, "odd_worldsize")(func)
+
+
+_common.skip_if_lt_x_gpu = _skip_if_lt_x_gpu
+_common.skip_if_no_gpu = _skip_if_no_gpu
+_common.skip_if_small_worldsize = _skip_if_small_worldsize
+_common.skip_if_odd_worldsize = _skip_if_odd_worldsize
 
 if BACKEND == "cohort":
     import cohort.torch  # noqa: E402,F401 (registers the backend)
