@@ -14,6 +14,7 @@ How a group's ranks meet (docs/torch.md says what each way authenticates):
     there; the secret is the job's COHORT_SECRET when the environment has one, else one rank 0 draws and passes
     through torch's store, which authenticates nothing: whoever can read that store during set-up can join.
 """
+import atexit
 import collections
 import ctypes
 import datetime
@@ -22,6 +23,7 @@ import secrets
 import socket
 import sys
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -47,7 +49,19 @@ for _name in ("BAND", "BOR", "BXOR"):
         _OPS.append((getattr(ReduceOp, _name), getattr(_lib, _name)))
 
 
+_OP_OF = {}
+for _op, _code in _OPS:
+    try:
+        _OP_OF[_op] = _code
+    except TypeError:  # not hashable in this torch: the loop below
+        break
+
+
 def _op_code(reduce_op, what):
+    try:
+        return _OP_OF[reduce_op]
+    except (KeyError, TypeError):
+        pass
     for torch_op, code in _OPS:
         if reduce_op == torch_op:
             return code
@@ -382,17 +396,58 @@ class _FutureWork(Work):
         return self._fut
 
 
-def _torch_python_caller():
-    """True when torch's Python API (distributed_c10d.py) called the group's method, not C++ (DDP's reducer runs on
-    autograd's threads; its set-up calls come through torch's C++ functions)."""
+def _torch_python_frame():
+    """The frame of torch's Python API (distributed_c10d.py) that called the group's method, or None when C++ did
+    (DDP's reducer runs on autograd's threads; its set-up calls come through torch's C++ functions)."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back  # out of this module
-    return frame is not None and frame.f_globals.get("__name__") == "torch.distributed.distributed_c10d"
+    if frame is not None and frame.f_globals.get("__name__") == "torch.distributed.distributed_c10d":
+        return frame
+    return None
 
 
-def _work_of(future):
-    return _FutureWork(future) if _torch_python_caller() else _create_work_from_future(future)
+def _blocking(frame):
+    """True when that caller waits for the Work as soon as it has it: dist.all_reduce(t) and the rest with
+    async_op=False (each of them reads `if async_op: return work else: work.wait()`). Such a call is waited for on the
+    caller's own thread, without the completer's hand-over (a thread switch each way, most of a small operation's
+    time); async_op=True, DDP's reducer and every C++ caller keep the Future path."""
+    return frame is not None and frame.f_locals.get("async_op", True) is False
+
+
+def _work_of(future, frame):
+    return _FutureWork(future) if frame is not None else _create_work_from_future(future)
+
+
+class _DoneWork(Work):
+    """A Work that has already completed successfully on the caller's thread (see _blocking)."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        f = torch.futures.Future()
+        f.set_result(self._result)
+        return f
 
 
 class _P2PWork(Work):
@@ -462,6 +517,22 @@ class _P2PWork(Work):
 # ---- the process group ----
 
 
+_groups = weakref.WeakSet()  # the live groups, closed at exit
+
+
+@atexit.register
+def _close_groups():
+    """Closes every group still alive when the interpreter exits (a DDP model or a comm hook's state often keeps one
+    past destroy_process_group): its completer threads end here, before finalization. Left to finalization, a
+    daemon thread that wakes to take the GIL is ended by pthread_exit, whose unwinding through torch's C++ frames
+    aborts the process ("terminate called without an active exception")."""
+    for group in list(_groups):
+        try:
+            group.close()
+        except Exception:  # noqa: BLE001 (exiting: nothing to report it to)
+            pass
+
+
 class ProcessGroupCohort(ProcessGroup):
     """A torch.distributed process group whose operations run on one cohort communicator."""
 
@@ -471,6 +542,7 @@ class ProcessGroupCohort(ProcessGroup):
         self._lock = threading.Lock()
         self._completer = _Completer(f"pg{rank}of{size}")
         self._closed = False
+        _groups.add(self)
 
     # torch asks for these by name
     def getBackendName(self):
@@ -498,18 +570,34 @@ class ProcessGroupCohort(ProcessGroup):
 
     # -- issuing --
 
-    def _issue(self, what, start, finish=None, keep=()):
-        """start(work_ptr) issues one async C call; finish() makes the Future's value once it has completed."""
+    def _issue(self, what, start, finish=None, keep=(), run=None):
+        """start(work_ptr) issues one async C call; finish() makes the Future's value once it has completed. run(),
+        where given, is the same call blocking, for callers that wait at once (see _blocking): the library runs it
+        on this thread when nothing is queued before it, without the progress thread's hand-over."""
         if self._closed:
             raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
+        frame = _torch_python_frame()
+        if run is not None and _blocking(frame):
+            st = run()
+            if st != _lib.OK:
+                _raise(st, what)
+            return _DoneWork(finish() if finish else None)
         w = ctypes.c_void_p()
         with self._lock:  # issue order is completion order: the completer waits in the same order
             st = start(ctypes.byref(w))
             if st != _lib.OK:
                 _raise(st, what)
-            fut = torch.futures.Future()
-            self._completer.put(_Pending(w, fut, finish, keep, what))
-        return _work_of(fut.then(_unwrap))
+            if not _blocking(frame):
+                fut = torch.futures.Future()
+                self._completer.put(_Pending(w, fut, finish, keep, what))
+                return _work_of(fut.then(_unwrap), frame)
+        # The caller would wait at once: wait here (the library completes a communicator's calls in issue order,
+        # so an earlier operation still with the completer is unaffected), outside the lock.
+        st = _c.cohort_work_wait(w)
+        _c.cohort_work_free(w)
+        if st != _lib.OK:
+            _raise(st, what)
+        return _DoneWork(finish() if finish else None)
 
     # -- the collectives --
 
@@ -532,8 +620,9 @@ class ProcessGroupCohort(ProcessGroup):
                     _copy_back(t, src)
                 return tensors
 
-            return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, _ptr(src), _ptr(src), n, code, op,
-                                                                  w), finish, (src,))
+            p = src.data_ptr()
+            return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (src,),
+                               lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
         # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
         codes = {code for _, code, _ in flats}
         if len(codes) != 1:
@@ -549,8 +638,9 @@ class ProcessGroupCohort(ProcessGroup):
                 off += n
             return tensors
 
-        return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, _ptr(fused), _ptr(fused), fused.numel(),
-                                                              code, op, w), finish, (fused,))
+        p, n = fused.data_ptr(), fused.numel()
+        return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (fused,),
+                           lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -565,8 +655,9 @@ class ProcessGroupCohort(ProcessGroup):
                 _copy_back(t, buf)
             return tensors
 
-        return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, _ptr(buf), n, code, root, w),
-                           finish, (buf,))
+        p = buf.data_ptr()
+        return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, p, n, code, root, w), finish, (buf,),
+                           lambda: _c.cohort_broadcast(self._comm, p, n, code, root))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1 or len(output_tensors) != 1:
@@ -676,7 +767,7 @@ class ProcessGroupCohort(ProcessGroup):
                            finish, (src, dst))
 
     def barrier(self, opts=None):
-        return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w))
+        return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w), run=lambda: _c.cohort_barrier(self._comm))
 
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
