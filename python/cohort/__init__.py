@@ -267,6 +267,11 @@ def remove_process_set(process_set):
         ps.process_set_id = None
         comm, ps._comm = ps._comm, None
     if comm is not None:
+        # Engines on the set (DistributedOptimizer(process_set=), DistributedDataParallel(process_group=)) go
+        # first: an engine outliving its communicator would touch it when it is destroyed.
+        for e in list(_engines):
+            if getattr(e, "_comm", None) is comm:
+                e.close()
         _drop_arena_pool(comm)
         _c.cohort_comm_destroy(comm)
     return True

@@ -124,4 +124,48 @@ if N > 1:
     hvd.remove_process_set(odd)
     hvd.remove_process_set(even)
 
+# DistributedOptimizer: Horovod's _parameter_names (param -> name, the same names on every rank), its warning for
+# step() after synchronize() outside skip_synchronize(), and process_set=: the set's ranks average, the others step
+# on their own gradients.
+import warnings  # noqa: E402
+
+net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": net[0].parameters()}, {"params": net[1].parameters()}],
+                                               lr=0.1))
+names = opt._parameter_names
+check(len(names) == 4 and len(set(names.values())) == 4 and set(names) == set(net.parameters()),
+      f"_parameter_names maps each parameter to a name: {names}")
+check(all(x == set(names.values()) for x in hvd.allgather_object(set(names.values()))), "the same names on every rank")
+hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+net(torch.full((4, 3), float(R))).sum().backward()
+opt.synchronize()
+with warnings.catch_warnings(record=True) as ws:
+    warnings.simplefilter("always")
+    opt.step()
+check(len(ws) == 1 and "optimizer.step() called without optimizer.skip_synchronize()" in str(ws[0].message),
+      f"step() after synchronize() warns once: {[str(w.message) for w in ws]}")
+opt.zero_grad()
+net(torch.ones(4, 3)).sum().backward()
+opt.synchronize()
+with warnings.catch_warnings(record=True) as ws:
+    warnings.simplefilter("always")
+    with opt.skip_synchronize():
+        opt.step()
+check(not ws, f"step() inside skip_synchronize() does not warn: {[str(w.message) for w in ws]}")
+
+if N > 1:
+    evens = hvd.add_process_set([r for r in range(N) if r % 2 == 0])
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(2, 1, bias=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(lin.parameters(), lr=1.0), named_parameters=lin.named_parameters(),
+                                   process_set=evens)
+    before = lin.weight.detach().clone()
+    lin(torch.full((1, 2), float((R + 1) ** 2))).sum().backward()  # the gradient: (R + 1)^2 (the means differ)
+    opt.step()
+    members = [r for r in range(N) if r % 2 == 0]
+    want = sum((r + 1) ** 2 for r in members) / len(members) if R % 2 == 0 else float((R + 1) ** 2)
+    check(torch.allclose(before - lin.weight.detach(), torch.full((1, 2), want)),
+          f"DistributedOptimizer(process_set=evens): rank {R} stepped by {(before - lin.weight).tolist()}, want {want}")
+    hvd.remove_process_set(evens)
+
 print(f"rank {R}: hvd api ok", flush=True)

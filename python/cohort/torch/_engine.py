@@ -15,6 +15,7 @@ move, and .grad is rebound to the new ones (the values are carried over by the e
 """
 import contextlib
 import ctypes
+import warnings
 import weakref
 
 import numpy as np
@@ -513,7 +514,7 @@ def join(device=-1):
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op, process_set=None):
         super(self.__class__, self).__init__(params)
         compression = compression or Compression.none
         if op not in (_lib.AVG, _lib.SUM):
@@ -538,13 +539,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             named = [(n, p) for n, p in named if id(p) in mine]
         else:
             named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
+        # Horovod's map from each parameter to its name (the names every rank must agree on).
+        self._parameter_names = {p: n for n, p in named}
         self.backward_passes_per_step = backward_passes_per_step
         self._passes = 0
         self._pending = False
         self._should_synchronize = True
         self._synchronized = False
-        self._engine = _Engine(_core._get_comm(), named, [], self, find_unused=True, broadcast_buffers=False,
-                               compression=compression.ddp_code, op=op, what="DistributedOptimizer")
+        self.process_set = process_set
+        # A rank outside process_set averages nothing: it steps on its own gradients, as in Horovod.
+        self._engine = None
+        if process_set is None or process_set.included():
+            self._engine = _Engine(_core._comm_of(process_set, "DistributedOptimizer"), named, [], self,
+                                   find_unused=True, broadcast_buffers=False, compression=compression.ddp_code,
+                                   op=op, what="DistributedOptimizer")
 
     def _backward_begins(self):
         if self._pending:
@@ -577,8 +585,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                              "your code.")  # Horovod's words: scripts and its tests look for them
             self.synchronize()
         self._synchronized = False
+        if self._engine is None:
+            return super(self.__class__, self).step(closure)
         with self._engine.span(_lib.SPAN_OPTIMIZER):
             return super(self.__class__, self).step(closure)
 
@@ -589,6 +604,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def ddp_stats(self):
+        if self._engine is None:
+            raise RuntimeError("DistributedOptimizer: this rank is not in the optimizer's process set: it averages "
+                               "nothing and has no engine statistics")
         return self._engine.stats()
 
 
@@ -603,9 +621,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if gradient_predivide_factor != 1.0 or num_groups or groups or sparse_as_dense or process_set is not None:
-        raise ValueError("DistributedOptimizer: gradient_predivide_factor, num_groups, groups, sparse_as_dense and "
-                         "process_set are not supported")
+    if gradient_predivide_factor != 1.0 or num_groups or groups or sparse_as_dense:
+        raise ValueError("DistributedOptimizer: gradient_predivide_factor, num_groups, groups and sparse_as_dense "
+                         "are not supported")
+    if process_set is _core.global_process_set:
+        process_set = None
+    if process_set is not None:
+        if not isinstance(process_set, _core.ProcessSet):
+            raise TypeError(f"DistributedOptimizer: process_set must be a ProcessSet (add_process_set), got "
+                            f"{type(process_set).__name__}")
+        if process_set.process_set_id is None:
+            raise ValueError(f"DistributedOptimizer: {process_set} has not been added (add_process_set) or was "
+                             f"removed")
     op = _core._op(op)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op)
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op, process_set)
