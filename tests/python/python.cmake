@@ -185,7 +185,8 @@ set_property(TEST python.dist_backend.env APPEND PROPERTY ENVIRONMENT "COHORT_TR
 # torch's own distributed conformance suite (torch/testing/_internal/distributed/distributed_test.py, which Debian's
 # python3-torch ships) on backend "cohort" at world sizes 2 and 3, driven by tests/python/torch_dist_suite.py (torch
 # ships no driver): every test the suite lets a plugin backend with DDP and subgroups run, and its CPU all-to-all
-# tests, which it skips for every backend but MPI. Each test spawns its ranks; a world size took 7 minutes alone on 2 cores once the GPU and world-size skips were decided before spawning (25 minutes before).
+# tests, which it skips for every backend but MPI. Each test spawns its ranks; world size 3 took 7 minutes alone on
+# 2 cores once the driver decided the GPU and world-size skips before spawning (25 minutes before).
 foreach(ws 2 3)
   add_test(NAME python.dist_suite.ws${ws} COMMAND sh -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && \
 BACKEND=cohort WORLD_SIZE=${ws} TEMP_DIR=$d ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torch_dist_suite.py")
