@@ -67,9 +67,9 @@ typedef struct train_config {
   int64_t log_every;       /* plain progress lines every N steps */
   int eval_batch;
   int64_t eval_images; /* --eval-images: the first N test images are scored (-1: all 10000; 0: none, test_acc nan) */
-  int quiet;   /* no progress lines at all, only the final line */
-  int profile; /* rank 0 prints where a step's time goes before the final line */
-  int uneven;  /* --uneven: rank r trains ceil(S x (W - r) / W) of an epoch's S steps, then joins (cohort_ddp_join) */
+  int quiet;           /* no progress lines at all, only the final line */
+  int profile;         /* rank 0 prints where a step's time goes before the final line */
+  int uneven; /* --uneven: rank r trains ceil(S x (W - r) / W) of an epoch's S steps, then joins (cohort_ddp_join) */
   /* How gradients are averaged: TRAIN_SYNC_DDP (the engine of ddp.h: buckets overlapped with backward) or
    * TRAIN_SYNC_FUSED (one allreduce of every gradient after backward: the non-overlapped baseline). */
   int sync;
