@@ -188,6 +188,18 @@ COHORT_API cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *se
                                                cohort_dtype dtype, cohort_op op);
 /* Returns once every rank has entered the barrier. */
 COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
+/*
+ * This rank has no more data (Horovod's hvd.join() for its collectives; the DDP engine's uneven inputs are
+ * cohort_ddp_join). Until every rank has called cohort_join, this rank takes part in the others' collectives
+ * as they call them: an allreduce or reduce_scatter that sums or averages gets zeros from it (an average still
+ * divides by the whole world, as Horovod's does); any other call fails on the ranks that made it with
+ * COHORT_ERR_MISMATCH naming the joined ranks, before any data moved, and they may go on. Returns once every rank
+ * has joined; *last_rank (may be NULL) is then the rank that joined last (that took part in the fewest calls;
+ * ties: the highest), the same on every rank. Needs COHORT_CALL_CHECK=on (the default): the joined rank learns
+ * each call from the ranks' agreement. No other thread may call collectives on comm meanwhile. A joined rank
+ * waits on the others like any collective: COHORT_OP_TIMEOUT bounds how long they may compute between calls.
+ */
+COHORT_API cohort_status cohort_join(cohort_comm *comm, int *last_rank);
 
 /*
  * Rooted and personalized collectives. Counts and displacements are in elements. A buffer that a rank does not use

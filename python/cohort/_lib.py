@@ -98,6 +98,7 @@ _SIGNATURES = {
     "cohort_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int]),
     "cohort_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_barrier": (c_int, [c_void_p]),
+    "cohort_join": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_int)]),
     "cohort_iallreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_ibroadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_iallgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, ctypes.POINTER(c_void_p)]),

@@ -178,9 +178,66 @@ static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all
   return COHORT_OK;
 }
 
+/* Joined ranks (cohort_join) signed COHORT__COLL_JOIN: with all joined, the join ends; else the others must agree
+ * among themselves on a call that zeros can take part in (see cohort__join_round in coll.h). */
+static cohort_status join_verdict(cohort__coll_ctx *ctx, const cohort__signature *all) {
+  const int n = ctx->size;
+  int first = -1, last = -1, shown = 0;
+  char joined[160] = "";
+  for (int q = 0; q < n; q++) {
+    if (all[q].call.coll != COHORT__COLL_JOIN) {
+      if (first < 0) first = q;
+      continue;
+    }
+    if (last < 0 || all[q].counts_hash <= all[last].counts_hash) last = q; /* fewest rounds joined; ties: highest */
+    if (shown < 8) {
+      size_t at = strlen(joined);
+      snprintf(joined + at, sizeof joined - at, "%s%d", shown ? ", " : "", q);
+    } else if (shown == 8) {
+      size_t at = strlen(joined);
+      snprintf(joined + at, sizeof joined - at, ", ...");
+    }
+    shown++;
+  }
+  ctx->join_state = COHORT__JOIN_WAIT;
+  if (first < 0) {
+    ctx->join_state = COHORT__JOIN_DONE;
+    ctx->join_last = last;
+    return COHORT_OK;
+  }
+  const cohort__signature *ref = &all[first];
+  char a[256], b[256];
+  cohort__call_describe(&ref->call, a, sizeof a);
+  for (int q = first + 1; q < n; q++) {
+    const cohort__signature *theirs = &all[q];
+    if (theirs->call.coll == COHORT__COLL_JOIN || same(theirs, ref)) continue;
+    describe_unnumbered(&theirs->call, b, sizeof b);
+    ctx->refused = 1;
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "ranks disagree: rank %d called %s but rank %d called %s (rank%s %s joined); refused on every "
+                         "rank before any data moved (the communicator stays usable)",
+                         first, a, q, b, shown > 1 ? "s" : "", joined);
+  }
+  const cohort__call *c = &ref->call;
+  int zeros_add_nothing = (c->coll == COHORT__COLL_ALLREDUCE || c->coll == COHORT__COLL_REDUCE_SCATTER) &&
+                          (c->op == COHORT_SUM || c->op == COHORT_AVG) && c->algo != COHORT__ALGO_DEVICE;
+  if (!zeros_add_nothing) {
+    ctx->refused = 1;
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "rank%s %s joined (cohort_join: no more data) while rank %d called %s: until every rank has "
+                         "joined, the others may only allreduce or reduce_scatter (sum or average, host memory), to "
+                         "which the joined ranks add zeros; refused on every rank before any data moved",
+                         shown > 1 ? "s" : "", joined, first, a);
+  }
+  ctx->join_state = COHORT__JOIN_RUN;
+  ctx->join_call = *c;
+  return COHORT_OK;
+}
+
 cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
                                       const cohort__coll_args *ride, int *done) {
   ctx->refused = 0;
+  ctx->joined = 0;
   *done = 0;
   int n = ctx->size, r = ctx->rank;
   if (n == 1 || !ctx->call_check) return COHORT_OK;
@@ -198,6 +255,10 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
     const void *stage = NULL;
     size_t stage_bytes = 0;
     if (ride) stage = ride->sendbuf, stage_bytes = ride->count * cohort_dtype_size(ride->dtype);
+    if (mine->call.coll == COHORT__COLL_JOIN) { /* whichever small node allreduce the others stage, ours is zeros */
+      static const char zeros[COHORT__AGREE_STAGE_MAX];
+      stage = zeros, stage_bytes = sizeof zeros;
+    }
     st = t->ops->agree(t, mine, sizeof *mine, all, stage, stage_bytes);
   } else if (pow2(n)) {
     if (ride && fused_bytes(ctx, &mine->call) >= 0) f.a = a = ride;
@@ -220,8 +281,10 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
       all[q] = rel[(q - r + n) % n];
   }
   if (st != COHORT_OK) return name_the_call(st, &wire, &mine->call);
-  COHORT_CHECK(verdict(ctx, all));
-  if (a) { /* agreed: the fused allreduce's result, into recvbuf only now */
+  for (int q = 0; q < n; q++)
+    ctx->joined += all[q].call.coll == COHORT__COLL_JOIN;
+  COHORT_CHECK(ctx->joined ? join_verdict(ctx, all) : verdict(ctx, all));
+  if (a && !ctx->joined) { /* agreed: the fused allreduce's result, into recvbuf only now */
     if (!f.live) return cohort__error(COHORT_ERR_INTERNAL, "the fused allreduce stopped though the ranks agree");
     size_t bytes = a->count * cohort_dtype_size(a->dtype);
     if (bytes) memcpy(a->recvbuf, f.acc, bytes);

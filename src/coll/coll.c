@@ -199,34 +199,37 @@ static void run_alone(const cohort__coll_args *a) {
       dst[i] = dst[i] != 0;
 }
 
-cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq) {
-  if (ctx->size == 1) {
-    run_alone(a);
-    return COHORT_OK;
-  }
+/* How a call runs: the transport's node allreduce, the hierarchical one, or an algorithm by size; and its call. */
+typedef struct plan {
+  int node, hier;
+  cohort__algo algo;
+  cohort__call call;
+} plan;
+
+static plan plan_of(const cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq) {
+  plan p;
   /* A transport that shares memory between all ranks reduces in place (shm_coll.c); COHORT_ALGO=ring or rd forces
    * the frame-based algorithms over it, for comparison. */
-  int node = a->coll == COHORT__COLL_ALLREDUCE && ctx->forced_algo == COHORT__ALGO_AUTO && ctx->t->ops->node_allreduce;
+  p.node = a->coll == COHORT__COLL_ALLREDUCE && ctx->forced_algo == COHORT__ALGO_AUTO && ctx->t->ops->node_allreduce;
   /* Several nodes with several ranks each: shm within the node, the flat algorithms across (hier.c), unless
    * COHORT_ALGO forces a flat one over the whole mesh. */
-  int hier = a->coll == COHORT__COLL_ALLREDUCE && ctx->across &&
-             (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
-  cohort__algo algo = node ? COHORT__ALGO_AUTO : hier ? COHORT__ALGO_HIER : choose(ctx, a);
-  cohort__call call = cohort__call_make(seq, a->coll, a->dtype, a->op, algo, a->root, a->count, a->sig);
-  cohort__signature sig = {.call = call, .counts_hash = a->sig}; /* the v-forms' per-rank counts, hashed */
-  /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
-  int rides = a->coll == COHORT__COLL_ALLREDUCE && (node || (algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
-  int done;
-  COHORT_CHECK(cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done));
-  ctx->t->ops->set_call(ctx->t, &call);
-  if (done) return COHORT_OK;
+  p.hier = a->coll == COHORT__COLL_ALLREDUCE && ctx->across &&
+           (ctx->forced_algo == COHORT__ALGO_AUTO || ctx->forced_algo == COHORT__ALGO_HIER);
+  p.algo = p.node ? COHORT__ALGO_AUTO : p.hier ? COHORT__ALGO_HIER : choose(ctx, a);
+  p.call = cohort__call_make(seq, a->coll, a->dtype, a->op, p.algo, a->root, a->count, a->sig);
+  return p;
+}
+
+/* Runs the call as planned, once the ranks agree on it; its call is set on the transport. */
+static cohort_status execute(cohort__coll_ctx *ctx, const cohort__coll_args *a, const plan *p) {
   switch (a->coll) {
   case COHORT__COLL_ALLREDUCE:
-    if (node) return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL, NULL);
-    if (hier) return cohort__hier_allreduce(ctx, a);
-    return algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
+    if (p->node)
+      return ctx->t->ops->node_allreduce(ctx->t, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL, NULL);
+    if (p->hier) return cohort__hier_allreduce(ctx, a);
+    return p->algo == COHORT__ALGO_RD ? cohort__rd_allreduce(ctx, a) : cohort__ring_allreduce(ctx, a);
   case COHORT__COLL_BROADCAST:
-    return algo == COHORT__ALGO_TREE ? cohort__tree_broadcast(ctx, a) : cohort__chain_broadcast(ctx, a);
+    return p->algo == COHORT__ALGO_TREE ? cohort__tree_broadcast(ctx, a) : cohort__chain_broadcast(ctx, a);
   case COHORT__COLL_ALLGATHER:
     return cohort__ring_allgather(ctx, a);
   case COHORT__COLL_REDUCE_SCATTER:
@@ -234,7 +237,7 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   case COHORT__COLL_BARRIER:
     return cohort__dissemination_barrier(ctx);
   case COHORT__COLL_REDUCE:
-    return algo == COHORT__ALGO_TREE ? cohort__tree_reduce(ctx, a) : cohort__ring_reduce(ctx, a);
+    return p->algo == COHORT__ALGO_TREE ? cohort__tree_reduce(ctx, a) : cohort__ring_reduce(ctx, a);
   case COHORT__COLL_GATHER:
   case COHORT__COLL_GATHERV:
     return cohort__linear_gather(ctx, a);
@@ -249,4 +252,64 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   default:
     return cohort__error(COHORT_ERR_INTERNAL, "unknown collective %d", (int)a->coll);
   }
+}
+
+cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq) {
+  if (ctx->size == 1) {
+    run_alone(a);
+    return COHORT_OK;
+  }
+  if (a->coll == COHORT__COLL_JOIN) return cohort__join_round(ctx, seq, a->count);
+  plan p = plan_of(ctx, a, seq);
+  cohort__signature sig = {.call = p.call, .counts_hash = a->sig}; /* the v-forms' per-rank counts, hashed */
+  /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
+  int rides = a->coll == COHORT__COLL_ALLREDUCE && (p.node || (p.algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
+  int done;
+  COHORT_CHECK(cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done));
+  ctx->t->ops->set_call(ctx->t, &p.call);
+  if (done) return COHORT_OK;
+  return execute(ctx, a, &p);
+}
+
+cohort_status cohort__join_round(cohort__coll_ctx *ctx, uint32_t seq, uint64_t rounds) {
+  cohort__signature sig = {
+      .call = cohort__call_make(seq, COHORT__COLL_JOIN, COHORT_U8, COHORT_SUM, COHORT__ALGO_AUTO, -1, 0, 0),
+      .counts_hash = rounds};
+  int done;
+  ctx->join_state = COHORT__JOIN_WAIT;
+  cohort_status st = cohort__coll_agree_with(ctx, &sig, NULL, &done);
+  if (st != COHORT_OK) return ctx->refused ? COHORT_OK : st; /* refused: the others raise, we wait for their next */
+  if (ctx->join_state != COHORT__JOIN_RUN) return COHORT_OK;
+  /* The others' call with zeros in, and a result nobody reads. */
+  const cohort__call *theirs = &ctx->join_call;
+  cohort__coll_args a = {.coll = (cohort__coll)theirs->coll,
+                         .count = theirs->count,
+                         .dtype = (cohort_dtype)theirs->dtype,
+                         .op = (cohort_op)theirs->op,
+                         .root = -1};
+  size_t es = cohort_dtype_size(a.dtype), in = a.count * (a.coll == COHORT__COLL_REDUCE_SCATTER ? ctx->size : 1);
+  void *zeros = calloc(in ? in : 1, es), *sink = malloc(a.count ? a.count * es : 1);
+  if (!zeros || !sink) {
+    free(zeros);
+    free(sink);
+    return cohort__error(COHORT_ERR_SYSTEM, "cohort_join: out of memory for %zu zeros", in);
+  }
+  a.sendbuf = zeros;
+  a.recvbuf = sink;
+  plan p = plan_of(ctx, &a, seq);
+  if (!cohort__call_equal(&p.call, theirs)) {
+    char want[256], got[256];
+    cohort__call_describe(theirs, want, sizeof want);
+    cohort__call_describe(&p.call, got, sizeof got);
+    st = cohort__error(COHORT_ERR_INTERNAL,
+                       "cohort_join: the others run %s, this rank would run %s (COHORT_ALGO or "
+                       "COHORT_SMALL_BYTES differ between ranks?)",
+                       want, got);
+  } else {
+    ctx->t->ops->set_call(ctx->t, &p.call);
+    st = execute(ctx, &a, &p);
+  }
+  free(zeros);
+  free(sink);
+  return st;
 }

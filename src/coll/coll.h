@@ -69,7 +69,14 @@ typedef struct cohort__coll_ctx {
   /* The last call was refused by cohort__coll_agree (the ranks' calls differ): its COHORT_ERR_MISMATCH left the
    * transport usable, unlike a failure while data moves. */
   int refused;
+  /* cohort_join (agree.c, coll.c): how many ranks were joined at the last agreement, and on a joined rank its
+   * verdict (COHORT__JOIN_*, cohort__join_round): the rank that joined last, or the others' call to run with zeros. */
+  int joined;
+  int join_state, join_last;
+  cohort__call join_call;
 } cohort__coll_ctx;
+
+enum { COHORT__JOIN_WAIT = 0, COHORT__JOIN_RUN = 1, COHORT__JOIN_DONE = 2 };
 
 /* What the ranks compare before a call's data moves (agree.c). */
 typedef struct cohort__signature {
@@ -98,6 +105,15 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
                                       const cohort__coll_args *ride, int *done);
 /* Runs one collective as call number seq, once the ranks agree on it (cohort__coll_agree). */
 cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a, uint32_t seq);
+
+/* cohort_join (include/cohort/cohort.h): one round on a joined rank, as call number seq. Its signature (a
+ * COHORT__COLL_JOIN call; rounds, the rounds it has been joined, in counts_hash) takes part in the agreement, whose
+ * verdict (agree.c) sets ctx->join_state: COHORT__JOIN_DONE, every rank has joined (ctx->join_last: the one that
+ * joined last, the fewest rounds, ties to the highest rank); COHORT__JOIN_RUN, the ranks still running agree on an
+ * allreduce or reduce-scatter that sums or averages, which this rank then runs with zeros (they add nothing: an
+ * average divides by the whole world, as Horovod's join does); COHORT__JOIN_WAIT, their call was refused (another
+ * collective: they raise COHORT_ERR_MISMATCH naming the joined ranks, and go on). */
+cohort_status cohort__join_round(cohort__coll_ctx *ctx, uint32_t seq, uint64_t rounds);
 
 /* Scratch slot `slot` of at least bytes (reused across calls, freed with the context). */
 void *cohort__coll_scratch(cohort__coll_ctx *ctx, int slot, size_t bytes);

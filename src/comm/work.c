@@ -246,6 +246,26 @@ cohort_status cohort_barrier(cohort_comm *c) {
   return run_blocking(c, &a, 0);
 }
 
+cohort_status cohort_join(cohort_comm *c, int *last_rank) {
+  if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
+  if (last_rank) *last_rank = -1;
+  if (c->coll.size == 1) {
+    if (last_rank) *last_rank = 0;
+    return COHORT_OK;
+  }
+  if (!c->coll.call_check)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_join needs COHORT_CALL_CHECK=on: a joined rank learns each of the "
+                                             "others' calls from the ranks' agreement before data moves");
+  /* One round per call of the others (each a call number of its own, as theirs), until all have joined. */
+  for (uint64_t rounds = 0;; rounds++) {
+    cohort__coll_args a = ARGS(COHORT__COLL_JOIN, NULL, NULL, rounds, COHORT_U8, COHORT_SUM, -1);
+    COHORT_CHECK(run_blocking(c, &a, 0));
+    if (c->coll.join_state == COHORT__JOIN_DONE) break;
+  }
+  if (last_rank) *last_rank = c->coll.join_last;
+  return COHORT_OK;
+}
+
 cohort_status cohort_iallreduce(cohort_comm *c, const void *s, void *r, size_t n, cohort_dtype d, cohort_op o,
                                 cohort_work **w) {
   cohort__coll_args a = ARGS(COHORT__COLL_ALLREDUCE, s, r, n, d, o, -1);

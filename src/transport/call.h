@@ -55,7 +55,9 @@ enum {
   X(BARRIER, 5, "barrier", COHORT__CALL_NO_DATA)                                                                       \
   X(INTERNAL, 6, "internal", COHORT__CALL_OP) /* setup traffic of the library itself */                                \
   X(P2P, 7, "p2p", COHORT__CALL_PEER)         /* point-to-point messages, on their own transport (src/comm/p2p.c) */   \
-  /* 8 to 15: free */                                                                                                  \
+  /* A rank in cohort_join: no call of its own, it takes part in the others' (coll/join.c) */                          \
+  X(JOIN, 8, "join", COHORT__CALL_NO_DATA)                                                                             \
+  /* 9 to 15: free */                                                                                                  \
   /* Rooted and personalized collectives (src/coll/rooted.c, alltoall.c); count is per rank, or (v-forms) the */       \
   /* sum of the counts, see COHORT__CALL_COUNTS. */                                                                    \
   X(REDUCE, 16, "reduce", COHORT__CALL_OP | COHORT__CALL_ROOT)                                                         \

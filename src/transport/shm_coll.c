@@ -229,6 +229,9 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   return COHORT_OK;
 }
 
+_Static_assert(COHORT__SHM_SMALL_BYTES <= COHORT__AGREE_STAGE_MAX,
+               "a rank in cohort_join stages COHORT__AGREE_STAGE_MAX zeros: as many as any small node allreduce");
+
 /* One round of flags: our signature into our slot, then every peer's from theirs. A small node allreduce that is to
  * follow stages its input first (into the buffer of chunk node_k + 1, claimed as small_allreduce would), so that
  * once the ranks agree it reduces at once: the agreement and the node allreduce's own round are one. Refused, the

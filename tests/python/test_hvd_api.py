@@ -168,4 +168,27 @@ if N > 1:
           f"DistributedOptimizer(process_set=evens): rank {R} stepped by {(before - lin.weight).tolist()}, want {want}")
     hvd.remove_process_set(evens)
 
+# join() without an engine (cohort_join): the joined rank adds zeros to the others' allreduces (an average divides
+# by the whole world, as Horovod's does); their allgather or broadcast raises naming it; the same last rank returns
+# everywhere.
+if N > 1:
+    for first in range(N):
+        if R == first:
+            last = hvd.join()
+        else:
+            a = hvd.allreduce(torch.full((5,), float(R + 1)), op=hvd.Average)
+            want = sum(r + 1 for r in range(N) if r != first) / N
+            check(torch.allclose(a, torch.full((5,), want)), f"allreduce beside a joined rank: {a.tolist()} != {want}")
+            i = hvd.synchronize(hvd.allreduce_async(torch.full((3,), R + 1, dtype=torch.int32), op=hvd.Sum))
+            check(i.tolist() == [sum(r + 1 for r in range(N) if r != first)] * 3, f"int32 sum beside a joined rank {i}")
+            for call in (lambda: hvd.allgather(torch.ones(2)), lambda: hvd.broadcast(torch.ones(2), root_rank=R)):
+                try:
+                    call()
+                    check(False, "allgather/broadcast beside a joined rank raises")
+                except hvd.MismatchError as e:
+                    check(f"rank {first} joined" in str(e), f"the error names the joined rank: {e}")
+            last = hvd.join()
+        check(last == (N - 1 if first != N - 1 else N - 2), f"join() returned {last} (rank {first} joined first)")
+        check(hvd.allgather_object(last) == [last] * N, "join() returns the same rank everywhere")
+
 print(f"rank {R}: hvd api ok", flush=True)

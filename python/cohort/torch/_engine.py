@@ -490,23 +490,25 @@ def _join(engine, what):
         _c.cohort_comm_abort(_core._get_comm(), msg.encode())
         raise ValueError(msg)
     if engine is None:
-        # Nothing to shadow: every rank waits for the others; no rank trained a step, so the tie rule names the
-        # highest rank.
-        out = np.array([_core.rank()], dtype=np.int64)
-        _core._check(_c.cohort_allreduce(_core._get_comm(), out.ctypes.data, out.ctypes.data, 1, _lib.I64,
-                                         _lib.MAX), what)
-        return int(out[0])
+        # No engine to shadow: the collectives' join (cohort_join). Until every rank has joined, this rank adds zeros
+        # to the others' allreduces and reduce-scatters (Horovod's join), and their other calls raise naming it;
+        # returns the rank that joined last (ties: the highest), the same on every rank.
+        last = ctypes.c_int(-1)
+        _core._check(_c.cohort_join(_core._get_comm(), ctypes.byref(last)), what)
+        return last.value
     if getattr(engine._owner(), "_pending", False):  # a DistributedOptimizer between backward() and step()
         raise RuntimeError(f"{what}: backward() ran but step() (or synchronize()) did not: finish the step first")
     return engine.join(what)
 
 
 def join(device=-1):
-    """Horovod's hvd.join(): this rank's data has ended. It keeps taking part in the other ranks'
-    DistributedOptimizer (or DistributedDataParallel) steps with zero gradients, the others averaging over the
-    ranks still training, until every rank has called join(); then every rank takes the parameters and buffers of
-    the rank that trained the most steps (the rank that joined last; ties: the highest such rank), and join()
-    returns that rank on every rank. device is ignored (CPU)."""
+    """Horovod's hvd.join(): this rank's data has ended. With a DistributedOptimizer (or DistributedDataParallel)
+    alive, it keeps taking part in the other ranks' steps with zero gradients, the others averaging over the ranks
+    still training, until every rank has called join(); then every rank takes the parameters and buffers of the rank
+    that trained the most steps. Without one, it takes part in the others' allreduces and reduce-scatters with zeros
+    (an average still divides by the whole world, as in Horovod), and their other collectives raise MismatchError
+    naming the joined ranks. join() returns the rank that joined last (ties: the highest), the same on every rank.
+    device is ignored (CPU)."""
     return _join(None, "join")
 
 
