@@ -189,6 +189,14 @@ COHORT_API cohort_status cohort_reduce_scatter(cohort_comm *comm, const void *se
 /* Returns once every rank has entered the barrier. */
 COHORT_API cohort_status cohort_barrier(cohort_comm *comm);
 /*
+ * Adds tag to the next collective this thread calls (blocking or cohort_i*), for the ranks to compare with the rest
+ * of the call before data moves: ranks whose tags differ are refused with COHORT_ERR_MISMATCH, as for another count
+ * or dtype. A binding passes what the C call cannot see, such as a hash of the tensor's shape (two tensors of 6
+ * elements, 2x3 and 3x2, make the same allreduce to C). 0 (the default for every call) compares as no tag. Only
+ * with COHORT_CALL_CHECK=on; the tag is not sent with the data.
+ */
+COHORT_API void cohort_tag_next_call(uint64_t tag);
+/*
  * This rank has no more data (Horovod's hvd.join() for its collectives; the DDP engine's uneven inputs are
  * cohort_ddp_join). Until every rank has called cohort_join, this rank takes part in the others' collectives
  * as they call them: an allreduce or reduce_scatter that sums or averages gets zeros from it (an average still

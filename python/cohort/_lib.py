@@ -99,6 +99,7 @@ _SIGNATURES = {
     "cohort_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_barrier": (c_int, [c_void_p]),
     "cohort_join": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_int)]),
+    "cohort_tag_next_call": (None, [ctypes.c_uint64]),
     "cohort_iallreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_ibroadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_iallgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, ctypes.POINTER(c_void_p)]),

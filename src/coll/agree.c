@@ -157,6 +157,14 @@ static cohort_status name_the_call(cohort_status st, const cohort__call *wire, c
   return st;
 }
 
+/* Two calls alike but for what only the signature holds: the v-forms' per-rank counts, or the callers' tags. */
+static const char *other_counts_or_tag(const cohort__call *theirs, const cohort__call *ref) {
+  if (!cohort__call_equal(theirs, ref)) return "";
+  return cohort__coll_flags(ref->coll) & (COHORT__CALL_COUNTS | COHORT__CALL_PEER_COUNTS)
+             ? " with other per-rank counts (or another tag: cohort_tag_next_call)"
+             : " with another tag (cohort_tag_next_call: e.g. another tensor shape)";
+}
+
 /* The verdict, the same on every rank: all[q] is rank q's signature. */
 static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all) {
   const cohort__signature *first = &all[0];
@@ -173,7 +181,7 @@ static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all
     return cohort__error(COHORT_ERR_MISMATCH,
                          "ranks disagree: rank 0 called %s but rank %d called %s%s; refused on every rank before any "
                          "data moved (the communicator stays usable)",
-                         a, q, b, cohort__call_equal(&theirs->call, &first->call) ? " with other per-rank counts" : "");
+                         a, q, b, other_counts_or_tag(&theirs->call, &first->call));
   }
   return COHORT_OK;
 }
@@ -214,9 +222,9 @@ static cohort_status join_verdict(cohort__coll_ctx *ctx, const cohort__signature
     describe_unnumbered(&theirs->call, b, sizeof b);
     ctx->refused = 1;
     return cohort__error(COHORT_ERR_MISMATCH,
-                         "ranks disagree: rank %d called %s but rank %d called %s (rank%s %s joined); refused on every "
-                         "rank before any data moved (the communicator stays usable)",
-                         first, a, q, b, shown > 1 ? "s" : "", joined);
+                         "ranks disagree: rank %d called %s but rank %d called %s%s (rank%s %s joined); refused on "
+                         "every rank before any data moved (the communicator stays usable)",
+                         first, a, q, b, other_counts_or_tag(&theirs->call, &ref->call), shown > 1 ? "s" : "", joined);
   }
   const cohort__call *c = &ref->call;
   int zeros_add_nothing = (c->coll == COHORT__COLL_ALLREDUCE || c->coll == COHORT__COLL_REDUCE_SCATTER) &&

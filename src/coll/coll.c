@@ -261,7 +261,8 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   }
   if (a->coll == COHORT__COLL_JOIN) return cohort__join_round(ctx, seq, a->count);
   plan p = plan_of(ctx, a, seq);
-  cohort__signature sig = {.call = p.call, .counts_hash = a->sig}; /* the v-forms' per-rank counts, hashed */
+  /* The v-forms' per-rank counts, hashed, and the caller's tag (cohort_tag_next_call): compared, never sent. */
+  cohort__signature sig = {.call = p.call, .counts_hash = a->sig ^ a->tag};
   /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
   int rides = a->coll == COHORT__COLL_ALLREDUCE && (p.node || (p.algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
   int done;

@@ -43,6 +43,8 @@ typedef struct cohort__coll_args {
   const size_t *counts, *displs;
   const size_t *send_counts, *send_displs;
   uint32_t sig;
+  /* cohort_tag_next_call: what the caller adds to the call for the ranks to compare (a tensor's shape), else 0. */
+  uint64_t tag;
   /* Device buffers (src/gpu/gpu.h): on_device and the device's ordinal, the caller's stream, the event after which
    * the input is ready (asynchronous calls), and whether a _stream call may return once the work is queued. */
   int on_device, device;

@@ -97,7 +97,19 @@ void *cohort__progress_main(void *arg) {
   return NULL;
 }
 
+/* cohort_tag_next_call's tag, for this thread's next collective. */
+static _Thread_local uint64_t next_call_tag;
+
+void cohort_tag_next_call(uint64_t tag) { next_call_tag = tag; }
+
+static uint64_t take_call_tag(void) {
+  uint64_t tag = next_call_tag;
+  next_call_tag = 0;
+  return tag;
+}
+
 static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stream_call) {
+  a->tag = take_call_tag();
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
   COHORT_CHECK(cohort__coll_check(&c->coll, a));
   COHORT_CHECK(cohort__gpu_classify(a, stream_call));
@@ -134,6 +146,7 @@ static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stre
 }
 
 static cohort_status run_async(cohort_comm *c, cohort__coll_args *a, cohort_work **out, int stream_call) {
+  a->tag = take_call_tag();
   if (!out) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL");
   *out = NULL;
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");

@@ -348,7 +348,7 @@ cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__co
   if (g->path == COHORT__CUDA_PATH_STAGED) return staged(g, coll, a, seq); /* the host collective agrees first */
   /* The ranks agree on the call before the device path's own control plane runs (coll/agree.c): a mismatch is
    * refused on every rank, and the communicator goes on. */
-  cohort__signature sig = {.call = call};
+  cohort__signature sig = {.call = call, .counts_hash = a->tag};
   COHORT_CHECK(cohort__coll_agree(coll, &sig));
   t->ops->set_call(t, &call);
   cohort__cuda_call dc = {.coll = (int)a->coll,

@@ -9,7 +9,8 @@
  * rank's that differs, and its buffers untouched; then an allreduce on the same communicator must give the right
  * sum. The cases: a broadcast in which every rank names itself root, a broadcast whose counts differ, allreduces
  * whose dtype, op or count differ (small, and large enough for the ring and the shared-memory node allreduce), an
- * allgather whose counts differ, and a barrier against an allreduce. A rank that sees anything else prints what and
+ * allgather whose counts differ, a barrier against an allreduce, and an allreduce whose tags differ
+ * (cohort_tag_next_call: a binding's shape hash). A rank that sees anything else prints what and
  * exits 1 (so cohortrun, and ctest, fail).
  */
 #include <pthread.h>
@@ -138,6 +139,27 @@ static int run(cohort_comm *c) {
   failures += expect_refused(r, "barrier against allreduce", st, "rank 0 called allreduce(count=4, f32, sum",
                              "but rank 1 called barrier()");
   failures += expect_usable(c, "the barrier against an allreduce");
+
+  /* 9. the same allreduce, but rank 1 tags it otherwise (a binding's shape hash: 2x3 against 3x2) */
+  FILL(6);
+  cohort_tag_next_call(r == 1 ? 0x302 : 0x203);
+  st = cohort_allreduce(c, buf, buf, 6, COHORT_F32, COHORT_SUM);
+  failures += expect_refused(r, "allreduce, tags differ", st, "rank 0 called allreduce(count=6, f32, sum",
+                             "with another tag (cohort_tag_next_call");
+  failures += untouched(r, "allreduce, tags differ", buf, 6, (float)r);
+  failures += expect_usable(c, "the allreduce whose tags differ");
+  /* ... equal tags pass, and a tag is taken by one call only (the next is untagged everywhere) */
+  cohort_tag_next_call(0x203);
+  if (cohort_allreduce(c, buf, buf, 6, COHORT_F32, COHORT_SUM) != COHORT_OK)
+    failures += fail(r, "an allreduce with equal tags", cohort_last_error());
+  if (r == 0) cohort_tag_next_call(7); /* then an untagged call on rank 0 only: */
+  FILL(4);
+  if (r == 0) (void)cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM); /* takes the tag ... refused */
+  else st = cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM);
+  if (r != 0)
+    failures += expect_refused(r, "rank 0's tagged call", st, "rank 0 called allreduce(count=4, f32, sum",
+                               "with another tag");
+  failures += expect_usable(c, "a tagged call on one rank"); /* untagged on every rank now */
 
   /* Right calls still give right results after all that: a broadcast from the last rank. */
   FILL(4);

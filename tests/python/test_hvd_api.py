@@ -168,6 +168,19 @@ if N > 1:
           f"DistributedOptimizer(process_set=evens): rank {R} stepped by {(before - lin.weight).tolist()}, want {want}")
     hvd.remove_process_set(evens)
 
+# Shapes are compared with the call (cohort_tag_next_call): 6 elements as 2x3 on one rank and 3x2 on another is
+# refused on every rank, before data moves (Horovod refuses it), blocking and async; the next call works.
+if N > 1:
+    for call in (lambda t: hvd.allreduce(t), lambda t: hvd.synchronize(hvd.allreduce_async(t)),
+                 lambda t: hvd.broadcast(t, root_rank=0)):
+        t = torch.ones((2, 3) if R == 0 else (3, 2))
+        try:
+            call(t)
+            check(False, "an allreduce/broadcast of another shape (same element count) raises")
+        except hvd.MismatchError as e:
+            check("with another tag" in str(e), f"the shape mismatch says so: {e}")
+    check(hvd.allreduce(torch.ones(2, 3), op=hvd.Sum).tolist() == [[float(N)] * 3] * 2, "the same shape after that")
+
 # join() without an engine (cohort_join): the joined rank adds zeros to the others' allreduces (an average divides
 # by the whole world, as Horovod's does); their allgather or broadcast raises naming it; the same last rank returns
 # everywhere.

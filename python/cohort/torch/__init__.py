@@ -28,7 +28,7 @@ from cohort import (AuthError, CohortError, HorovodInternalError, Handle, Invali
 from cohort._lib import lib as _c
 from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
                                    FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
-                                   _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream)
+                                   _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream, _tag_shape)
 
 
 def init(comm=None):
@@ -187,6 +187,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
     if dt is not None and process_set is None and _core._comm is not None:  # the hot path: one ctypes call
         out = torch.empty_like(tensor)
+        _tag_shape(tensor)
         st = _c.cohort_allreduce(_core._comm, tensor.data_ptr(), out.data_ptr(), tensor.numel(), dt, op)
         if st != _lib.OK:
             raise _core._error(st)
@@ -208,6 +209,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
     if dt is not None and process_set is None and _core._comm is not None:  # the hot path: one ctypes call
         ptr = tensor.data_ptr()
+        _tag_shape(tensor)
         st = _c.cohort_allreduce(_core._comm, ptr, ptr, tensor.numel(), dt, op)
         if st != _lib.OK:
             raise _core._error(st)
@@ -431,10 +433,12 @@ def _broadcast_start(comm, tensor, output, root_rank, what, async_):
     if async_:
         if buf.is_cuda:
             return _core._start(Handle(finish, (tensor, buf, output)),
-                                lambda w: _c.cohort_ibroadcast_stream(comm, _p(buf), buf.numel(), dt, root_rank,
-                                                                      _stream(buf), w))
+                                lambda w: _tag_shape(buf) or _c.cohort_ibroadcast_stream(
+                                    comm, _p(buf), buf.numel(), dt, root_rank, _stream(buf), w))
         return _core._start(Handle(finish, (tensor, buf, output)),
-                            lambda w: _c.cohort_ibroadcast(comm, _p(buf), buf.numel(), dt, root_rank, w))
+                            lambda w: _tag_shape(buf) or _c.cohort_ibroadcast(comm, _p(buf), buf.numel(), dt,
+                                                                              root_rank, w))
+    _tag_shape(buf)
     if buf.is_cuda:
         _core._check(_c.cohort_broadcast_stream(comm, _p(buf), buf.numel(), dt, root_rank, _stream(buf)))
     else:

@@ -114,13 +114,23 @@ def _stream(t):
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
 
 
+def _tag_shape(t):
+    """Gives the library t's shape for the ranks to compare with the rest of the next call (cohort_tag_next_call): an
+    allreduce or broadcast of as many elements in another shape (2x3 against 3x2) is refused on every rank, as
+    Horovod refuses it. A 1-D tensor needs none (its count is its shape), so the common call pays nothing."""
+    if t.dim() > 1:
+        _c.cohort_tag_next_call(hash(tuple(t.shape)) & 0xFFFFFFFFFFFFFFFF)
+
+
 def _allreduce_call(comm, src, dst, dt, op):
+    _tag_shape(src)
     if src.is_cuda:
         return _c.cohort_allreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src))
     return _c.cohort_allreduce(comm, _p(src), _p(dst), src.numel(), dt, op)
 
 
 def _iallreduce_call(comm, src, dst, dt, op, w):
+    _tag_shape(src)
     if src.is_cuda:
         return _c.cohort_iallreduce_stream(comm, _p(src), _p(dst), src.numel(), dt, op, _stream(src), w)
     return _c.cohort_iallreduce(comm, _p(src), _p(dst), src.numel(), dt, op, w)
