@@ -154,11 +154,13 @@ static int run(cohort_comm *c) {
     failures += fail(r, "an allreduce with equal tags", cohort_last_error());
   if (r == 0) cohort_tag_next_call(7); /* then an untagged call on rank 0 only: */
   FILL(4);
-  if (r == 0) (void)cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM); /* takes the tag ... refused */
-  else st = cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM);
+  if (r == 0)
+    (void)cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM); /* takes the tag ... refused */
+  else
+    st = cohort_allreduce(c, buf, buf, 4, COHORT_F32, COHORT_SUM);
   if (r != 0)
-    failures += expect_refused(r, "rank 0's tagged call", st, "rank 0 called allreduce(count=4, f32, sum",
-                               "with another tag");
+    failures +=
+        expect_refused(r, "rank 0's tagged call", st, "rank 0 called allreduce(count=4, f32, sum", "with another tag");
   failures += expect_usable(c, "a tagged call on one rank"); /* untagged on every rank now */
 
   /* Right calls still give right results after all that: a broadcast from the last rank. */

@@ -12,8 +12,8 @@
  * For every rank j as the first to join, the others run: a small float sum (recursive doubling, or shm's staged node
  * allreduce), a small float average (divided by the whole world, as Horovod's join does), a large float sum (ring,
  * or shm's chunked node allreduce), a small int32 sum, a reduce-scatter, a broadcast and an allgather (both refused
- * with COHORT_ERR_MISMATCH naming the joined ranks), then join themselves. Each result is checked against the sum over the
- * ranks that had not joined; the last rank is the same everywhere, the highest of those that joined together last.
+ * with COHORT_ERR_MISMATCH naming the joined ranks), then join themselves. Each result is checked against the sum over
+ * the ranks that had not joined; the last rank is the same everywhere, the highest of those that joined together last.
  * With 3 ranks or more, ranks join at three different times. After each join, a plain allreduce must work.
  */
 #include <math.h>
@@ -117,8 +117,8 @@ static int still_running(cohort_comm *c, const int *joined, float *buf, float *o
   for (int which = 0; which < 2; which++) {
     buf[0] = (float)r;
     out[0] = -1.0f;
-    cohort_status st = which == 0 ? cohort_broadcast(c, buf, 1, COHORT_F32, 0)
-                                  : cohort_allgather(c, buf, out, 1, COHORT_F32);
+    cohort_status st =
+        which == 0 ? cohort_broadcast(c, buf, 1, COHORT_F32, 0) : cohort_allgather(c, buf, out, 1, COHORT_F32);
     const char *what = which == 0 ? "broadcast while a rank is joined" : "allgather while a rank is joined";
     const char *msg = st == COHORT_OK ? "(success)" : cohort_last_error();
     if (st != COHORT_ERR_MISMATCH || !strstr(msg, name) || !strstr(msg, "joined") ||
@@ -138,7 +138,8 @@ static int run(cohort_comm *c) {
   if (check && !strcmp(check, "off")) {
     cohort_status st = cohort_join(c, &last);
     if (st != COHORT_ERR_INVALID || !strstr(cohort_last_error(), "COHORT_CALL_CHECK"))
-      failures += fail(r, "cohort_join with COHORT_CALL_CHECK=off", st == COHORT_OK ? "succeeded" : cohort_last_error());
+      failures +=
+          fail(r, "cohort_join with COHORT_CALL_CHECK=off", st == COHORT_OK ? "succeeded" : cohort_last_error());
     free(buf), free(out), free(joined);
     return failures;
   }
