@@ -80,11 +80,12 @@ fi
 declare -A RESULTS SCALING ROUND
 epochs() { echo $(((STEPS * $1 * BATCH + 59999) / 60000)); } # NP -> epochs that hold STEPS steps
 # --lars 0: the anchor's rule, plain SGD with momentum (fmnist-train's default LARC adds two norms per tensor).
+# --eval-images 0: only img_per_s is read, so the 10,000 test images are not scored (4 s of each short run).
 cohort_once() { # NP [FLAGS...] -> img/s
   local np=$1
   shift
   "$RUN" -np "$np" "${BIND_FLAGS[@]}" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" \
-    --epochs "$(epochs "$np")" --lars 0 --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
+    --epochs "$(epochs "$np")" --lars 0 --eval-images 0 --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
 fused_once() { cohort_once "$1" --sync fused; }
 reference_once() { cohort_once "$1" --kernels reference; }
@@ -105,7 +106,7 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores; steps=$STEPS batch/rank=$BAT
   "ranks=1 ${LARGER% }"
 echo "# binding: cohortrun $(if [ -n "${BIND:-}" ]; then echo "--bind $BIND"; else echo "without --bind (no binding)"; fi);" \
   "the torch anchor is not bound"
-echo "# cohort's $("$TRAIN" --steps 0 --batch "$BATCH" 2>/dev/null | sed -n 's/^kernels: /kernels: /p' | head -1)"
+echo "# cohort's $("$TRAIN" --steps 0 --eval-images 0 --batch "$BATCH" 2>/dev/null | sed -n 's/^kernels: /kernels: /p' | head -1)"
 echo "# OpenBLAS kernels (reference): cohort $(blas_core env OPENBLAS_VERBOSE=2) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})$(
   [ -z "${OPENBLAS_CORETYPE:-}" ] || [ "$NATIVE" = 0 ] || echo "; native $(blas_core env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2)")"
 # Each round runs a system on 1 rank, on each larger N, and on 1 again, one straight after the other, and the round's

@@ -195,6 +195,12 @@ static _Thread_local int arena_misses;
 
 void coll_check_use_arena(int on) { use_arena = on; }
 
+static _Thread_local unsigned dtype_mask = ~0u;
+
+void coll_check_use_dtypes(unsigned mask) { dtype_mask = mask; }
+
+static int skipped(int d) { return !(dtype_mask >> d & 1u); }
+
 /* On a transport with a shared arena (shm, and tcp+shm across nodes) every buffer must land in it, or the checks
  * would run on the staged path while claiming zero copy; elsewhere cohort_alloc is malloc. */
 static void *buffer(cohort_comm *c, size_t bytes) {
@@ -341,6 +347,7 @@ int coll_check_all(cohort_comm *c, const size_t *counts, int ncounts) {
   for (int k = 0; k < ncounts && !bad; k++) {
     size_t count = counts[k];
     for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+      if (skipped(d)) continue;
       int root = (int)((count + (size_t)d) % (size_t)n), async = (k + d) % 2;
       for (int op = 0; op < COHORT_OP_COUNT; op++) {
         if (!op_applies((cohort_dtype)d, (cohort_op)op)) continue;
@@ -365,6 +372,7 @@ int coll_check_allreduce_broadcast(cohort_comm *c, const size_t *counts, int nco
   for (int k = 0; k < ncounts; k++) {
     size_t count = counts[k];
     for (int d = 0; d < COHORT_DTYPE_COUNT; d++) {
+      if (skipped(d)) continue;
       for (int op = 0; op < COHORT_OP_COUNT; op++)
         if (op_applies((cohort_dtype)d, (cohort_op)op))
           bad += check_allreduce(c, count, (cohort_dtype)d, (cohort_op)op, (k + op) % 2);

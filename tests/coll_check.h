@@ -29,6 +29,9 @@ static inline int coll_check_has_arena(const cohort_comm *comm) {
  * transport has one: zero copy), and a buffer outside the arena on such a transport counts as a failed check. Off (the
  * default): malloc. */
 void coll_check_use_arena(int on);
+/* Only these dtypes (a bit per cohort_dtype; for the calling thread's checks), default all: the large-world runs
+ * check the algorithms at scale on a few dtypes of each size, the small worlds every dtype (tests/mp/large.cmake). */
+void coll_check_use_dtypes(unsigned mask);
 /* Async: several iallreduce in flight, completed in order, mixed with a blocking call. */
 int coll_check_async(cohort_comm *comm);
 /* A root that runs ahead: rank 0 sends six 1.2 MB broadcasts while the others start 0.3 s late, so frames of later

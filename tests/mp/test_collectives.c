@@ -2,10 +2,13 @@
  * test_collectives.c: the full collective matrix between real processes, on whatever transport the job gets (TCP,
  * shm on one host, tcp+shm across simulated nodes). Run under cohortrun:
  *   cohortrun -np N build/tests/test_collectives [--quick] [--zero-copy] [--counts LIST] [--large-counts LIST]
+ *                                                [--dtypes LIST]
  * --quick leaves out the largest count (1000003); --zero-copy takes every buffer from cohort_alloc (the shared arena,
  * where collectives read and write the peers' buffers in place). --counts replaces the matrix's counts (a list: 0,1,7);
  * --large-counts adds counts for allreduce and broadcast alone (every dtype and op): at a large world, the large-
  * message paths without the count x world elements per rank that reduce_scatter and allgather of such a count need.
+ * --dtypes keeps only those dtypes (names as cohort_dtype_name gives them: f32,i64,f16,bool): the large worlds check
+ * the algorithms at scale on one dtype of each size, the small worlds every dtype.
  * Every rank checks every result against the double-precision reference; a rank that finds a wrong value exits 1,
  * so cohortrun (and ctest) fail.
  */
@@ -38,8 +41,27 @@ static int parse_counts(const char *opt, const char *list, size_t *counts) {
   return n;
 }
 
+/* "f32,i64,bool" into a mask of cohort_dtype bits; 0 (with a message) when a name is no dtype. */
+static unsigned parse_dtypes(const char *list) {
+  unsigned mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save = NULL, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+    int d = 0;
+    while (d < COHORT_DTYPE_COUNT && strcmp(cohort_dtype_name((cohort_dtype)d), name) != 0)
+      d++;
+    if (d == COHORT_DTYPE_COUNT) {
+      fprintf(stderr, "test_collectives: --dtypes: '%s' is no dtype (f32, f64, f16, bf16, i32, i64, u8, ...)\n", name);
+      return 0;
+    }
+    mask |= 1u << d;
+  }
+  return mask;
+}
+
 int main(int argc, char **argv) {
   int quick = 0, zero_copy = 0, custom = 0, ncounts = 5, nlarge = 0;
+  unsigned dtypes = ~0u;
   size_t counts[MAX_COUNTS] = {0, 1, 7, 4097, 1000003}, large[MAX_COUNTS];
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
@@ -50,12 +72,15 @@ int main(int argc, char **argv) {
       if ((ncounts = parse_counts(argv[i], argv[i + 1], counts)) < 0) return 2;
       custom = 1;
       i++;
+    } else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) {
+      if (!(dtypes = parse_dtypes(argv[++i]))) return 2;
     } else if (strcmp(argv[i], "--large-counts") == 0 && i + 1 < argc) {
       if ((nlarge = parse_counts(argv[i], argv[i + 1], large)) < 0) return 2;
       i++;
     } else {
       fprintf(stderr,
-              "test_collectives: unknown argument '%s' (--quick, --zero-copy, --counts LIST, --large-counts LIST)\n",
+              "test_collectives: unknown argument '%s' (--quick, --zero-copy, --counts LIST, --large-counts LIST, "
+              "--dtypes LIST)\n",
               argv[i]);
       return 2;
     }
@@ -68,6 +93,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   coll_check_use_arena(zero_copy);
+  coll_check_use_dtypes(dtypes);
   int failures = coll_check_all(c, counts, ncounts);
   if (!failures) failures += coll_check_allreduce_broadcast(c, large, nlarge);
   if (!failures) failures += coll_check_async(c);
