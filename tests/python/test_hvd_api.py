@@ -181,6 +181,26 @@ if N > 1:
             check("with another tag" in str(e), f"the shape mismatch says so: {e}")
     check(hvd.allreduce(torch.ones(2, 3), op=hvd.Sum).tolist() == [[float(N)] * 3] * 2, "the same shape after that")
 
+# Sparse gradients (nn.Embedding(sparse=True)) through DistributedOptimizer, with sparse_as_dense False and True: the
+# optimizer gets them sparse (SparseAdam refuses dense ones), averaged over the ranks.
+for as_dense in (False, True):
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1), sparse_as_dense=as_dense)
+    idx = torch.tensor([[R % 10, (R + 3) % 10]])
+    (emb(idx) * (R + 1)).sum().backward()
+    mine = torch.zeros(10, 3)
+    for j in idx[0].tolist():
+        mine[j] += R + 1
+    opt.synchronize()
+    g = emb.weight.grad
+    check(g.is_sparse, f"sparse_as_dense={as_dense}: the averaged gradient is sparse again")
+    check(torch.allclose(g.to_dense(), hvd.allreduce(mine, op=hvd.Average)),
+          f"sparse_as_dense={as_dense}: the sparse gradient is the average over the ranks")
+    with opt.skip_synchronize():
+        opt.step()
+del opt, emb, net  # the optimizers' engines go (join() below is the one without an engine)
+
 # join() without an engine (cohort_join): the joined rank adds zeros to the others' allreduces (an average divides
 # by the whole world, as Horovod's does); their allgather or broadcast raises naming it; the same last rank returns
 # everywhere.

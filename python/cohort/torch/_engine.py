@@ -15,6 +15,7 @@ move, and .grad is rebound to the new ones (the values are carried over by the e
 """
 import contextlib
 import ctypes
+import gc
 import warnings
 import weakref
 
@@ -136,6 +137,7 @@ class _Engine:
         self.step_open = False
         self.sync = True
         self._seen = set()
+        self._sparse = set()  # parameters whose gradient came sparse this step
         self._hooks = []
         self._accs = []
         me = weakref.ref(self)
@@ -144,6 +146,13 @@ class _Engine:
                 e = me()
                 if e is not None:
                     e._on_grad(i)
+            def sparse_seen(g, i=i):
+                # The incoming gradient, before autograd adds it to .grad (the dense bucket view): whether it came
+                # sparse (nn.Embedding(sparse=True)) is known only here. One cheap call per parameter and backward.
+                e = me()
+                if e is not None and g.is_sparse:
+                    e._sparse.add(i)
+            self._hooks.append(p.register_hook(sparse_seen))
             if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
                 self._hooks.append(p.register_post_accumulate_grad_hook(hook))
             else:
@@ -209,8 +218,12 @@ class _Engine:
             # Parameters that got no gradient here (find_unused_parameters) still get the average.
             if len(self._seen) != len(self.params):
                 for i, (_, p) in enumerate(self.params):
-                    if i not in self._seen and (p.grad is None or p.grad.data_ptr() != self.views[i].data_ptr()):
+                    if i not in self._seen and (p.grad is None or p.grad.is_sparse or
+                                                p.grad.data_ptr() != self.views[i].data_ptr()):
                         p.grad = self.views[i]
+            for i in self._sparse:  # averaged dense, handed back sparse (see _on_grad)
+                self.params[i][1].grad = self.views[i].to_sparse()
+            self._sparse = set()  # (kept across the accumulating passes before a synchronized one)
 
     def _rescale_uneven(self):
         """After a step in which some ranks had joined: the C engine averaged over the ranks still training; a sum
@@ -260,7 +273,14 @@ class _Engine:
         p = self.params[i][1]
         v = self.views[i]
         g = p.grad
-        if g is not None and g.data_ptr() != v.data_ptr():
+        if g is not None and g.is_sparse:
+            # A sparse gradient (nn.Embedding(sparse=True)) travels dense in its bucket, as Horovod's
+            # sparse_as_dense; finish() hands it back sparse, which optimizers such as SparseAdam require.
+            with torch.no_grad():
+                v.copy_(g.to_dense())
+            p.grad = v
+            self._sparse.add(i)
+        elif g is not None and g.data_ptr() != v.data_ptr():
             with torch.no_grad():
                 v.copy_(g)
             p.grad = v
@@ -307,7 +327,8 @@ class _Engine:
             h.remove()
         self._hooks, self._accs = [], []
         for i, (_, p) in enumerate(self.params):
-            if p.grad is not None and self.views[i] is not None and p.grad.data_ptr() == self.views[i].data_ptr():
+            if (p.grad is not None and not p.grad.is_sparse and self.views[i] is not None
+                    and p.grad.data_ptr() == self.views[i].data_ptr()):
                 p.grad = self.views[i].clone()
         self.views = [None] * len(self.params)
         _c.cohort_ddp_destroy(self.ddp)
@@ -479,6 +500,8 @@ def _join(engine, what):
     """Joins engine (or, with None, the one live engine of this process). With several live engines a joined rank
     could not know in which order the others step them: the job is aborted (so that no rank waits), and a
     ValueError raised."""
+    if engine is None and any(e.ddp is not None for e in list(_core._engines)):
+        gc.collect()  # optimizers the script dropped may linger in reference cycles: they are no engines of its
     live = [e for e in list(_core._engines) if e.ddp is not None]
     if engine is None and len(live) == 1:
         engine = live[0]
@@ -623,9 +646,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if gradient_predivide_factor != 1.0 or num_groups or groups or sparse_as_dense:
-        raise ValueError("DistributedOptimizer: gradient_predivide_factor, num_groups, groups and sparse_as_dense "
-                         "are not supported")
+    # sparse_as_dense: sparse gradients travel dense in the engine's buckets either way, and come back sparse.
+    if gradient_predivide_factor != 1.0 or num_groups or groups:
+        raise ValueError("DistributedOptimizer: gradient_predivide_factor, num_groups and groups are not supported")
     if process_set is _core.global_process_set:
         process_set = None
     if process_set is not None:
