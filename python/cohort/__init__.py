@@ -111,7 +111,12 @@ Average = _lib.AVG
 Min = _lib.MIN
 Max = _lib.MAX
 Product = _lib.PROD
-Adasum = -1  # Horovod's Adasum is not implemented: passing it raises ValueError
+Adasum = -1  # Horovod's Adasum is not implemented: passing it raises AdasumNotImplemented
+
+
+class AdasumNotImplemented(NotImplementedError, ValueError):
+    """op=Adasum: not implemented. A NotImplementedError (a RuntimeError, which Horovod's reducescatter raises for
+    Adasum and its tests catch) and a ValueError (an argument this library refuses, as it said before)."""
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
 
 
@@ -119,7 +124,7 @@ def _op(op):
     if op is None:
         return Average
     if op == Adasum:
-        raise ValueError("cohort: op=Adasum is not supported (use Average or Sum)")
+        raise AdasumNotImplemented("cohort: op=Adasum is not implemented (use Average or Sum)")
     if op not in _OP_NAMES:
         raise ValueError(f"cohort: unknown reduction op {op!r} (use Average, Sum, Min, Max or Product)")
     return op

@@ -294,6 +294,7 @@ check(hvd.allreduce(torch.ones(3, dtype=torch.int16), op=hvd.Sum).tolist() == [N
 raises(TypeError, lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)), "complex64", "unsupported dtype")
 raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "a list", "torch.Tensor")
 raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum), "Adasum", "Adasum")
+raises(RuntimeError, lambda: hvd.reducescatter(torch.zeros(4), op=hvd.Adasum), "Adasum (reducescatter: a RuntimeError, as Horovod raises)", "Adasum")
 raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=99), "op 99", "unknown reduction op")
 raises(ValueError, lambda: hvd.grouped_allreduce([]), "empty group", "empty")
 raises(TypeError, lambda: hvd.grouped_allreduce([torch.zeros(2), "x"]), "group with a string", "torch.Tensor")
