@@ -132,6 +132,13 @@ import warnings  # noqa: E402
 net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
 opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": net[0].parameters()}, {"params": net[1].parameters()}],
                                                lr=0.1))
+try:  # duplicate names (two modules' 'weight') are refused, as Horovod refuses them
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    hvd.DistributedOptimizer(torch.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.1),
+                             named_parameters=list(a.named_parameters()) + list(b.named_parameters()))
+    check(False, "duplicate parameter names raise ValueError")
+except ValueError as e:
+    check("'weight' appears more than once" in str(e), f"the duplicate is named: {e}")
 names = opt._parameter_names
 check(len(names) == 4 and len(set(names.values())) == 4 and set(names) == set(net.parameters()),
       f"_parameter_names maps each parameter to a name: {names}")

@@ -562,6 +562,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  f"parameters")
             mine = {id(p) for p in all_params}
             named = [(n, p) for n, p in named if id(p) in mine]
+            seen = set()
+            for n, _ in named:  # before anything collective: Horovod refuses these before init() is even needed
+                if n in seen:
+                    raise ValueError(f"DistributedOptimizer: parameter names must be unique: '{n}' appears more than "
+                                     f"once in named_parameters")
+                seen.add(n)
         else:
             named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
         # Horovod's map from each parameter to its name (the names every rank must agree on).
