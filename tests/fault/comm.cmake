@@ -11,7 +11,8 @@ set_tests_properties(fault.comm.abort_behind_frame PROPERTIES LABELS "fault;sani
 # Ranks that call different collectives (every rank its own broadcast root, counts, dtypes, ops, a barrier against an
 # allreduce) are refused with COHORT_ERR_MISMATCH on every rank before data moves, and the communicator goes on
 # (src/coll/agree.c): over tcp and shm between processes, and inproc between threads, at 2, 3 and 4 ranks (4: the recursive doubling of the signatures, with an rd allreduce riding on it).
-cohort_add_test_binary(mismatch_refused SOURCES ${CMAKE_CURRENT_LIST_DIR}/mismatch_refused.c)
+cohort_add_test_binary(mismatch_refused SOURCES ${CMAKE_CURRENT_LIST_DIR}/mismatch_refused.c
+                                        ${CMAKE_SOURCE_DIR}/tests/rank_main.c)
 foreach(np 2 3 4)
   foreach(transport tcp shm)
     add_test(NAME fault.mismatch.${transport}.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np}

@@ -3,7 +3,7 @@
 # and shm between processes and inproc between threads, at 2, 3 and 4 ranks (4: the signatures' recursive doubling
 # with an rd allreduce riding on it, which a joined rank's signature must not complete). With COHORT_CALL_CHECK=off
 # cohort_join refuses clearly. Each rank prints PASS or FAILED (a FAILED line fails the test whatever the others say).
-cohort_add_test_binary(test_join SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_join.c)
+cohort_add_test_binary(test_join SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_join.c ${CMAKE_SOURCE_DIR}/tests/rank_main.c)
 foreach(np 2 3 4)
   foreach(transport tcp shm)
     add_test(NAME mp.join.${transport}.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} $<TARGET_FILE:test_join>)
