@@ -10,6 +10,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
+# The parts' own files (checkpoints, parameter dumps, per-run logs, binaries) go to a scratch folder: the device tool
+# brings back at most 8 files from $OUT, so $OUT holds the report, the build's log and one log per part, into which
+# each part copies what matters of its files.
+export SCRATCH=${SCRATCH:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 REPORT=$OUT/report.txt
 : >"$REPORT"
 START=$(date +%s)

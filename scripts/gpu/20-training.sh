@@ -14,7 +14,7 @@ BIN=$BUILD/bin
 FT_BIN=$BIN/fmnist-train
 # Every run is bounded, so that one that hangs costs its own check only.
 FT() { timeout -k 5 60 "$FT_BIN" "$@"; }
-W=$OUT/20-training
+W=$SCRATCH/20-training
 mkdir -p "$W"
 DATA=(--data "${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}")
 ok() { report "PASS $*"; }

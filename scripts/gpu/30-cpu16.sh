@@ -10,7 +10,7 @@
 set -u
 B=$BUILD
 ANCHORS=${ANCHORS:-$PWD/.data/bench-anchors}
-W=$OUT/30-cpu16
+W=$SCRATCH/30-cpu16
 mkdir -p "$W"
 if [ ! -f "$ANCHORS/mpi_allreduce.c" ]; then
   report "SKIP cpu16: no anchors in $ANCHORS (carry .data/bench-anchors)"

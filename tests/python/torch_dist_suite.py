@@ -31,9 +31,12 @@ os.environ.pop("CI", None)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim"))
 
 import torch  # noqa: E402
-import torch.nn.parallel._replicated_tensor_ddp_utils as _replicated  # noqa: E402
+try:  # torch 1.13's mode (torch 2 dropped it with the module)
+    import torch.nn.parallel._replicated_tensor_ddp_utils as _replicated  # noqa: E402
 
-_replicated._set_ddp_with_replicated_tensor = lambda value: None
+    _replicated._set_ddp_with_replicated_tensor = lambda value: None
+except ImportError:
+    pass
 
 import torch.testing._internal.common_distributed as _common  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
@@ -109,9 +112,14 @@ UNSKIPPED_FOR_COHORT = [
 
 
 def _unskip(cls, name):
-    fn = getattr(DistributedTest._DistTestBase, name)
+    fn = getattr(DistributedTest._DistTestBase, name, None)
+    if fn is None and not torch.__version__.startswith("1.13"):
+        return  # this torch's suite has no such test
     why = getattr(fn, "__unittest_skip_why__", "")
     if not why.startswith("Only MPI supports"):
+        if not torch.__version__.startswith("1.13"):  # the list is torch 1.13's: another torch keeps its own marks
+            print(f"torch_dist_suite.py: {name} stays as torch {torch.__version__} marks it ({why!r})", file=sys.stderr)
+            return
         raise RuntimeError(f"torch_dist_suite.py: {name} is not skipped for MPI alone here ({why!r}): check the list")
     clone = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     clone.__dict__.update({k: v for k, v in fn.__dict__.items() if not k.startswith("__unittest_skip")})

@@ -931,4 +931,9 @@ def register():
     """Registers the backend with torch.distributed (once per process)."""
     if hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
+    # torch 2 asks which devices a backend serves (without the argument it assumes cpu and cuda, and warns); this one
+    # takes CPU tensors, so a CUDA tensor gets torch's own "no backend for cuda" rather than this backend's refusal.
+    try:
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, devices=["cpu"])
+    except TypeError:  # torch 1.x: no devices argument
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
