@@ -81,19 +81,32 @@ declare -A RESULTS SCALING ROUND
 epochs() { echo $(((STEPS * $1 * BATCH + 59999) / 60000)); } # NP -> epochs that hold STEPS steps
 # --lars 0: the anchor's rule, plain SGD with momentum (fmnist-train's default LARC adds two norms per tensor).
 # --eval-images 0: only img_per_s is read, so the 10,000 test images are not scored (4 s of each short run).
+# Above 4 ranks of 64 images the anchor's rate (0.05 per 64 images, linearly scaled, no warmup) diverges within 100
+# steps without LARC (8 ranks: NaN loss at step 26 on the 16-core host, 2026-11-26), and fmnist-train stops on a NaN
+# loss: cohort's runs keep the 4-rank job rate there. Throughput does not depend on the rate.
+lr_flags() { # NP -> fmnist-train's --lr where the job's rate would exceed 4 ranks' worth
+  awk -v np="$1" -v b="$BATCH" 'BEGIN { if (np * b / 64 > 4) printf "--lr %.6g", 0.05 * 4 / (np * b / 64) }'
+}
 cohort_once() { # NP [FLAGS...] -> img/s
   local np=$1
   shift
+  # shellcheck disable=SC2046 # lr_flags prints nothing or two words
   "$RUN" -np "$np" "${BIND_FLAGS[@]}" "$TRAIN" --steps "$STEPS" --batch "$BATCH" --threads "$THREADS" \
-    --epochs "$(epochs "$np")" --lars 0 --eval-images 0 --quiet "$@" | sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
+    --epochs "$(epochs "$np")" --lars 0 $(lr_flags "$np") --eval-images 0 --quiet "$@" |
+    sed -n 's/^\[0\] final: .*img_per_s=\([0-9.]*\).*/\1/p'
 }
 fused_once() { cohort_once "$1" --sync fused; }
 reference_once() { cohort_once "$1" --kernels reference; }
 native_once() { (unset OPENBLAS_CORETYPE && cohort_once "$1" --kernels reference); }
 blas_core() { "$@" "$TRAIN" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1; }
 torch_once() { # NP -> img/s
-  ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" "$(epochs "$1")" "$BATCH" "$STEPS" 2>/dev/null |
+  local err
+  err=$(mktemp)
+  ANCHOR_PORT=$((20000 + RANDOM % 20000)) "$PY" "$ANCHOR" "$1" "$(epochs "$1")" "$BATCH" "$STEPS" 2>"$err" |
     sed -n 's/.*img_per_s=\([0-9.]*\).*/\1/p'
+  # When the anchor fails, say why (its last lines) rather than only that it gave no figure.
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "ddp_vs_torch.sh: $PY $ANCHOR on $1 ranks failed:" >&2; tail -3 "$err" >&2; }
+  rm -f "$err"
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

@@ -59,6 +59,12 @@ if [ -z "${FMNIST_DIR:-}" ]; then
   done
 fi
 export FMNIST_DIR=${FMNIST_DIR:-}
+# Programs that read the Debian package's path (fmnist-train's default --data, torch's anchors) find the carried copy
+# there: the host runs commands as root, and its image has no such package.
+if [ -n "$FMNIST_DIR" ] && [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  mkdir -p /usr/share/datasets 2>/dev/null && ln -sfn "$FMNIST_DIR" /usr/share/datasets/fashion-mnist 2>/dev/null ||
+    report "   (cannot link $FMNIST_DIR at /usr/share/datasets/fashion-mnist: tests that read the default path fail)"
+fi
 
 # The build: everything, CUDA required, Hopper code.
 BUILD=${BUILD:-build-gpu}
