@@ -9,6 +9,7 @@ Prints "PASS (backend <rendezvous> <transport>) rank R of N" at the end; any fai
 """
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -89,6 +90,27 @@ fut = dist.all_reduce(t, async_op=True).get_future()
 check(fut.wait()[0].tolist() == [float(n)] * 4, f"get_future: {fut.value()}")
 doubled = dist.all_reduce(torch.ones(2), async_op=True).get_future().then(lambda f: f.value()[0] * 2).wait()
 check(doubled.tolist() == [2.0 * n] * 2, f"future.then: {doubled}")
+
+# A callback that issues a collective (as DDP comm hooks do: PowerSGD allreduces its factors in then()) keeps its place
+# in the call order on every rank, whatever the timing. Rank 0 lets the first allreduce complete, and so its callback
+# issue, before it issues the next call; the other ranks issue the next call at once, before the first completes.
+# Each call must still meet its own: the callback's 5 elements with the callback's, the next call's 7 with its own
+# (unordered, the ranks would pair 5 with 7: a mismatch).
+for blocking_next in (True, False):
+    def issue_in_callback(f):
+        inner = torch.full((5,), float(r))
+        return dist.all_reduce(inner, async_op=True).get_future().wait()[0]
+
+    outer = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(issue_in_callback)
+    if r == 0:
+        time.sleep(0.3)
+    nxt = torch.full((7,), float(r + 1))
+    w = dist.all_reduce(nxt, async_op=not blocking_next)
+    if w is not None:
+        w.wait()
+    check(nxt.tolist() == [float(n * (n + 1) // 2)] * 7, f"the call after a callback's (blocking {blocking_next}): {nxt}")
+    got = outer.wait()
+    check(got.tolist() == [float(n * (n - 1) // 2)] * 5, f"the callback's call (blocking {blocking_next}): {got}")
 
 # broadcast, reduce, gather, scatter, all_gather, reduce_scatter
 for src in range(n):

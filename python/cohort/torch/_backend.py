@@ -269,10 +269,26 @@ def _meet(store, rank, size, timeout, default_group):
 
 
 class _Pending:
-    __slots__ = ("work", "future", "finish", "keep", "what")
+    __slots__ = ("work", "future", "finish", "keep", "what", "release")
 
-    def __init__(self, work, future, finish, keep, what):
+    def __init__(self, work, future, finish, keep, what, release=None):
         self.work, self.future, self.finish, self.keep, self.what = work, future, finish, keep, what
+        self.release = release  # called once the future's callbacks have run (see ProcessGroupCohort._issue)
+
+
+class _Held:
+    """An operation issued while an earlier Python async operation's callbacks may still issue: it is started (and
+    given its place in the communicator's call order) once they have run."""
+
+    __slots__ = ("start", "future", "finish", "keep", "what", "barrier")
+
+    def __init__(self, start, future, finish, keep, what, barrier):
+        self.start, self.future, self.finish, self.keep, self.what = start, future, finish, keep, what
+        self.barrier = barrier
+
+
+# How deep this thread is in a cohort future's callbacks (see ProcessGroupCohort._issue).
+_tls = threading.local()
 
 
 class _Completer:
@@ -334,7 +350,13 @@ class _Completer:
                     result = p.finish() if p.finish else None
                 except Exception as e:  # noqa: BLE001 (handed to the waiter)
                     err = e
-            p.future.set_result(_Failed(err) if err is not None else result)
+            _tls.depth = getattr(_tls, "depth", 0) + 1
+            try:
+                p.future.set_result(_Failed(err) if err is not None else result)
+            finally:
+                _tls.depth -= 1
+                if p.release is not None:
+                    p.release()
 
 
 class _Failed:
@@ -542,6 +564,8 @@ class ProcessGroupCohort(ProcessGroup):
         self._lock = threading.Lock()
         self._completer = _Completer(f"pg{rank}of{size}")
         self._closed = False
+        self._held = collections.deque()  # _Held operations, in issue order
+        self._barriers = 0  # Python async operations started whose callbacks have not all run
         _groups.add(self)
 
     # torch asks for these by name
@@ -559,6 +583,11 @@ class ProcessGroupCohort(ProcessGroup):
             return
         self._closed = True
         self._completer.close()
+        with self._lock:
+            held, self._held = list(self._held), collections.deque()
+        for h in held:
+            h.future.set_result(_Failed(RuntimeError(f"cohort backend: {h.what}: the process group was destroyed "
+                                                     f"before the operation started")))
         _c.cohort_comm_destroy(self._comm)
         self._comm = None
 
@@ -573,23 +602,47 @@ class ProcessGroupCohort(ProcessGroup):
     def _issue(self, what, start, finish=None, keep=(), run=None):
         """start(work_ptr) issues one async C call; finish() makes the Future's value once it has completed. run(),
         where given, is the same call blocking, for callers that wait at once (see _blocking): the library runs it
-        on this thread when nothing is queued before it, without the progress thread's hand-over."""
+        on this thread when nothing is queued before it, without the progress thread's hand-over.
+
+        The order in which a group's operations start is the order the ranks match them in, so it must be the same
+        on every rank. A callback chained on an async operation's future (a DDP comm hook's then(): PowerSGD
+        allreduces its P and Q factors there) runs on a completer thread when that operation completes, while the
+        thread that issued it goes on issuing (DDP's next bucket): left alone, which of the two starts first is
+        timing, and differs between ranks (seen on torch 2.11: rank 0 started PowerSGD's 159-element allreduce where
+        rank 1 started the next bucket's). NCCL sidesteps this by completing its futures at issue time, so that the
+        callbacks run inline. Here an operation issued from Python with async_op=True (the only kind a Python
+        callback can be chained on) is a barrier: what the group is asked for after it, outside its callbacks, is
+        held and started once it has completed and its callbacks have run; what its callbacks issue starts at once.
+        The order is then the program's on every rank. DDP's own allreduces (issued from C++) and blocking calls
+        hold nothing back, so they keep their overlap and speed."""
         if self._closed:
             raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
         frame = _torch_python_frame()
-        if run is not None and _blocking(frame):
-            st = run()
-            if st != _lib.OK:
-                _raise(st, what)
-            return _DoneWork(finish() if finish else None)
+        blocking = _blocking(frame)
+        barrier = frame is not None and not blocking
+        inside = getattr(_tls, "depth", 0) > 0
+        if run is not None and blocking and not inside:
+            with self._lock:
+                clear = self._barriers == 0 and not self._held
+            if clear:
+                st = run()
+                if st != _lib.OK:
+                    _raise(st, what)
+                return _DoneWork(finish() if finish else None)
         w = ctypes.c_void_p()
         with self._lock:  # issue order is completion order: the completer waits in the same order
+            if not inside and (self._barriers > 0 or self._held):
+                fut = torch.futures.Future()
+                self._held.append(_Held(start, fut, finish, keep, what, barrier))
+                return _work_of(fut.then(_unwrap), frame)
             st = start(ctypes.byref(w))
             if st != _lib.OK:
                 _raise(st, what)
-            if not _blocking(frame):
+            if not blocking:
                 fut = torch.futures.Future()
-                self._completer.put(_Pending(w, fut, finish, keep, what))
+                if barrier:
+                    self._barriers += 1
+                self._completer.put(_Pending(w, fut, finish, keep, what, self._release if barrier else None))
                 return _work_of(fut.then(_unwrap), frame)
         # The caller would wait at once: wait here (the library completes a communicator's calls in issue order,
         # so an earlier operation still with the completer is unaffected), outside the lock.
@@ -598,6 +651,25 @@ class ProcessGroupCohort(ProcessGroup):
         if st != _lib.OK:
             _raise(st, what)
         return _DoneWork(finish() if finish else None)
+
+    def _release(self):
+        """A barrier's callbacks have run: start what was held behind it, in order, up to the next barrier."""
+        failed = []
+        with self._lock:
+            self._barriers -= 1
+            while self._barriers == 0 and self._held and not self._closed:
+                h = self._held.popleft()
+                w = ctypes.c_void_p()
+                st = h.start(ctypes.byref(w))
+                if st != _lib.OK:
+                    failed.append((h, st))
+                    continue
+                if h.barrier:
+                    self._barriers += 1
+                self._completer.put(_Pending(w, h.future, h.finish, h.keep, h.what,
+                                             self._release if h.barrier else None))
+        for h, st in failed:
+            h.future.set_result(_Failed(_core._error(st, f"cohort backend: {h.what}")))
 
     # -- the collectives --
 
