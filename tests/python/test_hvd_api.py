@@ -1,6 +1,6 @@
 """Horovod names that cohort.torch gained for Horovod's own test suite (issue 32), checked against values at any
 world size: alltoall (splits, received splits, autograd, mismatch on every rank and the job goes on), grouped
-allgather/reducescatter, reducescatter_async, sparse_allreduce_async, int8/int16 tensors and integer scaling,
+allgather/reducescatter, allgather_async and reducescatter_async in the background, sparse_allreduce_async, int8/int16 tensors and integer scaling,
 gradients of allgather/broadcast/grouped_allreduce/reducescatter as Horovod defines them, SyncBatchNorm against
 BatchNorm on the whole batch, process sets (barrier, broadcast_object, root_rank as a job rank), the *_built()
 answers and the error classes. Exits non-zero on the first failed check."""
@@ -69,6 +69,27 @@ check(g[0].tolist() == [float(r) for r in range(N) for _ in range(2)] and g[1].s
 g = hvd.grouped_reducescatter([torch.ones(2 * N), torch.ones(N, 2)], op=hvd.Sum)
 check(g[0].tolist() == [float(N)] * 2 and g[1].tolist() == [[float(N)] * 2], "grouped_reducescatter")
 check(hvd.synchronize(hvd.reducescatter_async(torch.ones(N), op=hvd.Sum)).tolist() == [float(N)], "reducescatter_async")
+
+# allgather_async and reducescatter_async in the background: several in flight at once, even and uneven, every
+# dtype Horovod's fused tests use; each result against the blocking call's. The data phase runs after the call
+# returns, so poll() sees at least one still running (Horovod's test_horovod_*_async_fused assert the same).
+pending, running = [], 0
+for dt in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float64, torch.float16):
+    for rows in (N, 2 * N + 1):  # an even and an uneven split for reducescatter
+        a = torch.full((R + 1, 3), R + 1).to(dt)  # allgather: a first dimension of its own on every rank
+        s = (torch.arange(rows * 2).reshape(rows, 2) % 7 + R).to(dt)
+        ha, hs = hvd.allgather_async(a), hvd.reducescatter_async(s, op=hvd.Sum, postscale_factor=1.0)
+        running += (not hvd.poll(ha)) + (not hvd.poll(hs))
+        pending.append((ha, a, hs, s))
+for ha, a, hs, s in pending:
+    got, want = hvd.synchronize(ha), hvd.allgather(a)
+    check(got.dtype == a.dtype and torch.equal(got, want), f"allgather_async {a.dtype}: {got.tolist()}")
+    got, want = hvd.synchronize(hs), hvd.reducescatter(s, op=hvd.Sum)
+    check(got.dtype == s.dtype and torch.equal(got, want), f"reducescatter_async {s.dtype} {tuple(s.shape)}: {got}")
+x = torch.arange(10.).reshape(5, 2) * (R + 1)
+got = hvd.synchronize(hvd.reducescatter_async(x, prescale_factor=2.0, postscale_factor=0.5))
+check(torch.equal(got, hvd.reducescatter(x, prescale_factor=2.0, postscale_factor=0.5)), f"scaled: {got}")
+check(N == 1 or running > 0, "allgather_async/reducescatter_async: poll() was never False: not in the background")
 
 # gradients as Horovod defines them
 x = torch.ones(R + 1, 2, requires_grad=True)

@@ -535,8 +535,24 @@ def _allgather(comm, tensor):
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    """allgather, run now; the handle returns its result (the uneven case needs the sizes first)."""
-    return _core._completed(allgather(tensor, name, process_set=process_set))
+    """allgather in the background: the ranks' first dimensions are exchanged now (a small blocking allgather, which
+    also refuses tensors that disagree, on every rank), the data moves after the call returns, and
+    synchronize(handle) returns the result. A CUDA tensor, or one that needs a gradient, is gathered now (the
+    handle is complete)."""
+    comm = _core._comm_of(process_set, "allgather_async")
+    _check_tensor(tensor, "allgather_async")
+    if tensor.device.type != "cpu" or (tensor.requires_grad and torch.is_grad_enabled()):
+        return _core._completed(allgather(tensor, name, process_set=process_set))
+    with torch.no_grad():
+        src = _host(tensor)
+        firsts = _core._gather_headers(comm, tuple(src.shape), _TORCH_DTYPES[src.dtype], "allgather_async")
+        out = torch.empty((sum(firsts),) + tuple(src.shape[1:]), dtype=src.dtype)
+        row = src.element_size() * int(np.prod(src.shape[1:], dtype=np.int64))
+        counts = np.array([f * row for f in firsts], np.uintp)
+        sb, ob = _bytes(src), _bytes(out)
+        h = _core.Handle(lambda: out, (src, out, sb, ob, counts))
+        return _core._start(h, lambda w: _c.cohort_iallgatherv(comm, _core._ptr(sb), _core._ptr(ob), _core._ptr(counts),
+                                                               None, _lib.U8, w))
 
 
 def reducescatter(tensor, op=Average, name=None, compression=Compression.none, process_set=None,
@@ -597,9 +613,32 @@ def _reducescatter(comm, tensor, op, compression, prescale_factor, postscale_fac
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
-    """reducescatter, run now (the uneven split needs the sizes first); the handle returns its result."""
-    return _core._completed(reducescatter(tensor, op=op, name=name, process_set=process_set,
-                                          prescale_factor=prescale_factor, postscale_factor=postscale_factor))
+    """reducescatter in the background; synchronize(handle) returns this rank's part. An even split is one
+    reduce-scatter; an uneven one (dim % size != 0) an allreduce, whose part this rank keeps. A CUDA tensor, or one
+    that needs a gradient, is reduced now (the handle is complete)."""
+    comm = _core._comm_of(process_set, "reducescatter_async")
+    _check_tensor(tensor, "reducescatter_async")
+    if tensor.device.type != "cpu" or (tensor.requires_grad and torch.is_grad_enabled()):
+        return _core._completed(reducescatter(tensor, op=op, name=name, process_set=process_set,
+                                              prescale_factor=prescale_factor, postscale_factor=postscale_factor))
+    op = _core._op(op)
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter_async: a scalar cannot be scattered along dimension 0")
+    _scales(tensor, prescale_factor, postscale_factor, "reducescatter_async")
+    n, r = _c.cohort_size(comm), _c.cohort_rank(comm)
+    with torch.no_grad():
+        src = _host(_scale(tensor, prescale_factor) if prescale_factor != 1.0 else tensor)
+        rows = [src.shape[0] // n + (1 if i < src.shape[0] % n else 0) for i in range(n)]
+        dt = _TORCH_DTYPES[src.dtype]
+        if src.shape[0] % n == 0:
+            out = torch.empty((rows[r],) + tuple(src.shape[1:]), dtype=src.dtype)
+            h = _core.Handle(lambda: _scale(out, postscale_factor), (src, out))
+            return _core._start(h, lambda w: _c.cohort_ireduce_scatter(comm, _p(src), _p(out), src.numel() // n, dt,
+                                                                       op, w))
+        full = _like(src)
+        start = sum(rows[:r])
+        h = _core.Handle(lambda: _scale(full[start:start + rows[r]].clone(), postscale_factor), (src, full))
+        return _core._start(h, lambda w: _iallreduce_call(comm, src, full, dt, op, w))
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
