@@ -191,6 +191,7 @@ static cohort__tcp_setup_options tcp_options(const rdv *r) {
 static cohort__shm_options shm_options(const rdv *r) {
   return (cohort__shm_options){.ring_bytes = r->cfg->shm_ring_bytes,
                                .chunk_bytes = r->cfg->shm_chunk_bytes,
+                               .small_bytes = r->cfg->shm_small_bytes,
                                .arena_bytes = r->cfg->shm_arena_bytes,
                                .op_timeout_s = (double)r->cfg->op_timeout_s,
                                .spin_us = spin_us(r),

@@ -35,6 +35,7 @@ long cohort__shm_auto_ring_bytes(int size);
 typedef struct cohort__shm_options {
   long ring_bytes;     /* COHORT_SHM_RING_BYTES; -1: auto (cohort__shm_auto_ring_bytes) */
   long chunk_bytes;    /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
+  long small_bytes;    /* COHORT_SHM_SMALL_BYTES: 0 to COHORT__SHM_SMALL_BYTES */
   long arena_bytes;    /* COHORT_SHM_ARENA_BYTES */
   double op_timeout_s; /* COHORT_OP_TIMEOUT */
   long spin_us;        /* how long a waiting rank polls before it sleeps on its futex */

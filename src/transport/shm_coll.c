@@ -6,7 +6,7 @@
  * (shm_impl.h: in, out, done, each a cache line of its own with a single writer). Chunks are numbered by a counter
  * k that every rank advances alike, call after call; chunk k uses staging buffer k % 2.
  *
- * Large vectors (more than COHORT__SHM_SMALL_BYTES), chunk by chunk:
+ * Large vectors (more than COHORT_SHM_SMALL_BYTES), chunk by chunk:
  *   1. wait until every peer's done >= k - 2: nobody reads my buffer k % 2 any more;
  *   2. copy my input chunk into it, except my own 1/n slice (nobody else reads it); publish in = k;
  *   3. wait for every peer's in >= k; on a call's first chunk, compare every peer's call with mine (MISMATCH);
@@ -24,10 +24,10 @@
  * reads (1) and the recvbuf writes (1) go to main memory for large vectors; the staging buffers stay in cache
  * (docs/performance.md derives the limit from this).
  *
- * Small vectors (up to COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole input in, publishes in,
- * and, once every peer's in is there, reduces the whole vector itself from all n buffers in rank order (the same
- * operations in the same order everywhere: bitwise the same result), then publishes done. Two flag waits instead of
- * three, and no second round of copies.
+ * Small vectors (up to COHORT_SHM_SMALL_BYTES, at most COHORT__SHM_SMALL_BYTES): one chunk; every rank copies its whole
+ * input in, publishes in, and, once every peer's in is there, reduces the whole vector itself from all n buffers in
+ * rank order (the same operations in the same order everywhere: bitwise the same result), then publishes done. Two flag
+ * waits instead of three, and no second round of copies.
  *
  * Zero copy (sendbuf and recvbuf in the rank's arena, cohort_alloc): the rank publishes their offsets with its
  * call and stages nothing; the peers read its input and its slice's result in place. When every rank is zero copy,
@@ -245,7 +245,7 @@ cohort_status cohort__shm_agree(cohort__transport *base, const void *mine, size_
   int n = t->base.size, r = t->base.rank;
   uint64_t k = ++t->agree_k;
   t->staged = 0;
-  if (stage && stage_bytes <= COHORT__SHM_SMALL_BYTES) {
+  if (stage && stage_bytes <= t->small_bytes) {
     uint64_t nk = t->node_k + 1;
     COHORT_CHECK(claim(t, nk));
     if (stage_bytes) memcpy(cohort__shm_stage(t->me, (int)(nk & 1)), stage, stage_bytes);
@@ -280,8 +280,7 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
   if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
   int n = t->base.size, r = t->base.rank;
   size_t es = cohort_dtype_size(dtype);
-  if (count * es <= COHORT__SHM_SMALL_BYTES)
-    return small_allreduce(t, sendbuf, recvbuf, count, dtype, op, complete, arg);
+  if (count * es <= t->small_bytes) return small_allreduce(t, sendbuf, recvbuf, count, dtype, op, complete, arg);
 
   /* Zero copy: with both buffers in our arena, the peers read our input and our slice's result where they are. */
   size_t bytes = count * es;

@@ -21,7 +21,8 @@
 #include "transport/transport.h"
 
 #define CACHE_LINE 64
-/* Allreduces up to this many bytes take the small-message path of the node allreduce (shm_coll.c). */
+/* Allreduces up to this many bytes may take the small-message path of the node allreduce (shm_coll.c); up to how
+ * many they do is COHORT_SHM_SMALL_BYTES (shm_transport.small_bytes), at most this. */
 #define COHORT__SHM_SMALL_BYTES ((uint64_t)64 << 10)
 
 /* ---- the segment (shared; laid out by its owner, read by everyone) ---- */
@@ -66,6 +67,7 @@ typedef struct seg_hdr {
   uint64_t data_offset;  /* size - 1 rings of ring_bytes, in producer order without the owner */
   uint64_t stage_offset; /* two staging buffers of stage_bytes for the node collectives */
   uint64_t stage_bytes;
+  uint64_t small_bytes;  /* COHORT_SHM_SMALL_BYTES: the same on every rank of the host (checked at attach) */
   uint64_t arena_offset; /* the zero-copy arena (cohort_alloc): arena_bytes, reserved page by page as allocated */
   uint64_t arena_bytes;
   uint64_t total_bytes;
@@ -113,6 +115,7 @@ typedef struct shm_transport {
   uint64_t node_k;          /* the last chunk number of the node collectives (the same on every rank) */
   uint64_t agree_k;         /* the last agreement (cohort__shm_agree; the same on every rank) */
   int staged;               /* the last agreement staged our input for node chunk node_k + 1 */
+  uint64_t small_bytes;     /* allreduces up to this many bytes take the small path (COHORT_SHM_SMALL_BYTES) */
   int me_fd;                /* our segment, kept open to reserve arena pages as they are allocated */
   pthread_mutex_t arena_mu; /* cohort_alloc may run on any thread */
   arena_block *blocks;      /* allocated arena blocks, sorted by offset */

@@ -140,6 +140,12 @@ static cohort_status map_peer(shm_transport *t, int p, const char *name, int pid
                          "ranks disagree on COHORT_SHM_CHUNK_BYTES: rank %d uses %llu, rank %d uses %llu", WORLD(t, p),
                          (unsigned long long)s->stage_bytes, WORLD(t, t->base.rank),
                          (unsigned long long)t->me->stage_bytes);
+  /* ... and take the small path up to the same size: a rank on the other path would wait for flags never set. */
+  if (s->small_bytes != t->me->small_bytes)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "ranks disagree on COHORT_SHM_SMALL_BYTES: rank %d uses %llu, rank %d uses %llu", WORLD(t, p),
+                         (unsigned long long)s->small_bytes, WORLD(t, t->base.rank),
+                         (unsigned long long)t->me->small_bytes);
   pe->pid = pid;
   pe->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pe->pidfd < 0) {
@@ -204,6 +210,7 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
       t->me->data_offset = data;
       t->me->stage_offset = stage;
       t->me->stage_bytes = stage_bytes;
+      t->me->small_bytes = t->small_bytes;
       t->me->arena_offset = arena;
       t->me->arena_bytes = arena_bytes;
       t->me->total_bytes = total;
@@ -224,6 +231,9 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
                                      const cohort__shm_options *opt, cohort__transport **out) {
   long ring_bytes = opt->ring_bytes < 0 ? cohort__shm_auto_ring_bytes(size) : opt->ring_bytes;
   long chunk_bytes = opt->chunk_bytes, arena_bytes = opt->arena_bytes;
+  if (opt->small_bytes < 0 || (uint64_t)opt->small_bytes > COHORT__SHM_SMALL_BYTES)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_SMALL_BYTES=%ld is not between 0 and %llu", opt->small_bytes,
+                         (unsigned long long)COHORT__SHM_SMALL_BYTES);
   if (chunk_bytes % CACHE_LINE)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
                          CACHE_LINE);
@@ -237,6 +247,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &cohort__shm_ops, .rank = rank, .size = size};
+  t->small_bytes = (uint64_t)opt->small_bytes;
   t->me_fd = -1;
   pthread_mutex_init(&t->arena_mu, NULL);
   t->spin_ns = opt->spin_us * 1000;

@@ -26,3 +26,18 @@ foreach(np 2 3)
   set_tests_properties(mp.shm.zero_copy.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 900
                        FAIL_REGULAR_EXPRESSION "\\((tcp|tcp\\+shm|shm)\\)|\\((tcp|tcp\\+shm), zero copy\\)")
 endforeach()
+# The small path's threshold (COHORT_SHM_SMALL_BYTES, docs/env.md). 0 sends every allreduce through the sliced path,
+# down to vectors of fewer elements than ranks (5 ranks: empty slices); 1000 splits the matrix's sizes between the
+# two paths. Ranks that disagree on it are refused at init, naming it, rather than waiting on each other's flags.
+foreach(small 0 1000)
+  add_test(NAME mp.shm.small_bytes.${small} COMMAND $<TARGET_FILE:cohortrun> -np 5 $<TARGET_FILE:test_collectives>
+                                                   --quick)
+  set_tests_properties(mp.shm.small_bytes.${small} PROPERTIES LABELS "mp" TIMEOUT 600 FAIL_REGULAR_EXPRESSION
+                       "\\(tcp\\)" ENVIRONMENT "COHORT_TRANSPORT=shm;COHORT_SHM_SMALL_BYTES=${small}")
+endforeach()
+add_test(NAME mp.shm.small_bytes.disagree COMMAND $<TARGET_FILE:cohortrun> -np 2 sh -c
+                                                  "COHORT_SHM_SMALL_BYTES=$((RANK * 4096)) exec \"$0\""
+                                                  $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.shm.small_bytes.disagree PROPERTIES LABELS "mp;fault" TIMEOUT 120 ENVIRONMENT
+                     "COHORT_TRANSPORT=shm" PASS_REGULAR_EXPRESSION
+                     "ranks disagree on COHORT_SHM_SMALL_BYTES: rank [01] uses (0|4096), rank [01] uses (0|4096)")
