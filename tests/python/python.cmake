@@ -195,6 +195,13 @@ BACKEND=cohort WORLD_SIZE=${ws} TEMP_DIR=$d ${COHORT_PYTHON} ${CMAKE_CURRENT_LIS
                        ENVIRONMENT "${COHORT_PY_ENV}" COST 10000)
 endforeach()
 
+# op=Adasum (issue 32; tests/python/test_adasum.py): the values at 1, 2 and 4 ranks, the refusal at 3.
+foreach(np 1 2 3 4)
+  add_test(NAME python.adasum.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_adasum.py)
+  set_tests_properties(python.adasum.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
+endforeach()
+
 # Horovod's names that its own test suite needs (issue 32; tests/python/test_hvd_api.py): alltoall, grouped
 # allgather/reducescatter, sparse_allreduce_async, int8/int16 and integer scaling, the gradients of the collectives
 # as Horovod defines them, SyncBatchNorm against BatchNorm1d on the whole batch, process sets' root_rank, barrier and

@@ -293,7 +293,8 @@ def raises(exc, fn, what, needle=None):
 check(hvd.allreduce(torch.ones(3, dtype=torch.int16), op=hvd.Sum).tolist() == [N] * 3, "int16 allreduce")
 raises(TypeError, lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)), "complex64", "unsupported dtype")
 raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "a list", "torch.Tensor")
-raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum), "Adasum", "Adasum")
+raises(TypeError, lambda: hvd.allreduce(torch.zeros(3, dtype=torch.int64), op=hvd.Adasum), "Adasum of int64",
+       "float16, float32 and float64")  # op=Adasum itself: tests/python/test_adasum.py
 raises(RuntimeError, lambda: hvd.reducescatter(torch.zeros(4), op=hvd.Adasum), "Adasum (reducescatter: a RuntimeError, as Horovod raises)", "Adasum")
 raises(ValueError, lambda: hvd.allreduce(torch.zeros(3), op=99), "op 99", "unknown reduction op")
 raises(ValueError, lambda: hvd.grouped_allreduce([]), "empty group", "empty")

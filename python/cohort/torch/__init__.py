@@ -71,7 +71,11 @@ def rocm_built():
 
 
 def mpi_enabled():
-    return False
+    """True when the job's communicator runs over cohort's MPI transport (under mpirun; docs/env.md,
+    COHORT_TRANSPORT)."""
+    if _core._comm is None:
+        return False
+    return "mpi" in _c.cohort_transport_name(_core._comm).decode().split("+")
 
 
 def gloo_enabled():
@@ -106,16 +110,37 @@ def _resolve_op(op, average, what):
         if op is not None:
             raise ValueError(f"{what}: give op or average, not both")
         return Average if average else Sum
+    if op == Adasum and type(op) is int:  # the allreduce family takes it (_adasum.py); the rest refuse it
+        return Adasum
     return _core._op(op)
 
 
 # ---- allreduce ----
 
 
+def _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what, async_):
+    """op=Adasum for the allreduce family: computed now (_adasum.py), each tensor with its own coefficients, scaled
+    and compressed as the other ops are; returns the outputs, or (async_) a completed handle of them."""
+    compression = compression or Compression.none
+    with torch.no_grad():
+        wires = [compression.compress(t) for t in tensors]
+        srcs = [_scale(w, prescale_factor) for w, _ in wires]
+        reduced = _adasum.allreduce(comm, srcs, what)
+        outs = [_put_back(compression.decompress(_scale(r, postscale_factor), ctx), o)
+                for r, (_, ctx), o in zip(reduced, wires, outputs)]
+    return _core._completed(outs) if async_ else outs
+
+
 def _allreduce_start(comm, tensor, output, op, prescale_factor, postscale_factor, compression, what, async_):
     """Reduces tensor into output (which may be tensor itself) over comm; returns a Handle (async_) or output."""
     _check_tensor(tensor, what)
     _scales(tensor, prescale_factor, postscale_factor, what)
+    if op == Adasum:
+        if async_:
+            h = _adasum_start(comm, [tensor], [output], prescale_factor, postscale_factor, compression, what, True)
+            h._result = h._result[0]
+            return h
+        return _adasum_start(comm, [tensor], [output], prescale_factor, postscale_factor, compression, what, False)[0]
     compression = compression or Compression.none
     with torch.no_grad():
         wire, ctx = compression.compress(tensor)
@@ -156,8 +181,8 @@ class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         comm, op, pre, post, compression = ctx.args
-        if op not in (Average, Sum):
-            raise RuntimeError("allreduce: only Average and Sum are differentiable")
+        if op not in (Average, Sum, Adasum):
+            raise RuntimeError("allreduce: only Average, Sum and Adasum are differentiable")
         g = grad.contiguous()
         return (_allreduce_start(comm, g, _output_for(g), op, pre, post, compression, "allreduce (backward)", False),
                 None, None, None, None, None)
@@ -247,6 +272,8 @@ def _grouped_start(comm, tensors, outputs, op, prescale_factor, postscale_factor
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise ValueError(f"{what}: the tensors are on different devices ({', '.join(map(str, devices))})")
+    if op == Adasum:
+        return _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what, async_)
     compression = compression or Compression.none
     # One fused buffer per wire dtype (in order of first appearance, the same on every rank).
     groups = {}
@@ -359,8 +386,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     op = _resolve_op(op, average, "grouped_allreduce")
     tensors = _core._list_arg(tensors, "grouped_allreduce")
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        if op not in (Average, Sum):
-            raise ValueError("grouped_allreduce: only Average and Sum are differentiable")
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("grouped_allreduce: only Average, Sum and Adasum are differentiable")
         return list(_GroupedAllreduceFunction.apply(comm, op, prescale_factor, postscale_factor, compression,
                                                     *tensors))
     outs = [_output_for(t) if isinstance(t, torch.Tensor) else None for t in tensors]
@@ -930,6 +957,7 @@ def broadcast_optimizer_state(optimizer, root_rank):
 from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, join  # noqa: E402,F401
 
 # torch.distributed's backend "cohort": dist.init_process_group("cohort") (docs/torch.md).
+from cohort.torch import _adasum  # noqa: E402
 from cohort.torch import _backend  # noqa: E402
 
 _backend.register()

@@ -641,6 +641,78 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._engine.stats()
 
 
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """Horovod's optimizer for op=Adasum: each rank steps the wrapped optimizer on its own gradients, and the ranks
+    combine the resulting changes of the parameters (the deltas), each parameter's with its own Adasum coefficients;
+    every rank then takes its parameters from the start of the step plus the combined delta. The gradients are never
+    averaged: Adasum sums orthogonal updates and averages parallel ones (_adasum.py). The deltas are combined in
+    step() (Horovod starts each as its gradient is ready); the result is the same."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step):
+        super(self.__class__, self).__init__(params)
+        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
+                             f"{backward_passes_per_step!r}")
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+                raise ValueError("DistributedOptimizer: named_parameters must be (name, parameter) pairs, as "
+                                 "model.named_parameters() gives")
+            names = [n for n, _ in named]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                raise ValueError(f"DistributedOptimizer: parameter names must be unique: {', '.join(dups)} appear "
+                                 f"more than once in named_parameters")
+            if {id(p) for p in all_params} - {id(p) for _, p in named}:
+                raise ValueError("DistributedOptimizer: named_parameters lacks some of the optimizer's parameters")
+        else:
+            named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
+        self._parameter_names = {p: n for n, p in named}
+        self._compression = compression or Compression.none
+        self.backward_passes_per_step = backward_passes_per_step
+        self._params = [p for p in all_params if p.requires_grad]
+        self._passes = {p: 0 for p in self._params}
+        self._hooks = [p.register_hook(self._make_hook(p)) for p in self._params]
+        self._comm = _core._comm_of(None, "DistributedOptimizer")
+        from cohort.torch import _adasum
+        _adasum.check(self._comm, self._params, "DistributedOptimizer(op=Adasum)")
+
+    def _make_hook(self, p):
+        def hook(grad):
+            if self._passes[p] >= self.backward_passes_per_step:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
+                                     "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            self._passes[p] += 1
+            return grad
+        return hook
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+
+    def synchronize(self):
+        pass  # the deltas are combined in step()
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+
+    def step(self, closure=None):
+        from cohort.torch import _adasum_start
+        loss = closure() if closure is not None else None
+        with torch.no_grad():
+            start = [p.detach().clone() for p in self._params]
+            super(self.__class__, self).step()
+            deltas = [p.detach() - s for p, s in zip(self._params, start)]
+            combined = _adasum_start(self._comm, deltas, [torch.empty_like(d) for d in deltas], 1.0, 1.0,
+                                     self._compression, "DistributedOptimizer(op=Adasum)", False)
+            for p, s, d in zip(self._params, start, combined):
+                p.copy_(s + d)
+        for p in self._passes:
+            self._passes[p] = 0
+        return loss
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1, op=None,
                          gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
                          process_set=None):
@@ -664,6 +736,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
         if process_set.process_set_id is None:
             raise ValueError(f"DistributedOptimizer: {process_set} has not been added (add_process_set) or was "
                              f"removed")
+    if op == _core.Adasum and type(op) is int and _core.size() > 1:
+        if process_set is not None:
+            raise _core.AdasumNotImplemented("DistributedOptimizer: op=Adasum over a process set (Horovod: 'Adasum "
+                                             "does not support non-global process sets yet')")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
+    if op == _core.Adasum and type(op) is int:
+        op = _lib.SUM  # one rank: Adasum of one delta is the delta itself, plain stepping (as in Horovod)
     op = _core._op(op)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op, process_set)
