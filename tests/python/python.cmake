@@ -195,6 +195,15 @@ BACKEND=cohort WORLD_SIZE=${ws} TEMP_DIR=$d ${COHORT_PYTHON} ${CMAKE_CURRENT_LIS
                        ENVIRONMENT "${COHORT_PY_ENV}" COST 10000)
 endforeach()
 
+# hvd.elastic on cohortrun's restarts (issue 32; tests/python/test_elastic.sh): a rank SIGKILLs itself mid-training,
+# the next generation resumes from the last commit and ends with the parameters of a run without the kill.
+foreach(np 2 3)
+  add_test(NAME python.elastic.np${np} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_elastic.sh $<TARGET_FILE:cohortrun>
+           ${COHORT_PYTHON} ${np})
+  set_tests_properties(python.elastic.np${np} PROPERTIES LABELS "python;fault" TIMEOUT 300
+                       ENVIRONMENT "${COHORT_PY_ENV}" PASS_REGULAR_EXPRESSION "PASS \\(elastic")
+endforeach()
+
 # op=Adasum (issue 32; tests/python/test_adasum.py): the values at 1, 2 and 4 ranks, the refusal at 3.
 foreach(np 1 2 3 4)
   add_test(NAME python.adasum.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}

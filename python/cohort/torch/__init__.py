@@ -958,6 +958,7 @@ from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, 
 
 # torch.distributed's backend "cohort": dist.init_process_group("cohort") (docs/torch.md).
 from cohort.torch import _adasum  # noqa: E402
+from cohort.torch import elastic  # noqa: E402,F401 (hvd.elastic: run, TorchState, ObjectState, ElasticSampler)
 from cohort.torch import _backend  # noqa: E402
 
 _backend.register()
