@@ -234,6 +234,12 @@ static int proc_dead(int pid) {
   return paren && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
+/* How a peer that is no longer there went: its process exited, or it destroyed its end of the communicator. */
+static const char *gone_how(const peer *pe) {
+  return pe->closed ? "left the communicator (it destroyed it: cohort_comm_destroy, or shutdown())"
+                    : "died (its process exited)";
+}
+
 /* Polls the peers' liveness. A peer seen dead gets one more drain of its ring before it is judged (*again = 1
  * asks for it); after that, it is a failure while we still wait on it, or when its ring stops inside a frame (as a
  * TCP stream that ends there): that frame can never be whole. A whole frame held in the ring is not a failure: the
@@ -246,6 +252,10 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
     for (int p = p0; p < t->base.size && p < p0 + 64; p++) {
       peer *pe = &t->peers[p];
       if (p == t->base.rank || pe->life != ALIVE) continue;
+      if (atomic_load_explicit(&pe->seg->closed, memory_order_acquire)) {
+        pe->life = DEAD_SEEN, pe->closed = 1;
+        continue;
+      }
       if (pe->pidfd >= 0) {
         pfd[n] = (struct pollfd){.fd = pe->pidfd, .events = POLLIN};
         who[n++] = p;
@@ -269,8 +279,8 @@ static cohort_status check_liveness(shm_transport *t, int *again) {
     COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
     char call[256];
     cohort__call_describe(&t->call, call, sizeof call);
-    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d died (its process exited) while rank %d was %s it in %s",
-                            WORLD(t, p), WORLD(t, t->base.rank),
+    return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d %s while rank %d was %s it in %s", WORLD(t, p), gone_how(pe),
+                            WORLD(t, t->base.rank),
                             pe->l.send_head && !pe->l.recv_head ? "sending to" : "receiving from", call);
   }
   return COHORT_OK;
@@ -327,7 +337,9 @@ void cohort__shm_publish(shm_transport *t, _Atomic uint64_t *flag, uint64_t v) {
 static int peer_gone(shm_transport *t, int p) {
   peer *pe = &t->peers[p];
   if (pe->life == ALIVE) {
-    if (pe->pidfd >= 0) {
+    if (atomic_load_explicit(&pe->seg->closed, memory_order_acquire)) {
+      pe->life = DEAD, pe->closed = 1;
+    } else if (pe->pidfd >= 0) {
       struct pollfd f = {.fd = pe->pidfd, .events = POLLIN};
       if (poll(&f, 1, 0) > 0) pe->life = DEAD;
     } else if (proc_dead(pe->pid)) {
@@ -372,9 +384,8 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
         COHORT_CHECK(take_peer_abort(t, p)); /* it may have died of a failure whose cause it wrote down */
         char call[256];
         cohort__call_describe(&t->call, call, sizeof call);
-        return cohort__shm_fail(t, COHORT_ERR_REMOTE,
-                                "rank %d died (its process exited) while rank %d waited for it in %s", WORLD(t, p),
-                                WORLD(t, t->base.rank), call);
+        return cohort__shm_fail(t, COHORT_ERR_REMOTE, "rank %d %s while rank %d waited for it in %s", WORLD(t, p),
+                                gone_how(&t->peers[p]), WORLD(t, t->base.rank), call);
       }
     }
     if (now - start > t->timeout_ns) {
@@ -538,6 +549,13 @@ void cohort__shm_destroy(cohort__transport *base) {
   if (!t) return;
   if (cohort__failure_requested(&t->interrupt) && t->failure.status == COHORT_OK)
     cohort__shm_fail(t, t->interrupt.status, "%s", t->interrupt.message);
+  /* A peer still waiting on us (it is in a call we never made) fails now, naming us, instead of at its
+   * COHORT_OP_TIMEOUT: our process may live on (shutdown() then init(), as Horovod's tests do). */
+  if (t->me) {
+    atomic_store_explicit(&t->me->closed, 1, memory_order_release);
+    for (int p = 0; t->peers && p < t->base.size; p++)
+      if (p != t->base.rank && t->peers[p].seg) wake(t->peers[p].seg);
+  }
   for (int p = 0; t->peers && p < t->base.size; p++) {
     peer *pe = &t->peers[p];
     if (pe->seg) munmap(pe->seg, pe->seg_len);

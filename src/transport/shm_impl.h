@@ -74,6 +74,9 @@ typedef struct seg_hdr {
   _Alignas(CACHE_LINE) _Atomic uint32_t futex;   /* bumped by whoever may have unblocked the owner */
   _Atomic uint32_t sleeping;                     /* the owner is (about to be) asleep on futex */
   _Alignas(CACHE_LINE) _Atomic uint32_t aborted; /* 1 once abort_status and abort_text are written */
+  /* 1 once the owner destroyed its transport (cohort_comm_destroy, cohort.shutdown()): its process may go on, but
+   * it will never set another flag or write another frame, so a peer waiting on it fails at once (shm.c). */
+  _Atomic uint32_t closed;
   int32_t abort_status;
   char abort_text[COHORT__ABORT_TEXT_MAX];
   node_flags node;
@@ -93,6 +96,7 @@ typedef struct peer {
   size_t seg_len;
   int pid, pidfd;
   int life;              /* ALIVE, DEAD_SEEN (one more drain before judging), DEAD */
+  int closed;            /* its life ended by its cohort_comm_destroy, not by its process's exit */
   int64_t zc_in, zc_out; /* the peer's zero-copy offsets for the current node call (-1: staged) */
   cohort__link l;        /* the frames both ways over the two rings (frame.c); l.peer is the peer */
   /* outbound: the ring in the peer's segment that we produce into */

@@ -47,8 +47,9 @@ endforeach()
 
 # Faults (tests/python/test_faults.sh): a rank SIGKILLed inside an allreduce (RemoteError naming it within 2 s),
 # ranks reducing different shapes or each broadcasting as its own root (MismatchError on both, and the job goes on),
-# Ctrl-C of cohortrun (the ranks stop, /dev/shm clean).
-foreach(mode kill mismatch sigint)
+# Ctrl-C of cohortrun (the ranks stop, /dev/shm clean), a rank that shuts down while the other waits for it (shm:
+# RemoteError at once, not at COHORT_OP_TIMEOUT).
+foreach(mode kill mismatch sigint left)
   add_test(NAME python.fault.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_faults.sh $<TARGET_FILE:cohortrun>
            ${COHORT_PYTHON} ${mode})
   set_tests_properties(python.fault.${mode} PROPERTIES LABELS "python;fault" TIMEOUT 120

@@ -1,5 +1,5 @@
 """The fault scenarios of cohort.torch, one per mode; tests/python/test_faults.sh runs them under cohortrun and
-judges what they wrote. usage: test_faults.py kill|mismatch|sigint DIR"""
+judges what they wrote. usage: test_faults.py kill|mismatch|sigint|left DIR"""
 import os
 import signal
 import sys
@@ -37,6 +37,24 @@ if mode == "kill":
     try:
         while True:
             hvd.allreduce_(t, op=hvd.Average)
+    except hvd.CohortError as e:
+        write(f"result.{R}", f"{time.time()!r}\n{type(e).__name__}\n{e}\n")
+    sys.exit(0)
+
+if mode == "left":
+    # Rank 1 shuts cohort down (its process lives on) while rank 0 waits for it in a barrier it never calls: rank 0
+    # must raise RemoteError naming rank 1 at once, not after COHORT_OP_TIMEOUT (Horovod's tests shut down and
+    # start again in the middle of a job).
+    hvd.allreduce(torch.ones(4))
+    if R == 1:
+        time.sleep(0.5)
+        write("left_at", repr(time.time()))
+        hvd.shutdown()
+        time.sleep(5)  # alive, and no longer in the communicator
+        sys.exit(0)
+    try:
+        hvd.barrier()
+        write(f"result.{R}", f"{time.time()!r}\nno error\n")
     except hvd.CohortError as e:
         write(f"result.{R}", f"{time.time()!r}\n{type(e).__name__}\n{e}\n")
     sys.exit(0)

@@ -4,6 +4,8 @@
 #   kill      rank 1 is SIGKILLed inside an allreduce: rank 0 raises RemoteError naming rank 1 within 2 s
 #   mismatch  the ranks reduce different shapes, twice, then broadcast each as its own root: both raise MismatchError
 #             each time (within 2 s) naming both calls, then a barrier and an allreduce work (3 on every element)
+#   left      rank 1 calls shutdown() (and lives on) while rank 0 waits for it in a barrier: rank 0 raises
+#             RemoteError naming rank 1 as having left the communicator within 2 s
 #   sigint    Ctrl-C (SIGINT) to cohortrun while the ranks reduce: cohortrun exits 130 within 10 s, no Python
 #             rank is left, and nothing of theirs is left in /dev/shm
 set -u
@@ -23,6 +25,15 @@ kill)
   "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
 print(f"rank 0 raised {d:.3f} s after the kill"); sys.exit(0 if 0 <= d < 2.0 else 1)' \
     "$tmp/result.0" "$tmp/killed_at" >>"$tmp/out" 2>&1 || fail "RemoteError came 2 s or more after the kill"
+  ;;
+left)
+  COHORT_TRANSPORT=shm "$run" -np 2 "$py" "$here/test_faults.py" left "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"
+  [ -f "$tmp/result.0" ] || fail "rank 0 reported nothing"
+  [ "$(sed -n 2p "$tmp/result.0")" = RemoteError ] || fail "rank 0 did not raise RemoteError"
+  sed -n '3,$p' "$tmp/result.0" | grep -q "rank 1 left the communicator" || fail "rank 0's error does not say rank 1 left"
+  "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
+print(f"rank 0 raised {d:.3f} s after rank 1 shut down"); sys.exit(0 if 0 <= d < 2.0 else 1)' \
+    "$tmp/result.0" "$tmp/left_at" >>"$tmp/out" 2>&1 || fail "RemoteError came 2 s or more after the shutdown"
   ;;
 mismatch)
   "$run" -np 2 "$py" "$here/test_faults.py" mismatch "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"
