@@ -621,10 +621,10 @@ class ProcessGroupCohort(ProcessGroup):
         blocking = _blocking(frame)
         barrier = frame is not None and not blocking
         inside = getattr(_tls, "depth", 0) > 0
+        # Read without the lock: nothing can start behind our back while no barrier is out (only a barrier's
+        # callbacks issue from another thread, and held operations exist only while one is).
         if run is not None and blocking and not inside:
-            with self._lock:
-                clear = self._barriers == 0 and not self._held
-            if clear:
+            if self._barriers == 0 and not self._held:
                 st = run()
                 if st != _lib.OK:
                     _raise(st, what)
