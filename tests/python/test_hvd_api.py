@@ -5,6 +5,7 @@ gradients of allgather/broadcast/grouped_allreduce/reducescatter as Horovod defi
 BatchNorm on the whole batch, process sets (barrier, broadcast_object, root_rank as a job rank), the *_built()
 answers and the error classes. Exits non-zero on the first failed check."""
 import sys
+import time
 
 import torch
 
@@ -90,6 +91,24 @@ x = torch.arange(10.).reshape(5, 2) * (R + 1)
 got = hvd.synchronize(hvd.reducescatter_async(x, prescale_factor=2.0, postscale_factor=0.5))
 check(torch.equal(got, hvd.reducescatter(x, prescale_factor=2.0, postscale_factor=0.5)), f"scaled: {got}")
 check(N == 1 or running > 0, "allgather_async/reducescatter_async: poll() was never False: not in the background")
+
+# A name still in flight on this rank is refused (ValueError, as Horovod refuses it); once its operation has completed
+# the name is free again. Rank 0 submits first; the others come 0.3 s later, so its first operation cannot have
+# completed when it submits the second.
+if N > 1:
+    if R == 0:
+        h = hvd.allreduce_async(torch.ones(3), name="in flight")
+        try:
+            hvd.allreduce_async(torch.ones(3), name="in flight")
+            check(False, "a duplicate name in flight was not refused")
+        except ValueError as e:
+            check("still in flight" in str(e), f"the refusal says why: {e}")
+    else:
+        time.sleep(0.3)
+        h = hvd.allreduce_async(torch.ones(3), name="in flight")
+    check(hvd.synchronize(h).tolist() == [1.0] * 3, "the named allreduce")
+    check(hvd.synchronize(hvd.broadcast_async(torch.full((2,), float(R)), 0, name="in flight")).tolist() == [0.0] * 2,
+          "the name, free again once its operation completed")
 
 # gradients as Horovod defines them
 x = torch.ones(R + 1, 2, requires_grad=True)

@@ -12,7 +12,10 @@ forms); a CUDA tensor is reduced on its device by the library's device collectiv
 through pinned host memory where they do not run. docs/torch.md
 has the API table against Horovod and torch.distributed, and what differs.
 """
+import functools
+import inspect
 import os
+import weakref
 
 import numpy as np
 import torch
@@ -953,6 +956,42 @@ def broadcast_optimizer_state(optimizer, root_rank):
     if rank() != root_rank:
         optimizer.load_state_dict(state)
 
+
+# ---- names of operations in flight ----
+
+# Horovod refuses an async operation whose name= is that of one still in flight on this rank (its tests check it).
+# cohort matches operations by the order of the calls, not by name, so the name serves this check alone. The handle
+# is held weakly: a handle that was dropped is no longer in flight for this purpose.
+_in_flight = {}  # (process set's id, name) -> weakref to the handle
+
+
+def _refuse_duplicate_names(fn):
+    params = list(inspect.signature(fn).parameters)
+    at_name, at_set = params.index("name"), params.index("process_set")
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        name = kwargs["name"] if "name" in kwargs else (args[at_name] if len(args) > at_name else None)
+        if name is None:
+            return fn(*args, **kwargs)
+        ps = kwargs["process_set"] if "process_set" in kwargs else (args[at_set] if len(args) > at_set else None)
+        key = (0 if ps is None or ps is _core.global_process_set else id(ps), name)
+        ref = _in_flight.get(key)
+        earlier = ref() if ref is not None else None
+        if earlier is not None and not poll(earlier):
+            raise ValueError(f"{fn.__name__}: an operation named '{name}' is still in flight on this rank (as in "
+                             f"Horovod, a name may not be reused until that operation has completed)")
+        handle = fn(*args, **kwargs)
+        _in_flight[key] = weakref.ref(handle)
+        return handle
+    return wrapper
+
+
+for _fn in (allreduce_async, allreduce_async_, grouped_allreduce_async, grouped_allreduce_async_, broadcast_async,
+            broadcast_async_, allgather_async, reducescatter_async, grouped_allgather_async,
+            grouped_reducescatter_async, alltoall_async):
+    globals()[_fn.__name__] = _refuse_duplicate_names(_fn)
+del _fn
 
 from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, join  # noqa: E402,F401
 
