@@ -13,6 +13,11 @@ run=$1 py=$2 mode=$3
 here=$(dirname "$0")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# within_2s RESULT STAMP WHAT: rank 0's error (first line of RESULT: a time) came less than 2 s after STAMP's time.
+within_2s() {
+  "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
+print(f"rank 0 raised {d:.3f} s after {sys.argv[3]}"); sys.exit(0 if 0 <= d < 2.0 else 1)' "$1" "$2" "$3" >>"$tmp/out" 2>&1
+}
 fail() { echo "FAIL ($mode): $*"; echo "--- job output:"; cat "$tmp/out"; for f in "$tmp"/result.*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
 
 case $mode in
@@ -22,18 +27,14 @@ kill)
   [ -f "$tmp/killed_at" ] || fail "rank 1 was not killed"
   [ "$(sed -n 2p "$tmp/result.0")" = RemoteError ] || fail "rank 0 did not raise RemoteError"
   sed -n '3,$p' "$tmp/result.0" | grep -q "rank 1" || fail "rank 0's error does not name rank 1"
-  "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
-print(f"rank 0 raised {d:.3f} s after the kill"); sys.exit(0 if 0 <= d < 2.0 else 1)' \
-    "$tmp/result.0" "$tmp/killed_at" >>"$tmp/out" 2>&1 || fail "RemoteError came 2 s or more after the kill"
+  within_2s "$tmp/result.0" "$tmp/killed_at" "the kill" || fail "RemoteError came 2 s or more after the kill"
   ;;
 left)
   COHORT_TRANSPORT=shm "$run" -np 2 "$py" "$here/test_faults.py" left "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"
   [ -f "$tmp/result.0" ] || fail "rank 0 reported nothing"
   [ "$(sed -n 2p "$tmp/result.0")" = RemoteError ] || fail "rank 0 did not raise RemoteError"
   sed -n '3,$p' "$tmp/result.0" | grep -q "rank 1 left the communicator" || fail "rank 0's error does not say rank 1 left"
-  "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()) - float(open(sys.argv[2]).read())
-print(f"rank 0 raised {d:.3f} s after rank 1 shut down"); sys.exit(0 if 0 <= d < 2.0 else 1)' \
-    "$tmp/result.0" "$tmp/left_at" >>"$tmp/out" 2>&1 || fail "RemoteError came 2 s or more after the shutdown"
+  within_2s "$tmp/result.0" "$tmp/left_at" "rank 1 shut down" || fail "RemoteError came 2 s or more after the shutdown"
   ;;
 mismatch)
   "$run" -np 2 "$py" "$here/test_faults.py" mismatch "$tmp" >"$tmp/out" 2>&1 || fail "the job failed"

@@ -121,9 +121,10 @@ def _resolve_op(op, average, what):
 # ---- allreduce ----
 
 
-def _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what, async_):
+def _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what):
     """op=Adasum for the allreduce family: computed now (_adasum.py), each tensor with its own coefficients, scaled
-    and compressed as the other ops are; returns the outputs, or (async_) a completed handle of them."""
+    and compressed as the other ops are; returns the outputs (an async caller hands them back in a completed
+    handle)."""
     compression = compression or Compression.none
     with torch.no_grad():
         wires = [compression.compress(t) for t in tensors]
@@ -131,7 +132,7 @@ def _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, com
         reduced = _adasum.allreduce(comm, srcs, what)
         outs = [_put_back(compression.decompress(_scale(r, postscale_factor), ctx), o)
                 for r, (_, ctx), o in zip(reduced, wires, outputs)]
-    return _core._completed(outs) if async_ else outs
+    return outs
 
 
 def _allreduce_start(comm, tensor, output, op, prescale_factor, postscale_factor, compression, what, async_):
@@ -139,11 +140,8 @@ def _allreduce_start(comm, tensor, output, op, prescale_factor, postscale_factor
     _check_tensor(tensor, what)
     _scales(tensor, prescale_factor, postscale_factor, what)
     if op == Adasum:
-        if async_:
-            h = _adasum_start(comm, [tensor], [output], prescale_factor, postscale_factor, compression, what, True)
-            h._result = h._result[0]
-            return h
-        return _adasum_start(comm, [tensor], [output], prescale_factor, postscale_factor, compression, what, False)[0]
+        out = _adasum_start(comm, [tensor], [output], prescale_factor, postscale_factor, compression, what)[0]
+        return _core._completed(out) if async_ else out
     compression = compression or Compression.none
     with torch.no_grad():
         wire, ctx = compression.compress(tensor)
@@ -276,7 +274,8 @@ def _grouped_start(comm, tensors, outputs, op, prescale_factor, postscale_factor
     if len(devices) > 1:
         raise ValueError(f"{what}: the tensors are on different devices ({', '.join(map(str, devices))})")
     if op == Adasum:
-        return _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what, async_)
+        outs = _adasum_start(comm, tensors, outputs, prescale_factor, postscale_factor, compression, what)
+        return _core._completed(outs) if async_ else outs
     compression = compression or Compression.none
     # One fused buffer per wire dtype (in order of first appearance, the same on every rank).
     groups = {}

@@ -538,6 +538,36 @@ def join(device=-1):
 # ---- DistributedOptimizer ----
 
 
+def _checked_names(param_groups, named_parameters, backward_passes_per_step):
+    """The (name, parameter) pairs of an optimizer's parameters that both DistributedOptimizers work on, checked before
+    anything collective (Horovod refuses these before init() is even needed); default names param.GROUP.INDEX."""
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+        raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
+                         f"{backward_passes_per_step!r}")
+    all_params = [p for g in param_groups for p in g["params"]]
+    if named_parameters is not None:
+        named = list(named_parameters)
+        if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+            raise ValueError("DistributedOptimizer: named_parameters must be (name, parameter) pairs, as "
+                             "model.named_parameters() gives")
+        ids = {id(p) for _, p in named}
+        missing = [p for p in all_params if id(p) not in ids]
+        if missing:
+            raise ValueError(f"DistributedOptimizer: named_parameters lacks {len(missing)} of the optimizer's "
+                             f"parameters")
+        mine = {id(p) for p in all_params}
+        named = [(n, p) for n, p in named if id(p) in mine]
+        seen = set()
+        for n, _ in named:  # before anything collective: Horovod refuses these before init() is even needed
+            if n in seen:
+                raise ValueError(f"DistributedOptimizer: parameter names must be unique: '{n}' appears more than "
+                                 f"once in named_parameters")
+            seen.add(n)
+    else:
+        named = [(f"param.{i}.{j}", p) for i, g in enumerate(param_groups) for j, p in enumerate(g["params"])]
+    return named
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op, process_set=None):
         super(self.__class__, self).__init__(params)
@@ -546,30 +576,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("DistributedOptimizer: op must be Average or Sum (Adasum is not supported)")
         if op == _lib.SUM and compression.ddp_code != _lib.COMPRESS_NONE:
             raise ValueError("DistributedOptimizer: compression is implemented for op=Average only")
-        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-            raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
-                             f"{backward_passes_per_step!r}")
-        all_params = [p for g in self.param_groups for p in g["params"]]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-                raise ValueError("DistributedOptimizer: named_parameters must be (name, parameter) pairs, as "
-                                 "model.named_parameters() gives")
-            ids = {id(p) for _, p in named}
-            missing = [p for p in all_params if id(p) not in ids]
-            if missing:
-                raise ValueError(f"DistributedOptimizer: named_parameters lacks {len(missing)} of the optimizer's "
-                                 f"parameters")
-            mine = {id(p) for p in all_params}
-            named = [(n, p) for n, p in named if id(p) in mine]
-            seen = set()
-            for n, _ in named:  # before anything collective: Horovod refuses these before init() is even needed
-                if n in seen:
-                    raise ValueError(f"DistributedOptimizer: parameter names must be unique: '{n}' appears more than "
-                                     f"once in named_parameters")
-                seen.add(n)
-        else:
-            named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
+        named = _checked_names(self.param_groups, named_parameters, backward_passes_per_step)
         # Horovod's map from each parameter to its name (the names every rank must agree on).
         self._parameter_names = {p: n for n, p in named}
         self.backward_passes_per_step = backward_passes_per_step
@@ -650,28 +657,11 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step):
         super(self.__class__, self).__init__(params)
-        if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-            raise ValueError(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
-                             f"{backward_passes_per_step!r}")
-        all_params = [p for g in self.param_groups for p in g["params"]]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-                raise ValueError("DistributedOptimizer: named_parameters must be (name, parameter) pairs, as "
-                                 "model.named_parameters() gives")
-            names = [n for n, _ in named]
-            dups = sorted({n for n in names if names.count(n) > 1})
-            if dups:
-                raise ValueError(f"DistributedOptimizer: parameter names must be unique: {', '.join(dups)} appear "
-                                 f"more than once in named_parameters")
-            if {id(p) for p in all_params} - {id(p) for _, p in named}:
-                raise ValueError("DistributedOptimizer: named_parameters lacks some of the optimizer's parameters")
-        else:
-            named = [(f"param.{i}.{j}", p) for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])]
+        named = _checked_names(self.param_groups, named_parameters, backward_passes_per_step)
         self._parameter_names = {p: n for n, p in named}
         self._compression = compression or Compression.none
         self.backward_passes_per_step = backward_passes_per_step
-        self._params = [p for p in all_params if p.requires_grad]
+        self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         self._passes = {p: 0 for p in self._params}
         self._hooks = [p.register_hook(self._make_hook(p)) for p in self._params]
         self._comm = _core._comm_of(None, "DistributedOptimizer")
@@ -705,7 +695,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             super(self.__class__, self).step()
             deltas = [p.detach() - s for p, s in zip(self._params, start)]
             combined = _adasum_start(self._comm, deltas, [torch.empty_like(d) for d in deltas], 1.0, 1.0,
-                                     self._compression, "DistributedOptimizer(op=Adasum)", False)
+                                     self._compression, "DistributedOptimizer(op=Adasum)")
             for p, s, d in zip(self._params, start, combined):
                 p.copy_(s + d)
         for p in self._passes:
