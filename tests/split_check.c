@@ -219,3 +219,76 @@ int split_check_mismatch(cohort_comm *world) {
   failures += call_failed("world after a failed sub-communicator", cohort_barrier(world), rank);
   return failures;
 }
+
+/* ---- twins ---- */
+
+typedef struct twin_maker {
+  cohort_comm *world, *twin;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int go, world_rank, failures;
+} twin_maker;
+
+static void *make_twin(void *arg) {
+  twin_maker *m = arg;
+  pthread_mutex_lock(&m->mu);
+  while (!m->go)
+    pthread_cond_wait(&m->cv, &m->mu);
+  pthread_mutex_unlock(&m->mu);
+  m->failures += call_failed("cohort_comm_twin", cohort_comm_twin(m->world, "check-twin", &m->twin), m->world_rank);
+  /* Its own collectives, while world's go on in the main thread. */
+  for (int it = 0; it < 20 && !m->failures; it++) {
+    int64_t v = m->world_rank * 1000 + it, want = 0;
+    for (int p = 0; p < cohort_size(m->world); p++)
+      want += p * 1000 + it;
+    m->failures += call_failed("allreduce on the twin", cohort_allreduce(m->twin, &v, &v, 1, COHORT_I64, COHORT_SUM),
+                               m->world_rank);
+    if (!m->failures && v != want) m->failures += fail("allreduce value on the twin", m->world_rank, NULL);
+  }
+  return NULL;
+}
+
+int split_check_twin(cohort_comm *world) {
+  int rank = cohort_rank(world), size = cohort_size(world), failures = 0;
+  twin_maker m = {.world = world, .world_rank = rank};
+  pthread_mutex_init(&m.mu, NULL);
+  pthread_cond_init(&m.cv, NULL);
+  pthread_t th;
+  pthread_create(&th, NULL, make_twin, &m);
+  /* rank r lets its twin start after r of world's allreduces: the ranks arrive at different points of world's
+   * sequence, which a collective on world could not allow. */
+  for (int it = 0; it < size + 30 && !failures; it++) {
+    if (it == rank) {
+      pthread_mutex_lock(&m.mu);
+      m.go = 1;
+      pthread_cond_signal(&m.cv);
+      pthread_mutex_unlock(&m.mu);
+    }
+    int32_t v[256];
+    for (int k = 0; k < 256; k++)
+      v[k] = rank + k;
+    failures += call_failed("allreduce on world beside the twin",
+                            cohort_allreduce(world, v, v, 256, COHORT_I32, COHORT_SUM), rank);
+    if (!failures && v[255] != size * (size - 1) / 2 + 255 * size)
+      failures += fail("allreduce value on world", rank, NULL);
+  }
+  if (failures) { /* the twin thread waits for its turn: let it go, so that it can fail too */
+    pthread_mutex_lock(&m.mu);
+    m.go = 1;
+    pthread_cond_signal(&m.cv);
+    pthread_mutex_unlock(&m.mu);
+  }
+  pthread_join(th, NULL);
+  failures += m.failures;
+  cohort_comm *again = NULL;
+  if (!failures && cohort_comm_twin(world, "check-twin", &again) != COHORT_ERR_INVALID)
+    failures += fail("a second twin of one name was not refused", rank, cohort_last_error());
+  if (!failures && (cohort_comm_twin(world, "no spaces", &again) != COHORT_ERR_INVALID ||
+                    !strstr(cohort_last_error(), "[A-Za-z0-9_.-]")))
+    failures += fail("a bad twin name was not refused", rank, cohort_last_error());
+  cohort_comm_destroy(m.twin);
+  pthread_mutex_destroy(&m.mu);
+  pthread_cond_destroy(&m.cv);
+  failures += call_failed("barrier on world after its twin", cohort_barrier(world), rank);
+  return failures;
+}

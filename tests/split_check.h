@@ -23,4 +23,9 @@ int split_check_concurrent(cohort_comm *world);
  * do the even group and world. */
 int split_check_mismatch(cohort_comm *world);
 
+/* Each rank makes a twin of world (cohort_comm_twin) from a second thread, at a time of its own (rank r after r
+ * collectives of its main thread on world), while the main thread goes on with allreduces on world: both carry on
+ * with the right values. Then a second twin of the same name and a bad name are refused. */
+int split_check_twin(cohort_comm *world);
+
 #endif

@@ -172,6 +172,16 @@ COHORT_API cohort_status cohort_comm_split(cohort_comm *comm, int color, int key
 /* A communicator of the same ranks in the same order: cohort_comm_split(comm, 0, rank of comm, dup). Collectives on
  * it never interfere with those on comm (a library's own traffic, say). */
 COHORT_API cohort_status cohort_comm_dup(cohort_comm *comm, cohort_comm **dup);
+/*
+ * A communicator of the same ranks in the same order, as cohort_comm_dup's, met through the job's store under name
+ * instead of by a collective on comm: each rank may call it at any time and from any thread, without regard to the
+ * calls comm is making meanwhile, and it returns once every rank of comm has called it with the same name. A library
+ * that agrees with its peers on its own schedule (over comm's messages, say) makes its communicator this way while
+ * the program's collectives go on. name: 1 to 48 of [A-Za-z0-9_.-], once per name per communicator (a second twin of
+ * one name is refused with COHORT_ERR_INVALID, as a name outside that alphabet). Over COHORT_TRANSPORT=mpi it is not
+ * available (COHORT_ERR_INVALID). A rank that never calls it leaves the others waiting until COHORT_TIMEOUT.
+ */
+COHORT_API cohort_status cohort_comm_twin(cohort_comm *comm, const char *name, cohort_comm **twin);
 
 /* ---- collectives (blocking) ---- */
 

@@ -93,6 +93,7 @@ _SIGNATURES = {
     "cohort_comm_abort": (None, [c_void_p, c_char_p]),
     "cohort_comm_split": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_comm_dup": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
+    "cohort_comm_twin": (c_int, [c_void_p, ctypes.c_char_p, ctypes.POINTER(c_void_p)]),
     "cohort_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_broadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "cohort_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int]),

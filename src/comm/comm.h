@@ -71,7 +71,9 @@ struct cohort_comm {
   cohort__store_place *place;          /* NULL when there is no store (1-rank and in-process communicators) */
   struct cohort__split_registry *hubs; /* in-process communicators: where the members of a split find its hub */
   uint32_t splits;                     /* splits made from this communicator so far: the same on every rank */
-  int *parent_ranks;                   /* a sub-communicator: member i is rank parent_ranks[i] of its parent */
+  uint32_t twins[8];                   /* hashes of the names of its twins (cohort_comm_twin), once each */
+  int ntwins;
+  int *parent_ranks; /* a sub-communicator: member i is rank parent_ranks[i] of its parent */
 
   /* Device collectives (src/gpu/): made at the first one by the thread that drives the transport; `label` is then
    * the transport's name with the device path's ("shm+cuda-ipc"), set under mu. */

@@ -167,15 +167,13 @@ static int by_key_then_rank(const void *a, const void *b) {
 }
 
 /* The new communicator's transport, and what it keeps of the meeting (its key space, its registry, its board). */
-static cohort_status make_sub(cohort_comm *c, uint32_t n, int color, int rank, int size, int local_rank, int local_size,
-                              cohort_comm **out) {
+static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, int color, int rank, int size,
+                              int local_rank, int local_size, cohort_comm **out) {
   cohort__transport *t = NULL;
   cohort__store *store = NULL;
   cohort__store_place *place = NULL;
   struct cohort__board *board = NULL;
   struct cohort__split_registry *hubs = NULL;
-  char suffix[64];
-  snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
   cohort_status st;
   if (size == 1) { /* nobody to meet: a one-rank hub, as cohort_init does */
     cohort__inproc_hub *hub;
@@ -246,7 +244,9 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   }
   if (c->hubs) local_rank = rank, local_size = size; /* threads of one process: all on this host */
   cohort_comm *sub = NULL;
-  st = make_sub(c, n, color, rank, size, local_rank, local_size, &sub);
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
+  st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, &sub);
   if (st == COHORT_OK) {
     sub->parent_ranks = parent_ranks;
     parent_ranks = NULL;
@@ -277,6 +277,53 @@ done:
 cohort_status cohort_comm_dup(cohort_comm *c, cohort_comm **out) {
   if (!c || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_comm_dup: comm or dup pointer is NULL");
   return cohort_comm_split(c, 0, c->rank, out);
+}
+
+/* ---- twins ---- */
+
+/* A twin meets in key space "twin/<name>/" (in-process: registry split number 2^31 + a hash of the name, far above
+ * any count of splits), so no collective on comm is needed: the name, not the position among comm's calls, is what
+ * the ranks agree on. Names are remembered per communicator so that a second twin of one name, which would meet
+ * the first one's leftovers in the store, is refused. */
+cohort_status cohort_comm_twin(cohort_comm *c, const char *name, cohort_comm **out) {
+  if (!c || !name || !out)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin: comm, name or twin pointer is NULL");
+  *out = NULL;
+  size_t len = strlen(name);
+  int good = len >= 1 && len <= 48;
+  for (const char *p = name; good && *p; p++)
+    good = isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-';
+  if (!good)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin: name '%.60s' must be 1 to 48 of [A-Za-z0-9_.-]", name);
+  if (strcmp(c->transport->ops->name, "mpi") == 0)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin is not available over COHORT_TRANSPORT=mpi yet");
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = name; *p; p++)
+    h = (h ^ (uint8_t)*p) * 16777619u;
+  pthread_mutex_lock(&c->mu);
+  int seen = 0;
+  for (int i = 0; i < c->ntwins; i++)
+    seen |= c->twins[i] == h;
+  if (!seen && c->ntwins < (int)(sizeof c->twins / sizeof c->twins[0]))
+    c->twins[c->ntwins++] = h;
+  else if (!seen)
+    seen = -1;
+  pthread_mutex_unlock(&c->mu);
+  if (seen)
+    return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin: %s",
+                         seen > 0 ? "this communicator has a twin of that "
+                                    "name already (each name once)"
+                                  : "this communicator has all the twins it may have");
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "twin/%s/", name);
+  cohort_status st = make_sub(c, suffix, 0x80000000u | h, 0, c->rank, c->size, c->local_rank, c->local_size, out);
+  if (st != COHORT_OK) return cohort__error(st, "cohort_comm_twin '%s': %s", name, cohort_last_error());
+  /* In-process members join a hub without waiting for each other (see cohort_comm_split). */
+  if (c->hubs && c->size > 1 && (st = cohort_barrier(*out)) != COHORT_OK) {
+    cohort_comm_destroy(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 /* ---- the point-to-point engine's transport ---- */

@@ -25,6 +25,7 @@ int main(int argc, char **argv) {
   int failures = split_check_matrix(c, counts, quick ? 4 : 5);
   if (!failures) failures += split_check_concurrent(c);
   if (!failures && cohort_size(c) >= 4) failures += split_check_mismatch(c);
+  if (!failures) failures += split_check_twin(c);
   cohort_comm *half = NULL;
   if (!failures && cohort_comm_split(c, cohort_rank(c) < cohort_size(c) / 2, 0, &half) != COHORT_OK) {
     fprintf(stderr, "split: %s\n", cohort_last_error());

@@ -219,6 +219,7 @@ static void *run_split(void *arg) {
   j->failures = split_check_matrix(c, counts, 4);
   if (!j->failures) j->failures += split_check_concurrent(c);
   if (!j->failures && cohort_size(c) >= 4) j->failures += split_check_mismatch(c);
+  if (!j->failures) j->failures += split_check_twin(c);
   cohort_comm_destroy(c);
   return NULL;
 }
