@@ -137,6 +137,9 @@ _comm = None  # c_void_p: the job's communicator (a process set holds its own: P
 _pid = None
 _engines = weakref.WeakSet()  # DDP engines (cohort.torch), destroyed before the communicator
 _handles = weakref.WeakSet()  # outstanding async work, freed before the communicator
+# hook(comm, phase) before a communicator is destroyed: phase "stop" (before its handles are freed), then "destroy"
+# (cohort.torch's matching of names: its threads, then its twin communicator)
+_comm_hooks = []
 
 
 def init(comm=None):
@@ -182,6 +185,11 @@ def shutdown():
         if _pid != os.getpid():  # a forked child must not tear down its parent's links
             _comm, _pid = None, None
             return
+        for hook in _comm_hooks:  # first, so that nothing starts more work below
+            hook(_comm, "stop")
+            for ps in list(_process_sets.values()):
+                if ps._comm is not None:
+                    hook(ps._comm, "stop")
         for h in list(_handles):
             h._release()
             h._shut_down()
@@ -189,6 +197,8 @@ def shutdown():
             e.close()
         for ps in list(_process_sets.values()):
             remove_process_set(ps)
+        for hook in _comm_hooks:
+            hook(_comm, "destroy")
         _drop_arena_pool(_comm)
         _c.cohort_comm_destroy(_comm)
         _comm, _pid = None, None
@@ -274,9 +284,13 @@ def remove_process_set(process_set):
     if comm is not None:
         # Engines on the set (DistributedOptimizer(process_set=), DistributedDataParallel(process_group=)) go
         # first: an engine outliving its communicator would touch it when it is destroyed.
+        for hook in _comm_hooks:
+            hook(comm, "stop")
         for e in list(_engines):
             if getattr(e, "_comm", None) is comm:
                 e.close()
+        for hook in _comm_hooks:
+            hook(comm, "destroy")
         _drop_arena_pool(comm)
         _c.cohort_comm_destroy(comm)
     return True

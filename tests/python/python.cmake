@@ -222,6 +222,18 @@ foreach(np 1 2 3)
   set_tests_properties(python.hvd_api.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}")
 endforeach()
 
+# Operations matched by name, as Horovod matches them (issue 32; tests/python/test_named.py): each rank issues its
+# named calls of every kind in its own order, blocking and async, with join(), a process set, a duplicate name, one
+# name for two kinds of call, a name only rank 0 issues (the stall warning and the timeout, set short here), and
+# shutdown() with a name never completed. At 1 rank names are not matched: the same script runs in call order.
+foreach(np 1 2 3)
+  add_test(NAME python.named.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_named.py)
+  set_tests_properties(python.named.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_STALL_S=1;COHORT_OP_TIMEOUT=4"
+                       PASS_REGULAR_EXPRESSION "named ok")
+endforeach()
+
 # shutdown() then init() 20 times in the same 2 processes, over each transport (test_reinit.py); a hang fails on
 # the TIMEOUT.
 foreach(tr shm tcp)

@@ -15,6 +15,7 @@ has the API table against Horovod and torch.distributed, and what differs.
 import functools
 import inspect
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -29,6 +30,7 @@ from cohort import (AuthError, CohortError, HorovodInternalError, Handle, Invali
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
+from cohort.torch import _named
 from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
                                    FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
                                    _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream, _tag_shape)
@@ -175,7 +177,8 @@ class _AllreduceFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, comm, op, prescale_factor, postscale_factor, compression):
-        ctx.args = (comm, op, prescale_factor, postscale_factor, compression)  # backward reduces over the same ranks
+        # backward reduces over the same ranks, in call order (a named forward ran on the twin: _named.py)
+        ctx.args = (_named.ordered(comm), op, prescale_factor, postscale_factor, compression)
         return _allreduce_start(comm, tensor, _output_for(tensor), op, prescale_factor, postscale_factor, compression,
                                 "allreduce", False)
 
@@ -208,6 +211,13 @@ def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
+    if name is not None:
+        named = _named_call(allreduce, name, (tensor,), dict(average=average, name=name, compression=compression, op=op,
+                                                             prescale_factor=prescale_factor,
+                                                             postscale_factor=postscale_factor,
+                                                             process_set=process_set))
+        if named is not None:
+            return named
     if op is None and average is None:
         op = Average
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
@@ -230,6 +240,13 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None, compression=Compression.none):
     """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
+    if name is not None:
+        named = _named_call(allreduce_, name, (tensor,), dict(average=average, name=name, op=op,
+                                                              prescale_factor=prescale_factor,
+                                                              postscale_factor=postscale_factor,
+                                                              process_set=process_set, compression=compression))
+        if named is not None:
+            return named
     if op is None and average is None:
         op = Average
     dt = _plain(tensor, op, average, prescale_factor, postscale_factor, compression)
@@ -371,6 +388,8 @@ def poll(handle):
     """True once the work of handle has completed; never blocks."""
     if isinstance(handle, _GroupHandle):
         return _group_poll(handle)
+    if isinstance(handle, _named.NamedHandle):
+        return _named.poll(handle, poll)
     return _core.poll(handle)
 
 
@@ -378,6 +397,8 @@ def synchronize(handle):
     """Waits for the work of handle (from any *_async call) and returns its result."""
     if isinstance(handle, _GroupHandle):
         return _group_sync(handle)
+    if isinstance(handle, _named.NamedHandle):
+        return _named.synchronize(handle, synchronize)
     return _core.synchronize(handle)
 
 
@@ -403,7 +424,7 @@ class _GroupedAllreduceFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, comm, op, pre, post, compression, *tensors):
-        ctx.args = (comm, op, pre, post, compression)
+        ctx.args = (_named.ordered(comm), op, pre, post, compression)
         return tuple(_grouped_start(comm, list(tensors), [_output_for(t) for t in tensors], op, pre, post,
                                     compression, "grouped_allreduce", False))
 
@@ -488,7 +509,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 class _BroadcastFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, comm, root):
-        ctx.comm, ctx.root = comm, root
+        ctx.comm, ctx.root = _named.ordered(comm), root
         return _broadcast_start(comm, tensor, _output_for(tensor), root, "broadcast", False)
 
     @staticmethod
@@ -532,7 +553,7 @@ def allgather(tensor, name=None, process_set=None):
 class _AllgatherFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, comm):
-        ctx.comm, ctx.dim = comm, tensor.shape[0]
+        ctx.comm, ctx.dim = _named.ordered(comm), tensor.shape[0]
         return _allgather(comm, tensor)
 
     @staticmethod
@@ -603,7 +624,7 @@ def reducescatter(tensor, op=Average, name=None, compression=Compression.none, p
 class _ReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, comm, op, compression, pre, post):
-        ctx.args = (comm, op, pre, post)
+        ctx.args = (_named.ordered(comm), op, pre, post)
         return _reducescatter(comm, tensor, op, compression, pre, post)
 
     @staticmethod
@@ -771,7 +792,7 @@ class _AlltoallFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, comm):
         out, recv = _alltoall(comm, tensor, splits, "alltoall")
-        ctx.comm, ctx.recv = comm, recv
+        ctx.comm, ctx.recv = _named.ordered(comm), recv
         ctx.mark_non_differentiable(recv)
         return out, recv
 
@@ -958,38 +979,84 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 # ---- names of operations in flight ----
 
-# Horovod refuses an async operation whose name= is that of one still in flight on this rank (its tests check it).
-# cohort matches operations by the order of the calls, not by name, so the name serves this check alone. The handle
-# is held weakly: a handle that was dropped is no longer in flight for this purpose.
-_in_flight = {}  # (process set's id, name) -> weakref to the handle
+# Horovod matches operations by name: a call with name= waits until every rank has issued that name, and the ranks
+# then run their named calls in one agreed order, whatever order each issued them in (_named.py). A call without a
+# name runs at once, in call order, as before. Horovod refuses an async operation whose name is that of one still in
+# flight on this rank (its tests check it); so does cohort, also where names are not matched (a one-rank job, the MPI
+# transport), where the handle is held weakly: a handle that was dropped is no longer in flight for this purpose.
+_in_flight = {}  # (process set's id, name) -> weakref to the handle (names not matched)
+_tls = threading.local()  # .named: this thread is running a named call (the calls it makes are part of it)
 
 
-def _refuse_duplicate_names(fn):
+_INLINE = {allreduce: None, allreduce_: None}  # fn -> its named call (set by _by_name)
+
+
+def _by_name(fn, blocking):
     params = list(inspect.signature(fn).parameters)
     at_name, at_set = params.index("name"), params.index("process_set")
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        name = kwargs["name"] if "name" in kwargs else (args[at_name] if len(args) > at_name else None)
-        if name is None:
+    def start(args, kwargs, twin_set):
+        args, kwargs = list(args), dict(kwargs)
+        if len(args) > at_set:
+            args[at_set] = twin_set
+        else:
+            kwargs["process_set"] = twin_set
+        return direct(args, kwargs)
+
+    def direct(args, kwargs):  # fn itself: the calls it makes are not named calls of their own
+        outer, _tls.named = getattr(_tls, "named", False), True
+        try:
             return fn(*args, **kwargs)
+        finally:
+            _tls.named = outer
+
+    def call(name, args, kwargs):
         ps = kwargs["process_set"] if "process_set" in kwargs else (args[at_set] if len(args) > at_set else None)
+        if not isinstance(name, str):
+            raise TypeError(f"{fn.__name__}: name must be a str, got {type(name).__name__}")
+        m = _named.matcher(ps, fn.__name__)
+        if m is not None:
+            return m.submit(name, fn.__name__, lambda twin_set: start(args, kwargs, twin_set), blocking)
+        if blocking:
+            return direct(args, kwargs)
         key = (0 if ps is None or ps is _core.global_process_set else id(ps), name)
         ref = _in_flight.get(key)
         earlier = ref() if ref is not None else None
         if earlier is not None and not poll(earlier):
             raise ValueError(f"{fn.__name__}: an operation named '{name}' is still in flight on this rank (as in "
                              f"Horovod, a name may not be reused until that operation has completed)")
-        handle = fn(*args, **kwargs)
+        handle = direct(args, kwargs)
         _in_flight[key] = weakref.ref(handle)
         return handle
+
+    if fn in _INLINE:  # the hot paths check the name themselves (one test less than a wrapper's call)
+        _INLINE[fn] = call
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        name = kwargs["name"] if "name" in kwargs else (args[at_name] if len(args) > at_name else None)
+        if name is None or getattr(_tls, "named", False):
+            return fn(*args, **kwargs)
+        return call(name, args, kwargs)
     return wrapper
+
+
+def _named_call(fn, name, args, kwargs):
+    """A call of a hot path (allreduce, allreduce_) with name=: as _by_name's wrapper, or fn itself inside a named
+    call."""
+    if getattr(_tls, "named", False):
+        return None
+    return _INLINE[fn](name, args, kwargs)
 
 
 for _fn in (allreduce_async, allreduce_async_, grouped_allreduce_async, grouped_allreduce_async_, broadcast_async,
             broadcast_async_, allgather_async, reducescatter_async, grouped_allgather_async,
             grouped_reducescatter_async, alltoall_async):
-    globals()[_fn.__name__] = _refuse_duplicate_names(_fn)
+    globals()[_fn.__name__] = _by_name(_fn, blocking=False)
+for _fn in (allreduce, allreduce_, grouped_allreduce, grouped_allreduce_, broadcast, broadcast_, allgather,
+            reducescatter, grouped_allgather, grouped_reducescatter, alltoall):
+    globals()[_fn.__name__] = _by_name(_fn, blocking=True)
 del _fn
 
 from cohort.torch._engine import DistributedDataParallel, DistributedOptimizer, join  # noqa: E402,F401

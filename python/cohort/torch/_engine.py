@@ -25,6 +25,7 @@ import torch
 import cohort as _core
 from cohort import _lib
 from cohort._lib import lib as _c
+from cohort.torch import _named
 from cohort.torch._tensors import _TORCH_DTYPES, Compression
 
 
@@ -516,9 +517,18 @@ def _join(engine, what):
         # No engine to shadow: the collectives' join (cohort_join). Until every rank has joined, this rank adds zeros
         # to the others' allreduces and reduce-scatters (Horovod's join), and their other calls raise naming it;
         # returns the rank that joined last (ties: the highest), the same on every rank.
+        # The named calls run on a communicator of their own (_named.py): the runner joins that one meanwhile.
+        m = _named.matcher(None, what)
+        named = m.join(what) if m is not None else None
         last = ctypes.c_int(-1)
-        _core._check(_c.cohort_join(_core._get_comm(), ctypes.byref(last)), what)
-        return last.value
+        st = _c.cohort_join(_core._get_comm(), ctypes.byref(last))
+        if named is not None and named.wait_turn() == "failed" and st == _lib.OK:
+            raise named.error
+        _core._check(st, what)
+        # join() returns the rank that joined last: the main join counts the calls without a name each rank joined
+        # (fewest: last; ties: the highest); where named calls ran while a rank had joined, those counts miss them,
+        # and rank 0's coordinator, which received the joins, names the one that came last.
+        return named.inner if named is not None and named.inner >= 0 else last.value
     if getattr(engine._owner(), "_pending", False):  # a DistributedOptimizer between backward() and step()
         raise RuntimeError(f"{what}: backward() ran but step() (or synchronize()) did not: finish the step first")
     return engine.join(what)
