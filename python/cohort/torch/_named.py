@@ -315,7 +315,7 @@ class Matcher:
         ready = {}  # name -> [ranks that issued it, what, first seen, warned]
         joined = set()  # ranks in hvd.join(): they count as having issued every name
         named_while_joined = False  # a named call ran while a rank had joined: join()'s rank is by arrival
-        timer = None
+        ticker = _Ticker(self.comm)
         try:
             while True:
                 src, data = _recv(self.comm, _READY, buf)
@@ -346,16 +346,13 @@ class Matcher:
                     for r in sorted(ready.pop(name)[0]):
                         _core._check(_send(self.comm, r, _GO, msg), "matching names: telling the ranks to start")
                 self._stalls(ready, joined)
-                timer = _stop(timer)
-                if ready:  # a tick (kind T) to itself when the next name is due a warning or its failure
-                    due = min(e[2] + (self.timeout_s if e[3] else self.stall_warn_s) for e in ready.values())
-                    timer = threading.Timer(max(due - time.monotonic(), 0.01), _send, (self.comm, 0, _READY, b"T"))
-                    timer.daemon = True
-                    timer.start()
+                # a tick (kind T) to itself when the next name is due a warning or its failure
+                ticker.set(min((e[2] + (self.timeout_s if e[3] else self.stall_warn_s) for e in ready.values()),
+                               default=None))
         except BaseException:
             pass  # the runners see the communicator fail too, and fail what is parked
         finally:
-            _stop(timer)
+            ticker.stop()
 
     def _stalls(self, ready, joined):
         now = time.monotonic()
@@ -404,12 +401,39 @@ class Matcher:
             self.twin = None
 
 
-def _stop(timer):
-    """Cancels a tick, and waits for one already sending (the communicator may be destroyed next)."""
-    if timer is not None:
-        timer.cancel()
-        timer.join()
-    return None
+class _Ticker:
+    """One thread that sends the coordinator a tick (kind T) at the time it was last set to (None: never), so that
+    stalls are seen while no message comes; setting it costs a lock, not a thread."""
+
+    def __init__(self, comm):
+        self.comm, self.due, self.done = comm, None, False
+        self.cv = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="cohort-names-ticker", daemon=True)
+        self.thread.start()
+
+    def set(self, due):
+        with self.cv:
+            if due != self.due:
+                self.due = due
+                self.cv.notify()
+
+    def _run(self):
+        with self.cv:
+            while not self.done:
+                if self.due is None:
+                    self.cv.wait()
+                elif time.monotonic() < self.due:
+                    self.cv.wait(self.due - time.monotonic())
+                else:
+                    self.due = None
+                    _send(self.comm, 0, _READY, b"T")
+
+    def stop(self):
+        """Before the communicator may be destroyed: no tick is sent after this returns."""
+        with self.cv:
+            self.done = True
+            self.cv.notify()
+        self.thread.join()
 
 
 class _nothing:
