@@ -15,14 +15,18 @@ Every rank issues its named calls in an order of its own and the results are che
 - a process set's names, and calls without a name running beside named ones;
 - a name only rank 0 issues: a warning names the missing ranks after COHORT_STALL_S, then TimeoutError on rank 0
   after COHORT_OP_TIMEOUT (both set short by the ctest), and the job goes on;
+- start_timeline/stop_timeline: rank 0's Chrome trace has a row per call (named: its name), the negotiation of a
+  named call, the coordinator's rounds with mark_cycles, and no other rank writes;
 - shutdown() with a named call never completed (only rank 0 issued it): synchronize() raises, then init() again
   and names work again.
 Exits non-zero on the first failed check; every check runs on every rank.
 """
 import io
+import json
 import os
 import random
 import sys
+import tempfile
 import time
 
 import torch
@@ -168,6 +172,30 @@ if N > 1:
     hvd.barrier()
     check(torch.equal(hvd.allreduce(torch.ones(1), name="after-lonely", op=hvd.Sum), torch.ones(1) * N),
           "a named call after the timeout")
+
+# ---- hvd.start_timeline / stop_timeline: rank 0's Chrome trace of the calls, named ones with their negotiation ----
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, f"timeline.{R}.json")  # a path of each rank's own: only rank 0's may appear
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.start_timeline(path, mark_cycles=True)  # again, same file: goes on
+    hvd.allreduce(torch.ones(3), name="tl")
+    hvd.allreduce(torch.ones(3))
+    hvd.synchronize(hvd.allgather_async(torch.ones(2)))
+    hvd.stop_timeline()
+    if R == 0:
+        trace = json.load(open(path))["traceEvents"]
+        rows = {e["args"]["name"]: e["tid"] for e in trace if e["name"] == "thread_name"}
+        spans = {(e["tid"], e["name"]): e for e in trace if e["ph"] == "X"}
+        check("allreduce.tl" in rows and (rows["allreduce.tl"], "ALLREDUCE") in spans, f"the named call's row: {rows}")
+        check((N > 1) == ((rows["allreduce.tl"], "NEGOTIATE_ALLREDUCE") in spans), "its negotiation (several ranks)")
+        noname = [r for r in rows if r.startswith("allreduce.noname.")]
+        check(len(noname) == 1 and (rows[noname[0]], "ALLREDUCE") in spans, f"the unnamed call's row: {rows}")
+        gather = [r for r in rows if r.startswith("allgather.noname.")]
+        check(len(gather) == 1 and (rows[gather[0]], "ALLGATHER") in spans, f"the async allgather's row: {rows}")
+        check((N > 1) == any(e["name"] == "CYCLE_START" for e in trace), "mark_cycles: the coordinator's rounds")
+        check(any("start_time_since_epoch_in_micros" in e.get("args", {}) for e in trace), "the start time")
+    check(sorted(os.listdir(d)) == (["timeline.0.json"] if R == 0 else []), f"only rank 0 writes: {os.listdir(d)}")
+    hvd.barrier()
 
 # ---- shutdown() with a name never completed, then init() again ----
 if N > 1:

@@ -30,7 +30,7 @@ from cohort import (AuthError, CohortError, HorovodInternalError, Handle, Invali
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
-from cohort.torch import _named
+from cohort.torch import _named, _timeline
 from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
                                    FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
                                    _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream, _tag_shape)
@@ -211,7 +211,7 @@ def _plain(tensor, op, average, prescale_factor, postscale_factor, compression):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """A new tensor: op over the ranks of tensor (Average by default). Differentiable when tensor requires grad."""
-    if name is not None:
+    if name is not None or _timeline.on:
         named = _named_call(allreduce, name, (tensor,), dict(average=average, name=name, compression=compression, op=op,
                                                              prescale_factor=prescale_factor,
                                                              postscale_factor=postscale_factor,
@@ -240,7 +240,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None, compression=Compression.none):
     """In place: tensor becomes op over the ranks of tensor. Returns tensor."""
-    if name is not None:
+    if name is not None or _timeline.on:
         named = _named_call(allreduce_, name, (tensor,), dict(average=average, name=name, op=op,
                                                               prescale_factor=prescale_factor,
                                                               postscale_factor=postscale_factor,
@@ -399,6 +399,12 @@ def synchronize(handle):
         return _group_sync(handle)
     if isinstance(handle, _named.NamedHandle):
         return _named.synchronize(handle, synchronize)
+    if _timed_handles:
+        timed = _timed_handles.pop(handle, None)
+        if timed is not None:
+            out = _core.synchronize(handle)
+            _timeline.span(timed[0], timed[1], timed[2])
+            return out
     return _core.synchronize(handle)
 
 
@@ -852,15 +858,16 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Horovod's runtime timeline switch. cohort's timeline (COHORT_TIMELINE, docs/env.md) is set when the job
-    starts and covers the DDP engine's steps; it has no runtime switch: this warns and does nothing."""
-    import warnings
-    warnings.warn("cohort.torch.start_timeline: cohort has no runtime timeline switch; set COHORT_TIMELINE=path "
-                  "before the job starts (docs/env.md)", stacklevel=2)
+    """Horovod's runtime timeline: from now on rank 0 records each collective call of cohort.torch (a row per tensor
+    name; NEGOTIATE_<OP> while a named call waits for the other ranks, then <OP>), and with mark_cycles its
+    coordinator's rounds (CYCLE_START); stop_timeline() writes it to file_path as a Chrome trace. A start with another
+    file writes the first one. The DDP engine's buckets are in COHORT_TIMELINE's timeline instead (docs/env.md)."""
+    _timeline.start(file_path, mark_cycles, _core.rank())
 
 
 def stop_timeline():
-    """See start_timeline: does nothing."""
+    """Writes the timeline that start_timeline began (rank 0; atomically), and stops recording."""
+    _timeline.stop()
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -988,7 +995,7 @@ _in_flight = {}  # (process set's id, name) -> weakref to the handle (names not 
 _tls = threading.local()  # .named: this thread is running a named call (the calls it makes are part of it)
 
 
-_INLINE = {allreduce: None, allreduce_: None}  # fn -> its named call (set by _by_name)
+_INLINE = {allreduce: None, allreduce_: None}  # fn -> (its named call, its timed call) (set by _by_name)
 
 
 def _by_name(fn, blocking):
@@ -1018,36 +1025,57 @@ def _by_name(fn, blocking):
         if m is not None:
             return m.submit(name, fn.__name__, lambda twin_set: start(args, kwargs, twin_set), blocking)
         if blocking:
-            return direct(args, kwargs)
+            return direct(args, kwargs) if not _timeline.on else _timed(fn, True, lambda: direct(args, kwargs), name)
         key = (0 if ps is None or ps is _core.global_process_set else id(ps), name)
         ref = _in_flight.get(key)
         earlier = ref() if ref is not None else None
         if earlier is not None and not poll(earlier):
             raise ValueError(f"{fn.__name__}: an operation named '{name}' is still in flight on this rank (as in "
                              f"Horovod, a name may not be reused until that operation has completed)")
-        handle = direct(args, kwargs)
+        handle = (direct(args, kwargs) if not _timeline.on else
+                  _timed(fn, False, lambda: direct(args, kwargs), name))
         _in_flight[key] = weakref.ref(handle)
         return handle
 
     if fn in _INLINE:  # the hot paths check the name themselves (one test less than a wrapper's call)
-        _INLINE[fn] = call
+        _INLINE[fn] = (call, lambda args, kwargs: _timed(fn, blocking, lambda: direct(args, kwargs)))
         return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         name = kwargs["name"] if "name" in kwargs else (args[at_name] if len(args) > at_name else None)
-        if name is None or getattr(_tls, "named", False):
+        if getattr(_tls, "named", False):
             return fn(*args, **kwargs)
+        if name is None:
+            return fn(*args, **kwargs) if not _timeline.on else _timed(fn, blocking, lambda: direct(args, kwargs))
         return call(name, args, kwargs)
     return wrapper
 
 
+_timed_handles = weakref.WeakKeyDictionary()  # an async call's handle -> (its timeline row, phase, start)
+
+
+def _timed(fn, blocking, run, name=None):
+    """A call that is not matched by name while hvd.start_timeline runs: run() on the timeline, on a row of its own
+    (Horovod's tensor name)."""
+    kind = _named.op_kind(fn.__name__)
+    row, begin = _timeline.row(kind.lower(), name), _timeline.now()
+    out = run()
+    if blocking:
+        _timeline.span(row, kind, begin)
+    elif isinstance(out, Handle):
+        _timed_handles[out] = (row, kind, begin)
+    return out
+
+
 def _named_call(fn, name, args, kwargs):
-    """A call of a hot path (allreduce, allreduce_) with name=: as _by_name's wrapper, or fn itself inside a named
-    call."""
+    """A call of a hot path (allreduce, allreduce_) with name= or while the timeline runs: as _by_name's wrapper; None
+    inside a named or timed call (fn's own body goes on)."""
     if getattr(_tls, "named", False):
         return None
-    return _INLINE[fn](name, args, kwargs)
+    if name is None:
+        return _INLINE[fn][1](args, kwargs)
+    return _INLINE[fn][0](name, args, kwargs)
 
 
 for _fn in (allreduce_async, allreduce_async_, grouped_allreduce_async, grouped_allreduce_async_, broadcast_async,

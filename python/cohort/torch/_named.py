@@ -26,6 +26,7 @@ import torch
 
 import cohort as _core
 from cohort import _lib
+from cohort.torch import _timeline
 
 _c = _core._c
 _READY, _GO = 0x7FFFFFF0, 0x7FFFFFF1  # message tags of the coordinator and the runners (reserved: docs/torch.md)
@@ -101,6 +102,13 @@ class _Parked:
         self.grad = torch.is_grad_enabled()
         self.stream = (torch.cuda.current_stream() if torch.cuda.is_available() and torch.cuda.is_initialized()
                        else None)
+        # hvd.start_timeline: its row, when it was issued, when its turn came
+        self.row = _timeline.row(op_kind(what).lower(), name) if _timeline.on else None
+        self.t_submit = self.t_go = _timeline.now() if self.row else 0.0
+
+    def timed(self, phase, since):
+        if self.row is not None:
+            _timeline.span(self.row, phase, since)
 
     def settle(self, state, inner=None, error=None):
         with self.cv:
@@ -129,6 +137,11 @@ class NamedHandle(_core.Handle):
         pass
 
 
+def op_kind(what):
+    """The collective of a call, as Horovod's timeline names it: allreduce_async_ and grouped_allreduce: ALLREDUCE."""
+    return what.replace("grouped_", "").replace("_async", "").rstrip("_").upper()
+
+
 def poll(handle, inner_poll):
     p = handle._parked
     with p.cv:
@@ -144,7 +157,10 @@ def synchronize(handle, inner_sync):
     state = p.wait_turn()
     if state == "failed":
         raise p.error
-    return inner_sync(p.inner)
+    out = inner_sync(p.inner)
+    p.timed(op_kind(p.what), p.t_go)
+    p.row = None  # once
+    return out
 
 
 class Matcher:
@@ -207,6 +223,7 @@ class Matcher:
         try:
             return start(self.twin_set)
         finally:
+            p.timed(op_kind(what), p.t_go)
             p.settle("done")
 
     # ---- the runner: starts what the coordinator agreed, in its order ----
@@ -244,6 +261,9 @@ class Matcher:
     def _start(self, name):
         with self.lock:
             p = self.parked.pop(name)  # this rank told rank 0 of it: it is here
+        if p.row is not None:
+            p.timed("NEGOTIATE_" + op_kind(p.what), p.t_submit)
+            p.t_go = _timeline.now()
         if self.twin is None:
             try:
                 self._make_twin()
@@ -320,6 +340,7 @@ class Matcher:
             while True:
                 src, data = _recv(self.comm, _READY, buf)
                 kind, items = _decode(data)
+                _timeline.cycle()
                 if kind == b"B":  # src stops: its runner's last message, after every name sent to it before
                     _core._check(_send(self.comm, src, _GO, b"S"), f"matching names: stopping rank {src}'s runner")
                     if src == self.rank:
