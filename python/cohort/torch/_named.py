@@ -21,6 +21,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 
 import torch
 
@@ -137,6 +138,11 @@ class NamedHandle(_core.Handle):
         pass
 
 
+def _torch_poll(handle):
+    from cohort.torch import poll  # the package imports this module first
+    return poll(handle)
+
+
 def op_kind(what):
     """The collective of a call, as Horovod's timeline names it: allreduce_async_ and grouped_allreduce: ALLREDUCE."""
     return what.replace("grouped_", "").replace("_async", "").rstrip("_").upper()
@@ -174,6 +180,7 @@ class Matcher:
         self.twin = None
         self.twin_set = None
         self.parked = {}  # name -> _Parked
+        self.started = {}  # name -> weakref to the handle of the last async call of that name
         self.lock = threading.Lock()
         self.broken = None  # the error that stopped the runner: every later call fails with it
         self.joined = None  # this rank's join of the named calls, settled by the runner
@@ -199,7 +206,8 @@ class Matcher:
         with self.lock:
             if self.broken is not None:
                 raise self.broken
-            if name in self.parked:
+            ref = self.started.get(name)  # an async call of that name that may still run
+            if name in self.parked or (ref is not None and ref() is not None and not _torch_poll(ref())):
                 raise ValueError(f"{what}: an operation named '{name}' is still in flight on this rank (as in "
                                  f"Horovod, a name may not be reused until that operation has completed)")
             self.parked[name] = p
@@ -210,7 +218,12 @@ class Matcher:
                 self.parked.pop(name, None)
             raise err
         if not blocking:
-            return NamedHandle(p)
+            handle = NamedHandle(p)
+            with self.lock:
+                self.started[name] = weakref.ref(handle)  # held weakly: a dropped handle is in flight no more
+                if len(self.started) > 4096:  # names made of counters: forget the ones whose handles are gone
+                    self.started = {k: r for k, r in self.started.items() if r() is not None}
+            return handle
         try:
             state = p.wait_turn()
         except BaseException:
@@ -427,27 +440,29 @@ class _Ticker:
     stalls are seen while no message comes; setting it costs a lock, not a thread."""
 
     def __init__(self, comm):
-        self.comm, self.due, self.done = comm, None, False
+        self.comm, self.due, self.done, self.until = comm, None, False, 0.0
         self.cv = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="cohort-names-ticker", daemon=True)
         self.thread.start()
 
     def set(self, due):
+        # The thread looks at least once a second; it is woken only for a tick due before it would look (names
+        # come and go many times a second: most never get near their due time).
         with self.cv:
-            if due != self.due:
-                self.due = due
+            self.due = due
+            if due is not None and due < self.until:
                 self.cv.notify()
 
     def _run(self):
         with self.cv:
             while not self.done:
-                if self.due is None:
-                    self.cv.wait()
-                elif time.monotonic() < self.due:
-                    self.cv.wait(self.due - time.monotonic())
-                else:
+                now = time.monotonic()
+                if self.due is not None and now >= self.due:
                     self.due = None
                     _send(self.comm, 0, _READY, b"T")
+                    continue
+                self.until = min(now + 1.0, self.due if self.due is not None else now + 1.0)
+                self.cv.wait(self.until - now)
 
     def stop(self):
         """Before the communicator may be destroyed: no tick is sent after this returns."""
