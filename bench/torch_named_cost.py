@@ -2,7 +2,8 @@
 until rank 0 has heard from every rank, then started by a runner thread on the twin communicator; one without a name
 goes straight to the library. This times the same blocking allreduce with and without name=, and an async named
 allreduce of many tensors synchronized together (as a script reducing a model's tensors one by one would), in
-alternating rounds so that a busy machine's noise falls on all alike, and prints the medians on rank 0.
+alternating rounds so that a busy machine's noise falls on all alike, and prints the medians on rank 0; then how far
+apart the ranks return from one blocking call, with and without a name.
 
     build/bin/cohortrun -np 2 python3 bench/torch_named_cost.py [--bytes 4096] [--calls 2000] [--rounds 5]
 """
@@ -22,6 +23,19 @@ def per_call_us(fn, calls):
         fn(i)
     hvd.barrier()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def return_skew(name):
+    """When each rank returns from the same blocking call (a timing test that starts a clock after it, as Horovod's
+    barrier tests do, sees the difference): per call, the last other rank's return minus rank 0's, in us, sorted."""
+    ts = []
+    for i in range(200):
+        hvd.allreduce_(torch.IntTensor([1]), None, None if name is None else f"{name}{i}", hvd.Sum)
+        ts.append(time.time())
+        time.sleep(0.002)
+    every = hvd.allgather_object(ts)
+    return sorted((max(every[k][i] for k in range(1, len(every))) - every[0][i]) * 1e6 if len(every) > 1 else 0.0
+                  for i in range(200))
 
 
 def main():
@@ -56,6 +70,7 @@ def main():
     for _ in range(args.rounds):
         for k, fn in kinds.items():
             times[k].append(per_call_us(fn, calls[k]))
+    skews = {"unnamed": return_skew(None), "named": return_skew("s")}
     if hvd.rank() == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"{hvd.size()} ranks, {hvd.transport()}, {args.bytes} B allreduce, us per call (median of {args.rounds} "
@@ -63,6 +78,10 @@ def main():
         print(f"named/unnamed: blocking {med['named'] / med['unnamed']:.2f}x, 50 async per synchronize "
               f"{med['named async x50'] / med['unnamed async x50']:.2f}x "
               f"({med['named async x50'] / 50:.1f} us per named tensor)")
+        for k, d in skews.items():
+            print(f"{k} 4-byte allreduce, how much later than rank 0 the last other rank returned, 200 calls 2 ms "
+                  f"apart: median {d[100]:.0f} us, p90 {d[180]:.0f} us, max {d[-1]:.0f} us; later in "
+                  f"{sum(x > 0 for x in d)} of 200")
     hvd.shutdown()
 
 
