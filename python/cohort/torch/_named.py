@@ -42,6 +42,11 @@ class _RecvInfo(ctypes.Structure):
 _c.cohort_send.restype = ctypes.c_int
 _c.cohort_send.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                            ctypes.c_int]
+_c.cohort_irecv.restype = ctypes.c_int
+_c.cohort_irecv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+_c.cohort_work_recv_info.restype = ctypes.c_int
+_c.cohort_work_recv_info.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 _c.cohort_recv.restype = ctypes.c_int
 _c.cohort_recv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                            ctypes.c_int, ctypes.POINTER(_RecvInfo)]
@@ -344,41 +349,57 @@ class Matcher:
     # ---- the coordinator (rank 0) ----
 
     def _coordinate(self):
-        buf = ctypes.create_string_buffer(_MAX_MESSAGE)
         ready = {}  # name -> [ranks that issued it, what, first seen, warned]
         joined = set()  # ranks in hvd.join(): they count as having issued every name
-        named_while_joined = False  # a named call ran while a rank had joined: join()'s rank is by arrival
+        state = {"named_while_joined": False}  # a named call ran while a rank had joined: join()'s rank is by arrival
         ticker = _Ticker(self.comm)
+        inbox = _Inbox(self.comm)
+
+        def flush():
+            # Each name every rank has issued (a joined rank counts) goes to the ranks that issued it, in one order:
+            # one message per rank for all the names ready now. A joined rank adds its zeros in its join.
+            go = [name for name, e in ready.items() if len(e[0] | joined) == self.size]
+            if not go:
+                return
+            state["named_while_joined"] |= bool(joined)
+            per_rank = {}
+            for name in go:
+                for r in ready.pop(name)[0]:
+                    per_rank.setdefault(r, []).append(name)
+            for r, names in sorted(per_rank.items()):
+                for msg in _batches(b"G", names):
+                    _core._check(_send(self.comm, r, _GO, msg), "matching names: telling the ranks to start")
+
         try:
-            while True:
-                src, data = _recv(self.comm, _READY, buf)
-                kind, items = _decode(data)
-                _timeline.cycle()
-                if kind == b"B":  # src stops: its runner's last message, after every name sent to it before
-                    _core._check(_send(self.comm, src, _GO, b"S"), f"matching names: stopping rank {src}'s runner")
-                    if src == self.rank:
-                        break
-                    continue
-                if kind == b"R":
-                    name, what = items
-                    ready.setdefault(name, [set(), what, time.monotonic(), False])[0].add(src)
-                elif kind == b"J":
-                    joined.add(src)
-                    _core._check(_send(self.comm, src, _GO, b"J"), f"matching names: rank {src}'s join")
-                    if len(joined) == self.size:  # every join returns: src joined last (-1: count the calls)
-                        msg = _encode(b"L", [str(src) if named_while_joined else "-1"])
-                        named_while_joined = False
-                        for r in range(self.size):
-                            _core._check(_send(self.comm, r, _GO, msg), "matching names: the last join")
-                        joined.clear()
-                # Each name every rank has issued (a joined rank counts) goes to the ranks that issued it, in one
-                # order; a joined rank adds its zeros in its join.
-                go = [name for name, e in ready.items() if len(e[0] | joined) == self.size]
-                named_while_joined |= bool(go and joined)
-                for name in go:
-                    msg = _encode(b"G", [name])
-                    for r in sorted(ready.pop(name)[0]):
-                        _core._check(_send(self.comm, r, _GO, msg), "matching names: telling the ranks to start")
+            stop = False
+            while not stop:
+                # Every message that has come in, then the names they made ready (a stream of async names from
+                # several ranks goes out in few messages).
+                for src, data in inbox.take():
+                    kind, items = _decode(data)
+                    _timeline.cycle()
+                    if kind == b"R":
+                        name, what = items
+                        ready.setdefault(name, [set(), what, time.monotonic(), False])[0].add(src)
+                    elif kind == b"B":  # src stops: its runner's last message, after every name sent to it before
+                        flush()
+                        _core._check(_send(self.comm, src, _GO, b"S"), f"matching names: stopping rank {src}'s runner")
+                        if src == self.rank:
+                            stop = True
+                            break
+                    elif kind == b"J":  # the names ready before src joined go first: it runs them with its data
+                        flush()
+                        joined.add(src)
+                        _core._check(_send(self.comm, src, _GO, b"J"), f"matching names: rank {src}'s join")
+                        if len(joined) == self.size:  # every join returns: src joined last (-1: count the calls)
+                            msg = _encode(b"L", [str(src) if state["named_while_joined"] else "-1"])
+                            state["named_while_joined"] = False
+                            for r in range(self.size):
+                                _core._check(_send(self.comm, r, _GO, msg), "matching names: the last join")
+                            joined.clear()
+                if stop:
+                    break
+                flush()
                 self._stalls(ready, joined)
                 # a tick (kind T) to itself when the next name is due a warning or its failure
                 ticker.set(min((e[2] + (self.timeout_s if e[3] else self.stall_warn_s) for e in ready.values()),
@@ -387,6 +408,7 @@ class Matcher:
             pass  # the runners see the communicator fail too, and fail what is parked
         finally:
             ticker.stop()
+            inbox.close(self.rank)
 
     def _stalls(self, ready, joined):
         now = time.monotonic()
@@ -433,6 +455,72 @@ class Matcher:
             _twins.pop(self.twin.value, None)
             _c.cohort_comm_destroy(self.twin)
             self.twin = None
+
+
+def _batches(kind, names):
+    """Messages of kind carrying names, each under the size a message goes at once."""
+    out, size = [], 1
+    for name in names:
+        n = 4 + len(name.encode())
+        if out and size + n > _MAX_MESSAGE:
+            yield _encode(kind, out)
+            out, size = [], 1
+        out.append(name)
+        size += n
+    if out:
+        yield _encode(kind, out)
+
+
+class _Inbox:
+    """The coordinator's receive, kept posted (cohort_irecv): take() waits for one message, then also returns every
+    other one already in, without waiting."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.buf = ctypes.create_string_buffer(_MAX_MESSAGE)
+        self.work = None
+
+    def _post(self):
+        self.work = ctypes.c_void_p()
+        st = _c.cohort_irecv(self.comm, self.buf, len(self.buf), _lib.U8, -1, _READY, ctypes.byref(self.work))
+        if st != _lib.OK:
+            self.work = None
+            raise _core._error(st)
+
+    def _collect(self):
+        info = _RecvInfo()
+        st = _c.cohort_work_wait(self.work)
+        if st == _lib.OK:
+            st = _c.cohort_work_recv_info(self.work, ctypes.byref(info))
+        _c.cohort_work_free(self.work)
+        self.work = None
+        if st != _lib.OK:
+            raise _core._error(st)
+        return info.source, self.buf.raw[:info.count]
+
+    def take(self):
+        if self.work is None:
+            self._post()
+        out = [self._collect()]
+        while True:
+            self._post()
+            done = ctypes.c_int(0)
+            if _c.cohort_work_test(self.work, ctypes.byref(done)) != _lib.OK or not done.value:
+                return out
+            out.append(self._collect())
+
+    def close(self, rank):
+        """When the coordinator stops: the receive still posted is completed by a last message to itself (Z), so
+        that nothing is left writing into this buffer (messages after it are dropped with the communicator)."""
+        try:
+            if self.work is not None:
+                _send(self.comm, rank, _READY, b"Z")
+            while self.work is not None:
+                src, data = self._collect()
+                if src != rank or data != b"Z":
+                    self._post()
+        except _core.CohortError:
+            self.work = None  # the communicator failed: the receive failed with it
 
 
 class _Ticker:
