@@ -42,6 +42,11 @@ def _find_library():
     return "libcohort.so.0"  # the dynamic linker's search path
 
 
+class RecvInfo(ctypes.Structure):
+    """cohort_recv_info: a received message's source, tag and element count."""
+    _fields_ = [("source", c_int), ("tag", c_int), ("count", c_size_t)]
+
+
 class DdpTensor(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("value", c_void_p), ("count", c_size_t), ("dtype", c_int), ("ndim", c_int),
                 ("shape", c_int64 * 4)]
@@ -125,6 +130,11 @@ _SIGNATURES = {
                                          ctypes.POINTER(c_void_p)]),
     "cohort_ibroadcast_stream": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p,
                                          ctypes.POINTER(c_void_p)]),
+    # point-to-point messages (the torch backend's send/recv, cohort.torch's matching of names)
+    "cohort_send": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int]),
+    "cohort_recv": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, ctypes.POINTER(RecvInfo)]),
+    "cohort_irecv": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, ctypes.POINTER(c_void_p)]),
+    "cohort_work_recv_info": (c_int, [c_void_p, ctypes.POINTER(RecvInfo)]),
     "cohort_work_wait": (c_int, [c_void_p]),
     "cohort_work_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
     "cohort_work_free": (None, [c_void_p]),

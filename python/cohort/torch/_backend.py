@@ -107,8 +107,6 @@ _NEWER = {
     "cohort_ialltoall": [_VP, _VP, _VP, _SZ, _INT, _WORK],
     "cohort_ialltoallv": [_VP, _VP, _SIZES, _SIZES, _VP, _SIZES, _SIZES, _INT, _WORK],
     "cohort_isend": [_VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
-    "cohort_work_recv_info": [_VP, _VP],
-    "cohort_irecv": [_VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
 }
 
 
@@ -127,10 +125,6 @@ class _Lib:
 
 
 _C = _Lib()
-
-
-class RecvInfo(ctypes.Structure):
-    _fields_ = [("source", ctypes.c_int), ("tag", ctypes.c_int), ("count", ctypes.c_size_t)]
 
 
 def _core_any_source():
@@ -484,7 +478,7 @@ class _P2PWork(Work):
     def _finish(self, status):
         self._status = status
         if status == _lib.OK and self._what == "recv":
-            info = RecvInfo()
+            info = _lib.RecvInfo()
             if _C.cohort_work_recv_info(self._handle, ctypes.byref(info)) == _lib.OK:
                 self._source = info.source
             if self._buf.data_ptr() != self._tensor.data_ptr():

@@ -35,23 +35,6 @@ _MAX_MESSAGE = 1 << 16  # a message goes at once up to this size (cohort_send)
 _MAX_NAME = 1000  # bytes of UTF-8: a name with its kind fits a message many times over
 
 
-class _RecvInfo(ctypes.Structure):
-    _fields_ = [("source", ctypes.c_int), ("tag", ctypes.c_int), ("count", ctypes.c_size_t)]
-
-
-_c.cohort_send.restype = ctypes.c_int
-_c.cohort_send.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int]
-_c.cohort_irecv.restype = ctypes.c_int
-_c.cohort_irecv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-_c.cohort_work_recv_info.restype = ctypes.c_int
-_c.cohort_work_recv_info.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-_c.cohort_recv.restype = ctypes.c_int
-_c.cohort_recv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int, ctypes.POINTER(_RecvInfo)]
-
-
 def _encode(kind, items):
     """One message: a kind byte and length-prefixed UTF-8 strings. To rank 0's coordinator: R (ready: name, kind of
     call), B (this rank stops), T (a tick of its own). To a runner: G (go: names), F (failed: name, why), S (stop)."""
@@ -79,7 +62,7 @@ def _send(comm, peer, tag, data):
 
 def _recv(comm, tag, buf, peer=-1):
     """(source, bytes) of the next message with tag from peer (-1: any rank); raises the library's error."""
-    info = _RecvInfo()
+    info = _lib.RecvInfo()
     st = _c.cohort_recv(comm, buf, len(buf), _lib.U8, peer, tag, ctypes.byref(info))
     if st != _lib.OK:
         raise _core._error(st)
@@ -488,7 +471,7 @@ class _Inbox:
             raise _core._error(st)
 
     def _collect(self):
-        info = _RecvInfo()
+        info = _lib.RecvInfo()
         st = _c.cohort_work_wait(self.work)
         if st == _lib.OK:
             st = _c.cohort_work_recv_info(self.work, ctypes.byref(info))
