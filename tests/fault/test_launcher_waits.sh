@@ -43,7 +43,8 @@ fail() {
 }
 export COHORT_SECRET=waits-test-secret-$$
 # A port of its own per case and run, away from the other tests' fixed ports.
-PORT=$((31000 + ($$ % 2000) * 2))
+# Below the kernel's ephemeral range (32768-60999), where an outgoing connection of another test can hold it.
+PORT=$((22000 + ($$ % 1000) * 2)) # 22000-23999 (see test_torchrun_cli.sh)
 # The workers sleep for a time no other process on the machine does, so that pgrep finds only them.
 NAP=60.$$
 

@@ -32,7 +32,8 @@ run() {
 }
 has() { grep -qF -- "$2" "$TMP/$1" || fail "no '$2' in $1"; }
 unset OMP_NUM_THREADS TORCHELASTIC_ERROR_FILE
-PORT=$((33000 + ($$ % 2000) * 2))
+# Below the kernel's ephemeral range (32768-60999), where an outgoing connection of another test can hold it.
+PORT=$((20000 + ($$ % 1000) * 2)) # 20000-21999; test_launcher_waits.sh 22000-23999, test_hier_nodes.sh 24000-25999, slurm 27000-29399
 # shellcheck disable=SC2016
 SHOW='echo "rank $RANK/$WORLD_SIZE role $ROLE_NAME run $TORCHELASTIC_RUN_ID omp ${OMP_NUM_THREADS:-unset} err ${TORCHELASTIC_ERROR_FILE:+set}"'
 

@@ -6,7 +6,7 @@
 set -u
 n=$1
 shift
-port=$((20000 + RANDOM % 20000))
+port=$((30000 + RANDOM % 2000)) # below the ephemeral range (32768-60999), apart from the other tests' ports
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 pids=()

@@ -11,7 +11,7 @@ export COHORT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export COHORT_TRANSPORT=auto
 # A port for node 0's store: a random one, tried again if it is taken.
 for try in 1 2 3; do
-  PORT=$((20000 + RANDOM % 30000))
+  PORT=$((24000 + RANDOM % 2000)) # below the ephemeral range (32768-60999), apart from the other tests' ports (test_torchrun_cli.sh)
   COHORT_NODE_ID=a timeout 300 "$RUN" --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr 127.0.0.1 \
     --master-port "$PORT" "$@" >"$TMP/node0" 2>&1 &
   node0=$!
