@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev zlib1g-dev libssl-dev
           libopenmpi-dev openmpi-bin python3-torch dataset-fashion-mnist hyperfine iproute2 clang-format
+          libtorch-dev pybind11-dev
           slurm-wlm munge
           clang libclang-rt-dev chromium fonts-dejavu-core prometheus)
 missing=()

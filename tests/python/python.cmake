@@ -169,12 +169,23 @@ set_tests_properties(python.observe PROPERTIES LABELS "python;mp" TIMEOUT 300 EN
 # tensors with its values checked (test_dist_backend.py), under cohortrun (cohort's own rendezvous) at 1 to 3 ranks,
 # and in processes started by hand that meet through torch's store: init_method file:// and tcp://, and env:// over
 # the tcp transport.
-foreach(np 1 2 3)
-  add_test(NAME python.dist_backend.np${np} COMMAND $<TARGET_FILE:cohortrun> -np ${np} ${COHORT_PYTHON}
+# COHORT_TEST_TORCH_EXT says whether CMake built the backend's C++ half (cohort.torch._c10d): the test checks that
+# it is loaded and that blocking all_reduces take it; python.dist_backend.noext runs the same with the backend in
+# Python alone (COHORT_TORCH_EXT=0).
+foreach(np 1 2 3 noext)
+  set(ranks ${np})
+  if(np STREQUAL "noext")
+    set(ranks 2)
+    set(name python.dist_backend.noext)
+  else()
+    set(name python.dist_backend.np${np})
+  endif()
+  add_test(NAME ${name} COMMAND $<TARGET_FILE:cohortrun> -np ${ranks} ${COHORT_PYTHON}
            ${CMAKE_CURRENT_LIST_DIR}/test_dist_backend.py)
-  set_tests_properties(python.dist_backend.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
-                       ENVIRONMENT "${COHORT_PY_ENV}")
+  set_tests_properties(${name} PROPERTIES LABELS "python;mp" TIMEOUT 300
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_TORCH_EXT=${COHORT_TORCH_EXT_BUILT}")
 endforeach()
+set_property(TEST python.dist_backend.noext APPEND PROPERTY ENVIRONMENT "COHORT_TORCH_EXT=0")
 foreach(mode file tcp env)
   add_test(NAME python.dist_backend.${mode} COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_dist_launch.sh ${COHORT_PYTHON}
            ${CMAKE_CURRENT_LIST_DIR}/test_dist_backend.py ${mode} 3)

@@ -37,6 +37,27 @@ def check(cond, what):
         raise AssertionError(f"rank {r}: {what}")
 
 
+# The backend's C++ half (cohort.torch._c10d): loaded where CMake built it (COHORT_TEST_TORCH_EXT=1) unless
+# COHORT_TORCH_EXT=0; blocking all_reduces of one contiguous tensor then run there, and the Python half never makes
+# the completed Work (_DoneWork) that its own blocking path returns. Counted over the all_reduce checks below.
+from cohort.torch import _backend  # noqa: E402
+
+if os.environ.get("COHORT_TEST_TORCH_EXT") in ("0", "1"):
+    want_ext = os.environ["COHORT_TEST_TORCH_EXT"] == "1" and os.environ.get("COHORT_TORCH_EXT", "1") != "0"
+    check((_backend._EXT is not None) == want_ext, f"C++ half loaded: {_backend._EXT}, expected {want_ext}")
+python_done_works = 0
+
+
+class _CountedDoneWork(_backend._DoneWork):
+    def __init__(self, result):
+        global python_done_works
+        python_done_works += 1
+        super().__init__(result)
+
+
+_backend._DoneWork = _CountedDoneWork
+
+
 # all_reduce: every op torch allows on CPU, every dtype torch sends, in place, non-contiguous, complex.
 for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
            torch.int64, torch.uint8):
@@ -58,6 +79,8 @@ check(b.tolist() == [True, False, True], f"bool SUM (logical or): {b}")
 b = torch.tensor([r == 0, True])
 dist.all_reduce(b, op=dist.ReduceOp.MIN)
 check(b.tolist() == [n == 1, True], f"bool MIN (logical and): {b}")
+# 30 blocking all_reduces of contiguous tensors above: each made a Python _DoneWork unless the C++ half ran it.
+check(python_done_works == (0 if _backend._EXT else 30), f"blocking all_reduces through Python: {python_done_works}")
 x = torch.tensor([1 << r, 6], dtype=torch.int32)
 dist.all_reduce(x, op=dist.ReduceOp.BOR)
 check(x.tolist() == [(1 << n) - 1, 6], f"BOR: {x}")

@@ -35,6 +35,25 @@ from cohort._lib import lib as _c
 
 BACKEND_NAME = "cohort"
 
+
+def _load_extension():
+    """cohort.torch._c10d, the backend's C++ half (python/torch_ext/process_group.cpp), or None: where it was not
+    built (it needs torch 1.13's C++ headers), was built for another torch, or COHORT_TORCH_EXT=0 asks for the
+    backend in Python alone. Without it every operation goes through the Python below; with it, a blocking
+    dist.all_reduce goes from torch's front end into C without running any of it."""
+    if os.environ.get("COHORT_TORCH_EXT", "1") == "0":
+        return None
+    try:
+        from cohort.torch import _c10d
+    except ImportError:
+        return None
+    if _c10d.TORCH_VERSION.split(".")[:2] != torch.__version__.split(".")[:2]:
+        return None  # its C++ calls assume the torch it was compiled against
+    return _c10d
+
+
+_EXT = _load_extension()
+
 _DTYPES = {torch.float32: _lib.F32, torch.float64: _lib.F64, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16,
            torch.int32: _lib.I32, torch.int64: _lib.I64, torch.uint8: _lib.U8}
 for _name, _code in (("int8", "I8"), ("int16", "I16"), ("bool", "BOOL")):
@@ -549,12 +568,16 @@ def _close_groups():
             pass
 
 
-class ProcessGroupCohort(ProcessGroup):
-    """A torch.distributed process group whose operations run on one cohort communicator."""
+class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
+    """A torch.distributed process group whose operations run on one cohort communicator. With the C++ half (_EXT),
+    `allreduce` is its method (a blocking call runs there; the rest comes back to _allreduce_py), and torch's C++
+    callers reach the methods below through it."""
 
     def __init__(self, store, rank, size, timeout, default_group=False):
         super().__init__(rank, size)
         self._comm, self.rendezvous = _meet(store, rank, size, timeout, default_group)
+        if _EXT:
+            self._bind_comm(self._comm.value, ctypes.cast(_c.cohort_allreduce, ctypes.c_void_p).value)
         self._lock = threading.Lock()
         self._completer = _Completer(f"pg{rank}of{size}")
         self._closed = False
@@ -576,6 +599,8 @@ class ProcessGroupCohort(ProcessGroup):
         if self._closed:
             return
         self._closed = True
+        if _EXT:
+            self._bind_comm(0, 0)  # the C++ half's blocking calls see a closed group (see _fast_failed)
         self._completer.close()
         with self._lock:
             held, self._held = list(self._held), collections.deque()
@@ -667,9 +692,13 @@ class ProcessGroupCohort(ProcessGroup):
 
     # -- the collectives --
 
-    def allreduce(self, tensors, opts=None):
+    def _allreduce_py(self, tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce")
         return self._allreduce_many(tensors, op, "all_reduce")
+
+    def _fast_failed(self, status, what):
+        """The C++ half's blocking call failed: the same error the Python path raises."""
+        _raise(status, what)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce_coalesced")
@@ -985,6 +1014,14 @@ class ProcessGroupCohort(ProcessGroup):
     def _check_root(self, root, what):
         if not 0 <= root < self.size():
             raise ValueError(f"cohort backend: {what}: root {root} is not a rank of this group of {self.size()}")
+
+
+if _EXT:
+    # What the C++ half asks of Python to decide that a call may run on the caller's thread (_blocking's test):
+    # the front-end functions that wait at once unless async_op, and the callbacks' depth (_issue).
+    _EXT.set_python_state([dist.distributed_c10d.all_reduce.__code__], _tls)
+else:
+    ProcessGroupCohort.allreduce = ProcessGroupCohort._allreduce_py
 
 
 def _create_process_group(store, rank, size, timeout):
