@@ -18,7 +18,7 @@ endforeach()
 
 # torchrun's whole command line, its variables and its error files (test_torchrun_cli.sh); "errors" needs torch for
 # @record (tests/python/python.cmake runs it with COHORT_PYTHON).
-foreach(case flags python nodes)
+foreach(case flags python nodes leftovers)
   add_test(NAME fault.torchrun_cli.${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_torchrun_cli.sh ${case})
   set_tests_properties(fault.torchrun_cli.${case} PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
                        ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_PYTHON=${COHORT_PYTHON}")

@@ -14,8 +14,10 @@
 #   errors   a worker's @record error file is named in the report; cohortrun's own TORCHELASTIC_ERROR_FILE gets
 #            torch's JSON with errorCode; torchrun running cohortrun shows the worker's exception in its report;
 #            a typo'd COHORT_ knob only cohortrun reads is warned about
+#   leftovers  the directory of error files of a SIGKILLed cohortrun (cohortrun-errors-NS-PID-*) is removed by the
+#            next cohortrun; other PID namespaces' and live processes' are kept
 set -u
-CASE=${1:?usage: test_torchrun_cli.sh flags|python|nodes|errors}
+CASE=${1:?usage: test_torchrun_cli.sh flags|python|nodes|errors|leftovers}
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 PY=${COHORT_TEST_PYTHON:-python3}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_torchrun_cli.XXXXXX")
@@ -160,6 +162,35 @@ EOF
   has err "ChildFailedError"
   has err "ValueError: rank 1 gives up"
   echo "ok: torchrun over cohortrun reports the worker's exception from cohortrun's error file"
+  ;;
+leftovers)
+  # A SIGKILLed cohortrun cannot remove its directory of error files; the next cohortrun removes it, and no other.
+  T="$TMP/tmpdir"
+  mkdir -p "$T"
+  NS=$(stat -Lc %i /proc/self/ns/pid)
+  NAP=30.$$
+  (cd "$TMP" && TMPDIR="$T" exec "$RUN" -np 1 sleep "$NAP") >"$TMP/out" 2>"$TMP/err" &
+  K=$!
+  for _ in $(seq 1 200); do
+    compgen -G "$T/cohortrun-errors-$NS-$K-*" >/dev/null && break
+    sleep 0.05
+  done
+  compgen -G "$T/cohortrun-errors-$NS-$K-*" >/dev/null || fail "no cohortrun-errors-$NS-$K-* in TMPDIR while it ran"
+  kill -9 "$K"
+  wait "$K" 2>/dev/null
+  pkill -f "^sleep $NAP\$" 2>/dev/null
+  compgen -G "$T/cohortrun-errors-$NS-$K-*" >/dev/null || fail "the killed cohortrun's directory vanished by itself"
+  # Kept: another PID namespace's (a container sharing the directory), a live process's, and the old unnamed form.
+  mkdir "$T/cohortrun-errors-$((NS + 1))-$K-other" "$T/cohortrun-errors-$NS-$$-live" "$T/cohortrun-errors-old"
+  (cd "$TMP" && TMPDIR="$T" timeout 60 "$RUN" -np 1 true) >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  [ "$RC" = 0 ] || fail "the next cohortrun: exit $RC"
+  compgen -G "$T/cohortrun-errors-$NS-$K-*" >/dev/null && fail "the killed cohortrun's directory is still there"
+  left=$(cd "$T" && ls -d cohortrun-errors-* | sort | tr '\n' ' ')
+  want=$(printf '%s\n' "cohortrun-errors-$((NS + 1))-$K-other" "cohortrun-errors-$NS-$$-live" cohortrun-errors-old |
+    sort | tr '\n' ' ')
+  [ "$left" = "$want" ] || fail "left in TMPDIR: $left (expected: $want)"
+  echo "ok: a SIGKILLed cohortrun's error directory removed by the next one; other namespaces', live and old kept"
   ;;
 *)
   fail "unknown case"

@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,6 +20,50 @@
 #include "core/env.h"
 #include "job.h"
 
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char path[4600];
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* The PID namespace of this process (the inode of /proc/self/ns/pid), 0 where it cannot be read. */
+static unsigned long long pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* A cohortrun that was SIGKILLed (a node lost, a kill storm, a test's timeout) leaves its directory of error files
+ * behind. Each cohortrun removes those of its user whose cohortrun is gone: the name says which process made it and
+ * in which PID namespace (cohortrun-errors-NS-PID-XXXXXX), and only a directory of this namespace whose process no
+ * longer exists is removed, so that a job in another container sharing the directory keeps its own. */
+static void remove_stale_error_dirs(const char *tmp, unsigned long long ns) {
+  DIR *d = opendir(tmp);
+  if (!d || !ns) {
+    if (d) closedir(d);
+    return;
+  }
+  char prefix[64], path[4200];
+  int plen = snprintf(prefix, sizeof prefix, "cohortrun-errors-%llu-", ns);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+    char *end = NULL;
+    long pid = strtol(e->d_name + plen, &end, 10);
+    if (pid <= 0 || !end || *end != '-') continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its cohortrun runs (EPERM: another user's) */
+    snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid()) remove_tree(path);
+  }
+  closedir(d);
+}
+
 int cohort__job_error_files_begin(job *j, int *rc) {
   j->devnull = -1;
   if (j->opts.log_dir) {
@@ -26,7 +71,10 @@ int cohort__job_error_files_begin(job *j, int *rc) {
     return 0;
   }
   const char *tmp = getenv("TMPDIR");
-  snprintf(j->err_dir, sizeof j->err_dir, "%s/cohortrun-errors-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!tmp || !tmp[0]) tmp = "/tmp";
+  unsigned long long ns = pid_namespace();
+  remove_stale_error_dirs(tmp, ns);
+  snprintf(j->err_dir, sizeof j->err_dir, "%s/cohortrun-errors-%llu-%ld-XXXXXX", tmp, ns, (long)getpid());
   if (!mkdtemp(j->err_dir)) {
     fprintf(stderr, "cohortrun: cannot make a directory for the workers' error files (%s): %s\n", j->err_dir,
             strerror(errno));
@@ -143,19 +191,6 @@ static void json_escaped(FILE *f, const char *s) {
       fputc(c, f);
   }
   fputc('"', f);
-}
-
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  char path[4600];
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
 }
 
 void cohort__job_error_files_end(job *j, int rc) {
