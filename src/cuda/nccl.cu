@@ -53,13 +53,25 @@ static int load(void) {
       snprintf(load_error, sizeof load_error, "libnccl.so.2 does not load here (%s)", why ? why : "?");
     } else {
 #define SYM(name)                                                                                                      \
-  if (!(*(void **)&fns.name = dlsym(h, "nccl" #name)))                                                                 \
-    snprintf(load_error, sizeof load_error, "libnccl has no nccl" #name);
-      SYM(GetUniqueId)
-      SYM(CommInitRankConfig) SYM(CommGetAsyncError) SYM(CommAbort) SYM(CommDestroy) SYM(CommFinalize) SYM(AllReduce)
-          SYM(Broadcast) SYM(AllGather) SYM(ReduceScatter) SYM(GetErrorString) SYM(GetLastError) SYM(GetVersion)
+  do {                                                                                                                 \
+    if (!(*(void **)&fns.name = dlsym(h, "nccl" #name)))                                                               \
+      snprintf(load_error, sizeof load_error, "libnccl has no nccl" #name);                                            \
+  } while (0)
+      SYM(GetUniqueId);
+      SYM(CommInitRankConfig);
+      SYM(CommGetAsyncError);
+      SYM(CommAbort);
+      SYM(CommDestroy);
+      SYM(CommFinalize);
+      SYM(AllReduce);
+      SYM(Broadcast);
+      SYM(AllGather);
+      SYM(ReduceScatter);
+      SYM(GetErrorString);
+      SYM(GetLastError);
+      SYM(GetVersion);
 #undef SYM
-              if (!load_error[0]) loaded = 1;
+      if (!load_error[0]) loaded = 1;
     }
   }
   int ok = loaded;
