@@ -44,11 +44,18 @@ def _load_extension():
     if os.environ.get("COHORT_TORCH_EXT", "1") == "0":
         return None
     try:
+        from cohort import _config  # written by CMake: the torch the module was built against, or None
+    except ImportError:
+        return None
+    built_for = getattr(_config, "TORCH_EXT_FOR", None)
+    # Compared before the import: a module built for another torch must not even load (its C++ calls, and the class
+    # layout it derives from, are that torch's).
+    if not built_for or built_for.split(".")[:2] != torch.__version__.split(".")[:2]:
+        return None
+    try:
         from cohort.torch import _c10d
     except ImportError:
         return None
-    if _c10d.TORCH_VERSION.split(".")[:2] != torch.__version__.split(".")[:2]:
-        return None  # its C++ calls assume the torch it was compiled against
     return _c10d
 
 
