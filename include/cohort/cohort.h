@@ -178,8 +178,10 @@ COHORT_API cohort_status cohort_comm_dup(cohort_comm *comm, cohort_comm **dup);
  * calls comm is making meanwhile, and it returns once every rank of comm has called it with the same name. A library
  * that agrees with its peers on its own schedule (over comm's messages, say) makes its communicator this way while
  * the program's collectives go on. name: 1 to 48 of [A-Za-z0-9_.-], once per name per communicator (a second twin of
- * one name is refused with COHORT_ERR_INVALID, as a name outside that alphabet). Over COHORT_TRANSPORT=mpi it is not
- * available (COHORT_ERR_INVALID). A rank that never calls it leaves the others waiting until COHORT_TIMEOUT.
+ * one name is refused with COHORT_ERR_INVALID, as a name outside that alphabet). A rank that never calls it leaves
+ * the others waiting until COHORT_TIMEOUT. Over COHORT_TRANSPORT=mpi the twin is made by MPI_Comm_dup of
+ * MPI_COMM_WORLD, a collective there: every rank must then make its twins in the same order (what they agreed over
+ * comm's messages, say), from any thread, and the program must not call collectives on MPI_COMM_WORLD meanwhile.
  */
 COHORT_API cohort_status cohort_comm_twin(cohort_comm *comm, const char *name, cohort_comm **twin);
 

@@ -68,6 +68,10 @@ static cohort_status init_with(const cohort__launch_env *env, const cohort__conf
       free(place);
       return st;
     }
+    if (!store) { /* MPI's world, met without a store: no key space for sub-communicators to meet in */
+      free(place);
+      place = NULL;
+    }
   }
   cohort_comm *c;
   cohort_status st = cohort__comm_create(t, local_rank, local_size, cfg, &c);

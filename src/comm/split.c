@@ -191,6 +191,13 @@ static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, in
       st = cohort__rendezvous_sub(c->place, &c->config, rank, size, local_rank, local_size, store, &t);
   } else if (c->hubs) {
     st = registry_join(c->hubs, n, color, rank, size, (double)c->config.op_timeout_s, &t, &board, &hubs);
+  } else if (strcmp(c->transport->ops->name, "mpi") == 0 && (n & 0x80000000u)) {
+    /* A twin (n's top bit, cohort_comm_twin) over MPI: the same ranks on a duplicate of MPI_COMM_WORLD of its own.
+     * MPI_Comm_dup is collective over MPI_COMM_WORLD, so every rank must make its twins in one order, which a
+     * program that matches names does (the first name agreed makes it, on every rank); cohort dups MPI_COMM_WORLD
+     * nowhere else after cohort_init. The MPI transport spans the whole world, so does the twin of its
+     * communicator. */
+    st = cohort__mpi_create(rank, size, (double)c->config.op_timeout_s, &t);
   } else if (strcmp(c->transport->ops->name, "mpi") == 0) {
     /* MPI_Comm_split would be the way; not built yet. */
     st = cohort__error(COHORT_ERR_INVALID, "cohort_comm_split is not available over COHORT_TRANSPORT=mpi yet: under "
@@ -295,8 +302,6 @@ cohort_status cohort_comm_twin(cohort_comm *c, const char *name, cohort_comm **o
     good = isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-';
   if (!good)
     return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin: name '%.60s' must be 1 to 48 of [A-Za-z0-9_.-]", name);
-  if (strcmp(c->transport->ops->name, "mpi") == 0)
-    return cohort__error(COHORT_ERR_INVALID, "cohort_comm_twin is not available over COHORT_TRANSPORT=mpi yet");
   uint32_t h = 2166136261u; /* FNV-1a */
   for (const char *p = name; *p; p++)
     h = (h ^ (uint8_t)*p) * 16777619u;

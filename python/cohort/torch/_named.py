@@ -12,8 +12,9 @@ before. A blocking call with a name parks too, and runs on its own thread when i
 
 A name that some ranks never issue is reported: rank 0 warns after COHORT_STALL_S seconds (the stall inspector's knob:
 60; 0, no warning) naming the missing ranks, and after COHORT_OP_TIMEOUT the waiting ranks' operations fail with
-TimeoutError naming them. Over COHORT_TRANSPORT=mpi (no twins yet) and with COHORT_P2P=off (no messages) names are
-not matched: the calls run in call order as unnamed ones do.
+TimeoutError naming them. With COHORT_P2P=off (no messages) names are not matched: the calls run in call order as
+unnamed ones do. Over COHORT_TRANSPORT=mpi the twin is a duplicate of MPI_COMM_WORLD, made by every rank's runner at
+the first name agreed (cohort_comm_twin).
 """
 import ctypes
 import os
@@ -562,8 +563,7 @@ def matcher(process_set, what):
     m = _matchers.get(comm.value)
     if m is not None:
         return m
-    if _c.cohort_size(comm) == 1 or os.environ.get("COHORT_P2P", "on") == "off" or \
-            "mpi" in _c.cohort_transport_name(comm).decode().split("+"):
+    if _c.cohort_size(comm) == 1 or os.environ.get("COHORT_P2P", "on") == "off":
         return None
     with _matchers_lock:
         m = _matchers.get(comm.value)
