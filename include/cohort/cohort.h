@@ -179,9 +179,9 @@ COHORT_API cohort_status cohort_comm_dup(cohort_comm *comm, cohort_comm **dup);
  * that agrees with its peers on its own schedule (over comm's messages, say) makes its communicator this way while
  * the program's collectives go on. name: 1 to 48 of [A-Za-z0-9_.-], once per name per communicator (a second twin of
  * one name is refused with COHORT_ERR_INVALID, as a name outside that alphabet). A rank that never calls it leaves
- * the others waiting until COHORT_TIMEOUT. Over COHORT_TRANSPORT=mpi the twin is made by MPI_Comm_dup of
- * MPI_COMM_WORLD, a collective there: every rank must then make its twins in the same order (what they agreed over
- * comm's messages, say), from any thread, and the program must not call collectives on MPI_COMM_WORLD meanwhile.
+ * the others waiting until COHORT_TIMEOUT. Over COHORT_TRANSPORT=mpi the communicator cohort_init made has one twin,
+ * over a duplicate of MPI_COMM_WORLD set aside by cohort_init (Open MPI cannot make communicators safely while other
+ * threads drive it); a second twin there is refused with COHORT_ERR_INVALID.
  */
 COHORT_API cohort_status cohort_comm_twin(cohort_comm *comm, const char *name, cohort_comm **twin);
 

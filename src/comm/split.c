@@ -168,14 +168,16 @@ static int by_key_then_rank(const void *a, const void *b) {
 
 /* The new communicator's transport, and what it keeps of the meeting (its key space, its registry, its board). */
 static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, int color, int rank, int size,
-                              int local_rank, int local_size, cohort_comm **out) {
-  cohort__transport *t = NULL;
+                              int local_rank, int local_size, cohort__transport *given, cohort_comm **out) {
+  cohort__transport *t = given;
   cohort__store *store = NULL;
   cohort__store_place *place = NULL;
   struct cohort__board *board = NULL;
   struct cohort__split_registry *hubs = NULL;
   cohort_status st;
-  if (size == 1) { /* nobody to meet: a one-rank hub, as cohort_init does */
+  if (given) { /* made by the caller (over MPI: cohort__mpi_derive) */
+    st = COHORT_OK;
+  } else if (size == 1) { /* nobody to meet: a one-rank hub, as cohort_init does */
     cohort__inproc_hub *hub;
     if ((st = cohort__inproc_hub_create(1, &hub)) != COHORT_OK) return st;
     st = cohort__inproc_create(hub, 0, (double)c->config.op_timeout_s, &t);
@@ -191,13 +193,6 @@ static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, in
       st = cohort__rendezvous_sub(c->place, &c->config, rank, size, local_rank, local_size, store, &t);
   } else if (c->hubs) {
     st = registry_join(c->hubs, n, color, rank, size, (double)c->config.op_timeout_s, &t, &board, &hubs);
-  } else if (strcmp(c->transport->ops->name, "mpi") == 0 && (n & 0x80000000u)) {
-    /* A twin (n's top bit, cohort_comm_twin) over MPI: the same ranks on a duplicate of MPI_COMM_WORLD of its own.
-     * MPI_Comm_dup is collective over MPI_COMM_WORLD, so every rank must make its twins in one order, which a
-     * program that matches names does (the first name agreed makes it, on every rank); cohort dups MPI_COMM_WORLD
-     * nowhere else after cohort_init. The MPI transport spans the whole world, so does the twin of its
-     * communicator. */
-    st = cohort__mpi_create(rank, size, (double)c->config.op_timeout_s, &t);
   } else if (strcmp(c->transport->ops->name, "mpi") == 0) {
     /* MPI_Comm_split would be the way; not built yet. */
     st = cohort__error(COHORT_ERR_INVALID, "cohort_comm_split is not available over COHORT_TRANSPORT=mpi yet: under "
@@ -253,7 +248,7 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   cohort_comm *sub = NULL;
   char suffix[64];
   snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
-  st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, &sub);
+  st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, NULL, &sub);
   if (st == COHORT_OK) {
     sub->parent_ranks = parent_ranks;
     parent_ranks = NULL;
@@ -321,7 +316,13 @@ cohort_status cohort_comm_twin(cohort_comm *c, const char *name, cohort_comm **o
                                   : "this communicator has all the twins it may have");
   char suffix[64];
   snprintf(suffix, sizeof suffix, "twin/%s/", name);
-  cohort_status st = make_sub(c, suffix, 0x80000000u | h, 0, c->rank, c->size, c->local_rank, c->local_size, out);
+  /* Over MPI: the duplicate of MPI_COMM_WORLD the job's transport set aside for it (mpi.h says why). */
+  cohort__transport *over_mpi = NULL;
+  cohort_status st = COHORT_OK;
+  if (c->size > 1 && strcmp(c->transport->ops->name, "mpi") == 0)
+    st = cohort__mpi_derive(c->transport, COHORT__MPI_TWIN, (double)c->config.op_timeout_s, &over_mpi);
+  if (st == COHORT_OK)
+    st = make_sub(c, suffix, 0x80000000u | h, 0, c->rank, c->size, c->local_rank, c->local_size, over_mpi, out);
   if (st != COHORT_OK) return cohort__error(st, "cohort_comm_twin '%s': %s", name, cohort_last_error());
   /* In-process members join a hub without waiting for each other (see cohort_comm_split). */
   if (c->hubs && c->size > 1 && (st = cohort_barrier(*out)) != COHORT_OK) {
@@ -344,7 +345,7 @@ cohort_status cohort__comm_start_p2p(cohort_comm *c) {
   if (c->size == 1) {
     /* no transport: messages to itself only */
   } else if (strcmp(c->transport->ops->name, "mpi") == 0) {
-    st = cohort__mpi_create(c->rank, c->size, (double)c->config.op_timeout_s, &t);
+    st = cohort__mpi_derive(c->transport, COHORT__MPI_P2P, (double)c->config.op_timeout_s, &t);
   } else if (c->place) {
     cohort__config *cfg = malloc(sizeof *cfg);
     if (!cfg) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");

@@ -59,7 +59,13 @@ typedef struct op {
 
 typedef struct mpi_transport {
   cohort__transport base;
-  MPI_Comm comm;
+  MPI_Comm comm; /* the frames' traffic */
+  /* Duplicates of MPI_COMM_WORLD set aside when the job's transport is made (cohort__mpi_derive hands them out): for
+   * the communicator's point-to-point engine, for its twin and for the twin's engine. They are made there, on the
+   * thread that calls cohort_init, because Open MPI 4's communicator creation is not safe while other threads drive
+   * MPI (MPI_Comm_split and MPI_Comm_dup from a splitting thread, beside the progress and message threads, crashed in
+   * mca_pml_ob1_add_comm at 4 ranks, 3 runs of 3). MPI_COMM_NULL: none (given out, or never had). */
+  MPI_Comm p2p_spare, twin_spare, twin_p2p_spare;
   cohort__call call;
   double op_timeout_s;
   op *head, *tail; /* in posting order */
@@ -383,7 +389,11 @@ static void mpi_destroy(cohort__transport *base) {
       if (t->abort_reqs[p] != MPI_REQUEST_NULL) MPI_Request_free(&t->abort_reqs[p]);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
+  if (!finalized) {
+    MPI_Comm *held[] = {&t->comm, &t->p2p_spare, &t->twin_spare, &t->twin_p2p_spare};
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+      if (*held[i] != MPI_COMM_NULL) MPI_Comm_free(held[i]);
+  }
   free(t->abort_out);
   free(t->abort_reqs);
   free(t);
@@ -401,6 +411,30 @@ static const cohort__transport_ops mpi_ops = {
     .progress = mpi_progress,
 };
 
+/* The transport over group, with the spares it hands out (all taken: freed with it). */
+static cohort_status wrap(MPI_Comm group, MPI_Comm p2p_spare, MPI_Comm twin_spare, MPI_Comm twin_p2p_spare,
+                          double op_timeout_s, cohort__transport **out) {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(group, &rank);
+  MPI_Comm_size(group, &size);
+  mpi_transport *t = calloc(1, sizeof *t);
+  if (!t) {
+    MPI_Comm held[] = {group, p2p_spare, twin_spare, twin_p2p_spare};
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+      if (held[i] != MPI_COMM_NULL) MPI_Comm_free(&held[i]);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  t->base = (cohort__transport){.ops = &mpi_ops, .rank = rank, .size = size};
+  t->op_timeout_s = op_timeout_s;
+  t->comm = group;
+  t->p2p_spare = p2p_spare, t->twin_spare = twin_spare, t->twin_p2p_spare = twin_p2p_spare;
+  cohort__failure_request_init(&t->interrupt);
+  /* Errors come back as codes, to become cohort errors, instead of ending the process in MPI's handler. */
+  MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
+  *out = &t->base;
+  return COHORT_OK;
+}
+
 cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out) {
   *out = NULL;
   COHORT_CHECK(mpi_up());
@@ -412,20 +446,30 @@ cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort
                          "COHORT_TRANSPORT=mpi: MPI says this is rank %d of %d, the environment says rank %d of %d: "
                          "run the job under mpirun (or srun with PMIx) alone",
                          mrank, msize, rank, size);
-  mpi_transport *t = calloc(1, sizeof *t);
-  if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  t->base = (cohort__transport){.ops = &mpi_ops, .rank = rank, .size = size};
-  t->op_timeout_s = op_timeout_s;
-  t->comm = MPI_COMM_NULL;
-  cohort__failure_request_init(&t->interrupt);
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &t->comm) != MPI_SUCCESS) {
-    free(t);
-    return cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Comm_dup failed");
-  }
-  /* Errors come back as codes, to become cohort errors, instead of ending the process in MPI's handler. */
-  MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
-  *out = &t->base;
-  return COHORT_OK;
+  MPI_Comm c[4] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  for (int i = 0; i < 4; i++)
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &c[i]) != MPI_SUCCESS) {
+      while (i-- > 0)
+        MPI_Comm_free(&c[i]);
+      return cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Comm_dup failed");
+    }
+  return wrap(c[0], c[1], c[2], c[3], op_timeout_s, out);
+}
+
+cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
+                                 cohort__transport **out) {
+  *out = NULL;
+  mpi_transport *p = (mpi_transport *)parent;
+  MPI_Comm *spare = how == COHORT__MPI_TWIN ? &p->twin_spare : &p->p2p_spare;
+  if (*spare == MPI_COMM_NULL)
+    return cohort__error(COHORT_ERR_INVALID,
+                         "over COHORT_TRANSPORT=mpi a communicator has one %s, made from a duplicate of MPI_COMM_WORLD "
+                         "set aside at cohort_init, and this one has had it",
+                         how == COHORT__MPI_TWIN ? "twin" : "message engine");
+  MPI_Comm group = *spare, twin_p2p = MPI_COMM_NULL;
+  *spare = MPI_COMM_NULL;
+  if (how == COHORT__MPI_TWIN) twin_p2p = p->twin_p2p_spare, p->twin_p2p_spare = MPI_COMM_NULL;
+  return wrap(group, twin_p2p, MPI_COMM_NULL, MPI_COMM_NULL, op_timeout_s, out);
 }
 
 int cohort__mpi_available(void) { return 1; }
@@ -437,6 +481,13 @@ cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort
   *out = NULL;
   return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI (install "
                                            "libopenmpi-dev, as scripts/setup.sh does, and build again)");
+}
+
+cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
+                                 cohort__transport **out) {
+  (void)parent, (void)how, (void)op_timeout_s;
+  *out = NULL;
+  return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI");
 }
 
 int cohort__mpi_available(void) { return 0; }

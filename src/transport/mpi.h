@@ -11,6 +11,13 @@
  * rank and size are the job's, and makes the transport over a duplicate of MPI_COMM_WORLD. op_timeout_s:
  * COHORT_OP_TIMEOUT. */
 cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out);
+/* The transport of a communicator made from the job's (parent, made by cohort__mpi_create), over a duplicate of
+ * MPI_COMM_WORLD that parent set aside when it was made: COHORT__MPI_P2P, for the communicator's point-to-point
+ * engine; COHORT__MPI_TWIN, for its twin (whose own engine then takes the twin's spare). One of each per transport:
+ * the second is COHORT_ERR_INVALID. No MPI call that makes a communicator, so any thread may call it. */
+typedef enum { COHORT__MPI_P2P, COHORT__MPI_TWIN } cohort__mpi_derivation;
+cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
+                                 cohort__transport **out);
 /* 1 when this libcohort was built with MPI. */
 int cohort__mpi_available(void);
 

@@ -13,3 +13,13 @@ endforeach()
 add_test(NAME mp.split.hier.np8 COMMAND $<TARGET_FILE:cohortrun> -np 8 ${CMAKE_CURRENT_LIST_DIR}/as_nodes.sh 2
                                         $<TARGET_FILE:test_split> --quick)
 set_tests_properties(mp.split.hier.np8 PROPERTIES LABELS "mp" TIMEOUT 600 FAIL_REGULAR_EXPRESSION "half: (tcp|shm):")
+# A twin over the MPI transport (no splits there): under Open MPI's mpirun, where libcohort was built with MPI.
+find_program(COHORT_MPIRUN mpirun)
+if(COHORT_MPI_PC AND COHORT_MPIRUN)
+  foreach(np 2 4)
+    add_test(NAME mp.twin.mpi.np${np} COMMAND ${COHORT_MPIRUN} --oversubscribe -np ${np} -x COHORT_TRANSPORT
+             $<TARGET_FILE:test_split> --twin)
+    set_tests_properties(mp.twin.mpi.np${np} PROPERTIES LABELS "mp" TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED"
+                         ENVIRONMENT "COHORT_TRANSPORT=mpi;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endforeach()
+endif()

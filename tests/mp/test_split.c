@@ -6,6 +6,9 @@
  * dup'ed communicators, two groups driven at once by two threads, a mismatch in one group. Then each rank prints the
  * transport of its half of the job ("half: <transport>"), which the tests of simulated nodes match. A rank that finds
  * a wrong value exits 1, so cohortrun (and ctest) fail.
+ *   mpirun -np N build/tests/test_split --twin
+ * runs the twin's check alone (the MPI transport has twins but no splits), and there also checks that a second twin
+ * is refused (the job's transport sets one aside).
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +23,19 @@ int main(int argc, char **argv) {
   if (st != COHORT_OK) {
     fprintf(stderr, "cohort_init: %s: %s\n", cohort_strerror(st), cohort_last_error());
     return 1;
+  }
+  if (argc > 1 && strcmp(argv[1], "--twin") == 0) {
+    int failures = split_check_twin(c);
+    cohort_comm *second = NULL;
+    if (!failures && strcmp(cohort_transport_name(c), "mpi") == 0 &&
+        (cohort_comm_twin(c, "second", &second) != COHORT_ERR_INVALID || !strstr(cohort_last_error(), "one twin"))) {
+      fprintf(stderr, "rank %d: a second twin over MPI was not refused: %s\n", cohort_rank(c), cohort_last_error());
+      failures++;
+    }
+    printf("rank %d of %d (%s): %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
+           failures ? "FAILED" : "twin checks correct");
+    cohort_comm_destroy(c);
+    return failures ? 1 : 0;
   }
   static const size_t counts[] = {0, 1, 7, 4097, 1000003};
   int failures = split_check_matrix(c, counts, quick ? 4 : 5);
