@@ -8,6 +8,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
@@ -144,14 +145,23 @@ static int bind_errno(const char *host, int port) {
 /* --node-rank auto: this node is node 0 if it can serve --master-addr:--master-port, which only one cohortrun on the
  * host that has that address can (the first to bind it); the others find it taken, or not theirs, and join. */
 static int claims_node_zero(job *j, const char *secret, cohort__store_server **server) {
-  if (cohort__store_server_start(j->opts.master_addr, j->opts.master_port, secret, server) == COHORT_OK) {
-    j->opts.node_rank = 0;
-    fprintf(stderr, "cohortrun: --node-rank auto: this node serves %s:%d, so it is node 0\n", j->opts.master_addr,
-            j->opts.master_port);
-    return 1;
+  /* Two nodes started at once on one host race for the port, and each one's probe (bind_errno) holds it for an
+   * instant: a node can fail to serve because of the other's probe, then find the port free in its own. Free means
+   * try again; the race ends within a few rounds, with one node serving and the other finding the port taken. */
+  for (int attempt = 0; attempt < 100; attempt++) {
+    if (cohort__store_server_start(j->opts.master_addr, j->opts.master_port, secret, server) == COHORT_OK) {
+      j->opts.node_rank = 0;
+      fprintf(stderr, "cohortrun: --node-rank auto: this node serves %s:%d, so it is node 0\n", j->opts.master_addr,
+              j->opts.master_port);
+      return 1;
+    }
+    int err = bind_errno(j->opts.master_addr, j->opts.master_port);
+    if (err == EADDRINUSE || err == EADDRNOTAVAIL) return 0;
+    if (err != 0) return -1;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = (long)(1 + attempt % 10) * 1000000L};
+    nanosleep(&pause, NULL);
   }
-  int err = bind_errno(j->opts.master_addr, j->opts.master_port);
-  return err == EADDRINUSE || err == EADDRNOTAVAIL ? 0 : -1;
+  return -1;
 }
 
 int cohort__job_serve_store(job *j, const char *secret, cohort__store_server **server, int *port, int *rc) {
