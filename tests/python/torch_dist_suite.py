@@ -99,10 +99,10 @@ from torch.testing._internal.distributed.distributed_test import DistributedTest
 # this parent, which has imported torch (and cohort.torch) but has run no operation, started no thread and joined no
 # group. On 2 cores the suite at world size 2 took 32 s forked against 315 s spawned, with the same 76 tests passed
 # and 203 skipped. Forking is the default here where torch sees no GPU (a process that has touched CUDA must not
-# fork); COHORT_SUITE_START=spawn runs it as test_distributed_spawn.py does, =fork forces the other.
-START = os.environ.get("COHORT_SUITE_START") or ("spawn" if torch.cuda.is_available() else "fork")
+# fork); COHORT_TEST_SUITE_START=spawn runs it as test_distributed_spawn.py does, =fork forces the other.
+START = os.environ.get("COHORT_TEST_SUITE_START") or ("spawn" if torch.cuda.is_available() else "fork")
 if START not in ("fork", "spawn"):
-    sys.exit(f"torch_dist_suite.py: COHORT_SUITE_START={START!r}: expected fork or spawn")
+    sys.exit(f"torch_dist_suite.py: COHORT_TEST_SUITE_START={START!r}: expected fork or spawn")
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
