@@ -6,7 +6,9 @@
  * parent's ("split/<n>/<color>/", n counting the parent's splits: every rank splits in the same order, so n is the
  * same everywhere), over a store connection of their own, and run the same rendezvous as cohort_init (rendezvous.c):
  * shm, tcp or tcp+shm by where the members are. In-process communicators have no store: the members (threads) find
- * one new hub in a registry shared by the parent's members, keyed by n and color.
+ * one new hub in a registry shared by the parent's members, keyed by n and color. Over MPI (no store under mpirun)
+ * the members' transport is a context of their own on one duplicate of MPI_COMM_WORLD, agreed by one allreduce over
+ * the parent (transport/mpi.h).
  *
  * Who is in which color is agreed by one allgather over the parent of (color, key, host tag); the host tag only
  * gives the sub-communicator its local rank and size (members on the same host).
@@ -175,7 +177,7 @@ static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, in
   struct cohort__board *board = NULL;
   struct cohort__split_registry *hubs = NULL;
   cohort_status st;
-  if (given) { /* made by the caller (over MPI: cohort__mpi_derive) */
+  if (given) { /* made by the caller (over MPI: cohort__mpi_split, cohort__mpi_derive) */
     st = COHORT_OK;
   } else if (size == 1) { /* nobody to meet: a one-rank hub, as cohort_init does */
     cohort__inproc_hub *hub;
@@ -193,10 +195,6 @@ static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, in
       st = cohort__rendezvous_sub(c->place, &c->config, rank, size, local_rank, local_size, store, &t);
   } else if (c->hubs) {
     st = registry_join(c->hubs, n, color, rank, size, (double)c->config.op_timeout_s, &t, &board, &hubs);
-  } else if (strcmp(c->transport->ops->name, "mpi") == 0) {
-    /* MPI_Comm_split would be the way; not built yet. */
-    st = cohort__error(COHORT_ERR_INVALID, "cohort_comm_split is not available over COHORT_TRANSPORT=mpi yet: under "
-                                           "mpirun, set COHORT_TRANSPORT=shm or tcp for a job that splits");
   } else {
     st = cohort__error(COHORT_ERR_INTERNAL, "a communicator of %d ranks with neither a store nor a hub", c->size);
   }
@@ -232,6 +230,12 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   int *parent_ranks = malloc(sizeof *parent_ranks * (size_t)c->size);
   cohort_status st = all && members && parent_ranks ? COHORT_OK : cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   if (st == COHORT_OK) st = cohort_allgather(c, mine, all, 3, COHORT_I32);
+  /* Over MPI the new communicators' context, agreed by every rank of the parent (transport/mpi.h). */
+  int over_mpi = c->size > 1 && strcmp(c->transport->ops->name, "mpi") == 0;
+  int64_t next = (int64_t)cohort__mpi_next_context(), context = 0;
+  if (st == COHORT_OK && over_mpi &&
+      (st = cohort_allreduce(c, &next, &context, 1, COHORT_I64, COHORT_MAX)) == COHORT_OK)
+    cohort__mpi_take_contexts((uint64_t)context);
   if (st != COHORT_OK || color == COHORT_UNDEFINED) goto done;
 
   int size = 0, rank = -1, local_rank = 0, local_size = 0;
@@ -248,7 +252,11 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   cohort_comm *sub = NULL;
   char suffix[64];
   snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
-  st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, NULL, &sub);
+  cohort__transport *given = NULL;
+  if (over_mpi && size > 1)
+    st = cohort__mpi_split(c->transport, (uint64_t)context, rank, size, parent_ranks, (double)c->config.op_timeout_s,
+                           &given);
+  if (st == COHORT_OK) st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, given, &sub);
   if (st == COHORT_OK) {
     sub->parent_ranks = parent_ranks;
     parent_ranks = NULL;

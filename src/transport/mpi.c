@@ -5,12 +5,13 @@
  * order, and its bits, are those of the TCP transport.
  *
  * A frame is two MPI messages on a duplicate of MPI_COMM_WORLD (so cohort's traffic never matches the program's
- * own): the 40-byte header of frame.h (tag HEADER), then the payload (tag DATA, in pieces of at most 1 GiB, since an
- * MPI count is an int). MPI delivers the messages of one sender, tag and communicator in order, and a receiver posts
- * its receives from a peer in the order that peer posted its sends, so headers and payloads pair up by position as
- * on the other transports. The payload's receive is posted only once its header has been checked against this
- * rank's call: a mismatch is COHORT_ERR_MISMATCH naming both ranks and both calls, and a wrong size never lands in
- * user memory (nor becomes MPI_ERR_TRUNCATE).
+ * own; a sub-communicator's, on a duplicate shared by all of them, under tags of its own: mpi.h says how): the 40-byte
+ * header of frame.h (tag HEADER), then the payload (tag DATA, in pieces of at most 1 GiB, since an MPI count is an
+ * int). MPI delivers the messages of one sender, tag and communicator in order, and a receiver posts its receives from
+ * a peer in the order that peer posted its sends, so headers and payloads pair up by position as on the other
+ * transports. The payload's receive is posted only once its header has been checked against this rank's call: a
+ * mismatch is COHORT_ERR_MISMATCH naming both ranks and both calls, and a wrong size never lands in user memory (nor
+ * becomes MPI_ERR_TRUNCATE).
  *
  * A failure is sent to every peer as one ABORT message (tag ABORT: status and text), which a waiting peer picks up
  * with MPI_Iprobe, so every rank returns the same status and names the rank that saw it. A rank that dies is MPI's
@@ -43,7 +44,10 @@
 #include "core/log.h"
 #include "transport/frame.h"
 
-enum { TAG_HEADER = 7301, TAG_DATA = 7302, TAG_ABORT = 7303 };
+/* A transport's three tags are tag, tag + 1 and tag + 2 of its lane (below). */
+enum { TAG_HEADER = 0, TAG_DATA = 1, TAG_ABORT = 2 };
+#define WORLD_TAG 7301         /* on the job's duplicates of MPI_COMM_WORLD */
+#define SETS_TAG 16            /* context c of the sub-communicators' duplicate: SETS_TAG + 3 c */
 #define PIECE_BYTES (1u << 30) /* an MPI count is an int */
 #define SPIN_NS 1000000LL      /* busy-poll this long before napping between polls */
 
@@ -57,15 +61,27 @@ typedef struct op {
   MPI_Request *mreq;
 } op;
 
+/* Where a transport's frames go: an MPI communicator, and the first of its three tags there. The job's transport and
+ * the ones derived from it each have a duplicate of MPI_COMM_WORLD of their own (owned: freed with them). A
+ * sub-communicator's share one duplicate, made once per process (sets_comm), each in a context of its own: a range
+ * of three tags, agreed by the parent's ranks when they split (cohort__mpi_split). */
+typedef struct lane {
+  MPI_Comm comm; /* MPI_COMM_NULL: none */
+  int tag;
+  int owned;
+} lane;
+
 typedef struct mpi_transport {
   cohort__transport base;
-  MPI_Comm comm; /* the frames' traffic */
-  /* Duplicates of MPI_COMM_WORLD set aside when the job's transport is made (cohort__mpi_derive hands them out): for
-   * the communicator's point-to-point engine, for its twin and for the twin's engine. They are made there, on the
-   * thread that calls cohort_init, because Open MPI 4's communicator creation is not safe while other threads drive
-   * MPI (MPI_Comm_split and MPI_Comm_dup from a splitting thread, beside the progress and message threads, crashed in
-   * mca_pml_ob1_add_comm at 4 ranks, 3 runs of 3). MPI_COMM_NULL: none (given out, or never had). */
-  MPI_Comm p2p_spare, twin_spare, twin_p2p_spare;
+  lane lane;   /* the frames' traffic */
+  int *to_mpi; /* member i is rank to_mpi[i] of lane.comm; NULL: the same rank */
+  /* Lanes set aside when the transport is made (cohort__mpi_derive hands them out): for the communicator's
+   * point-to-point engine, for its twin and for the twin's engine. For the job's transport they are duplicates of
+   * MPI_COMM_WORLD made on the thread that calls cohort_init, because Open MPI 4's communicator creation is not safe
+   * while other threads drive MPI (MPI_Comm_split and MPI_Comm_dup from a splitting thread, beside the progress and
+   * message threads, crashed in mca_pml_ob1_add_comm at 4 ranks, 3 runs of 3); for a sub-communicator's, contexts of
+   * sets_comm. comm MPI_COMM_NULL: none (given out, or never had). */
+  lane p2p_spare, twin_spare, twin_p2p_spare;
   cohort__call call;
   double op_timeout_s;
   op *head, *tail; /* in posting order */
@@ -77,10 +93,34 @@ typedef struct mpi_transport {
   MPI_Request *abort_reqs;
 } mpi_transport;
 
+/* ---- lanes and ranks ---- */
+
+static void lane_free(lane *l) {
+  if (l->owned && l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
+  l->comm = MPI_COMM_NULL;
+}
+
+/* Member p's rank in the lane's communicator. */
+static int mpi_rank_of(const mpi_transport *t, int p) { return t->to_mpi ? t->to_mpi[p] : p; }
+
+/* The member whose rank in the lane's communicator is r (-1: none). */
+static int member_of(const mpi_transport *t, int r) {
+  if (!t->to_mpi) return r;
+  for (int p = 0; p < t->base.size; p++)
+    if (t->to_mpi[p] == r) return p;
+  return -1;
+}
+
 /* ---- MPI itself ---- */
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized_here;
+/* The sub-communicators' duplicate of MPI_COMM_WORLD (made with the first job's transport, kept until MPI_Finalize),
+ * and the first context this process has not taken part in: a split's ranks agree on the largest of theirs, so a
+ * context is never shared by two live communicators with a rank in common, nor reused after a shutdown. */
+static MPI_Comm sets_comm = MPI_COMM_NULL;
+static _Atomic uint64_t next_context;
+static int tag_ub = 32767; /* MPI_TAG_UB, read when sets_comm is made; the standard's least */
 
 static void finalize_at_exit(void) {
   int finalized = 0;
@@ -157,7 +197,9 @@ static void send_aborts(mpi_transport *t) {
   memcpy(t->abort_out + 4, t->failure.message, (size_t)len - 4);
   for (int p = 0; p < n; p++) {
     t->abort_reqs[p] = MPI_REQUEST_NULL;
-    if (p != t->base.rank) MPI_Isend(t->abort_out, len, MPI_BYTE, p, TAG_ABORT, t->comm, &t->abort_reqs[p]);
+    if (p != t->base.rank)
+      MPI_Isend(t->abort_out, len, MPI_BYTE, mpi_rank_of(t, p), t->lane.tag + TAG_ABORT, t->lane.comm,
+                &t->abort_reqs[p]);
   }
   /* Small messages go out eagerly; give them a moment to leave before the caller tears things down. */
   int64_t until = cohort__now_ns() + 1000000000LL;
@@ -170,17 +212,18 @@ static void send_aborts(mpi_transport *t) {
 static cohort_status check_aborts(mpi_transport *t) {
   int flag = 0;
   MPI_Status s;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ABORT, t->comm, &flag, &s) != MPI_SUCCESS || !flag) return COHORT_OK;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, t->lane.tag + TAG_ABORT, t->lane.comm, &flag, &s) != MPI_SUCCESS || !flag)
+    return COHORT_OK;
   int len = 0;
   MPI_Get_count(&s, MPI_BYTE, &len);
   char buf[4 + COHORT__ABORT_TEXT_MAX];
   if (len < 4 || len > (int)sizeof buf) len = (int)sizeof buf;
-  MPI_Recv(buf, len, MPI_BYTE, s.MPI_SOURCE, TAG_ABORT, t->comm, MPI_STATUS_IGNORE);
+  MPI_Recv(buf, len, MPI_BYTE, s.MPI_SOURCE, t->lane.tag + TAG_ABORT, t->lane.comm, MPI_STATUS_IGNORE);
   int32_t code;
   memcpy(&code, buf, 4);
   buf[len - 1] = '\0';
   char text[COHORT__ABORT_TEXT_MAX + 40];
-  cohort__relayed_failure(text, sizeof text, buf + 4, s.MPI_SOURCE);
+  cohort__relayed_failure(text, sizeof text, buf + 4, member_of(t, s.MPI_SOURCE));
   return fail(t, code > COHORT_OK && code <= COHORT_ERR_PROTOCOL ? (cohort_status)code : COHORT_ERR_REMOTE, "%s", text);
 }
 
@@ -216,8 +259,9 @@ static int post_payload(mpi_transport *t, op *o, int is_send) {
   size_t left = o->req->bytes;
   for (int i = 1; left > 0; i++) {
     int n = left < PIECE_BYTES ? (int)left : (int)PIECE_BYTES;
-    int rc = is_send ? MPI_Isend(buf, n, MPI_BYTE, o->req->peer, TAG_DATA, t->comm, &o->mreq[i])
-                     : MPI_Irecv(buf, n, MPI_BYTE, o->req->peer, TAG_DATA, t->comm, &o->mreq[i]);
+    int peer = mpi_rank_of(t, o->req->peer), tag = t->lane.tag + TAG_DATA;
+    int rc = is_send ? MPI_Isend(buf, n, MPI_BYTE, peer, tag, t->lane.comm, &o->mreq[i])
+                     : MPI_Irecv(buf, n, MPI_BYTE, peer, tag, t->lane.comm, &o->mreq[i]);
     if (rc != MPI_SUCCESS) return rc;
     buf += n;
     left -= (size_t)n;
@@ -234,7 +278,8 @@ static cohort_status mpi_isend(cohort__transport *base, int peer, const void *bu
   op *o = new_op(t, req, 1 + pieces(bytes));
   if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a send to rank %d", peer);
   cohort__frame_from_call(&o->hdr, &t->call, bytes);
-  if (MPI_Isend(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, peer, TAG_HEADER, t->comm, &o->mreq[0]) != MPI_SUCCESS ||
+  if (MPI_Isend(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, mpi_rank_of(t, peer), t->lane.tag + TAG_HEADER, t->lane.comm,
+                &o->mreq[0]) != MPI_SUCCESS ||
       post_payload(t, o, 1) != MPI_SUCCESS)
     return fail(t, COHORT_ERR_SYSTEM, "MPI_Isend to rank %d failed", peer);
   return COHORT_OK;
@@ -246,7 +291,8 @@ static cohort_status mpi_irecv(cohort__transport *base, int peer, void *buf, siz
   *req = (cohort__req){.buf = buf, .bytes = bytes, .peer = peer, .call = t->call};
   op *o = new_op(t, req, 1 + pieces(bytes));
   if (!o) return fail(t, COHORT_ERR_SYSTEM, "out of memory posting a receive from rank %d", peer);
-  if (MPI_Irecv(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, peer, TAG_HEADER, t->comm, &o->mreq[0]) != MPI_SUCCESS)
+  if (MPI_Irecv(&o->hdr, (int)sizeof o->hdr, MPI_BYTE, mpi_rank_of(t, peer), t->lane.tag + TAG_HEADER, t->lane.comm,
+                &o->mreq[0]) != MPI_SUCCESS)
     return fail(t, COHORT_ERR_SYSTEM, "MPI_Irecv from rank %d failed", peer);
   return COHORT_OK;
 }
@@ -390,10 +436,11 @@ static void mpi_destroy(cohort__transport *base) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
-    MPI_Comm *held[] = {&t->comm, &t->p2p_spare, &t->twin_spare, &t->twin_p2p_spare};
+    lane *held[] = {&t->lane, &t->p2p_spare, &t->twin_spare, &t->twin_p2p_spare};
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
-      if (*held[i] != MPI_COMM_NULL) MPI_Comm_free(held[i]);
+      lane_free(held[i]);
   }
+  free(t->to_mpi);
   free(t->abort_out);
   free(t->abort_reqs);
   free(t);
@@ -411,28 +458,37 @@ static const cohort__transport_ops mpi_ops = {
     .progress = mpi_progress,
 };
 
-/* The transport over group, with the spares it hands out (all taken: freed with it). */
-static cohort_status wrap(MPI_Comm group, MPI_Comm p2p_spare, MPI_Comm twin_spare, MPI_Comm twin_p2p_spare,
+/* The transport of size members over l, this rank being member rank (to_mpi: as in mpi_transport, copied; NULL: the
+ * lane's communicator's own ranks), with the lanes it hands out. It takes every lane, even when it fails. */
+static cohort_status wrap(lane l, int rank, int size, const int *to_mpi, lane p2p, lane twin, lane twin_p2p,
                           double op_timeout_s, cohort__transport **out) {
-  int rank = -1, size = -1;
-  MPI_Comm_rank(group, &rank);
-  MPI_Comm_size(group, &size);
   mpi_transport *t = calloc(1, sizeof *t);
-  if (!t) {
-    MPI_Comm held[] = {group, p2p_spare, twin_spare, twin_p2p_spare};
+  int *map = to_mpi ? malloc(sizeof *map * (size_t)size) : NULL;
+  if (!t || (to_mpi && !map)) {
+    lane held[] = {l, p2p, twin, twin_p2p};
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
-      if (held[i] != MPI_COMM_NULL) MPI_Comm_free(&held[i]);
+      lane_free(&held[i]);
+    free(t);
+    free(map);
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   }
+  if (map) memcpy(map, to_mpi, sizeof *map * (size_t)size);
   t->base = (cohort__transport){.ops = &mpi_ops, .rank = rank, .size = size};
   t->op_timeout_s = op_timeout_s;
-  t->comm = group;
-  t->p2p_spare = p2p_spare, t->twin_spare = twin_spare, t->twin_p2p_spare = twin_p2p_spare;
+  t->lane = l;
+  t->to_mpi = map;
+  t->p2p_spare = p2p, t->twin_spare = twin, t->twin_p2p_spare = twin_p2p;
   cohort__failure_request_init(&t->interrupt);
-  /* Errors come back as codes, to become cohort errors, instead of ending the process in MPI's handler. */
-  MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
   *out = &t->base;
   return COHORT_OK;
+}
+
+/* A duplicate of MPI_COMM_WORLD whose errors come back as codes, to become cohort errors, instead of ending the
+ * process in MPI's handler. */
+static int dup_world(MPI_Comm *out) {
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, out);
+  if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+  return rc;
 }
 
 cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out) {
@@ -446,30 +502,73 @@ cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort
                          "COHORT_TRANSPORT=mpi: MPI says this is rank %d of %d, the environment says rank %d of %d: "
                          "run the job under mpirun (or srun with PMIx) alone",
                          mrank, msize, rank, size);
-  MPI_Comm c[4] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
-  for (int i = 0; i < 4; i++)
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &c[i]) != MPI_SUCCESS) {
+  /* Every rank makes its job's transport at once (cohort_init), so the first one is where all make sets_comm. */
+  pthread_mutex_lock(&init_lock);
+  if (sets_comm == MPI_COMM_NULL && dup_world(&sets_comm) == MPI_SUCCESS) {
+    int *ub = NULL, found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    if (found && ub && *ub > tag_ub) tag_ub = *ub;
+  }
+  int have_sets = sets_comm != MPI_COMM_NULL;
+  pthread_mutex_unlock(&init_lock);
+  lane c[4] = {{MPI_COMM_NULL, 0, 0}, {MPI_COMM_NULL, 0, 0}, {MPI_COMM_NULL, 0, 0}, {MPI_COMM_NULL, 0, 0}};
+  for (int i = 0; i < 4; i++) {
+    c[i] = (lane){MPI_COMM_NULL, WORLD_TAG, 1};
+    if (!have_sets || dup_world(&c[i].comm) != MPI_SUCCESS) {
       while (i-- > 0)
-        MPI_Comm_free(&c[i]);
+        lane_free(&c[i]);
       return cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Comm_dup failed");
     }
-  return wrap(c[0], c[1], c[2], c[3], op_timeout_s, out);
+  }
+  return wrap(c[0], rank, size, NULL, c[1], c[2], c[3], op_timeout_s, out);
 }
 
 cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
                                  cohort__transport **out) {
   *out = NULL;
   mpi_transport *p = (mpi_transport *)parent;
-  MPI_Comm *spare = how == COHORT__MPI_TWIN ? &p->twin_spare : &p->p2p_spare;
-  if (*spare == MPI_COMM_NULL)
+  lane *spare = how == COHORT__MPI_TWIN ? &p->twin_spare : &p->p2p_spare;
+  if (spare->comm == MPI_COMM_NULL)
+    return cohort__error(
+        COHORT_ERR_INVALID,
+        "over COHORT_TRANSPORT=mpi a communicator has one %s, set aside when it was made, and this one "
+        "has had it",
+        how == COHORT__MPI_TWIN ? "twin" : "message engine");
+  lane l = *spare, twin_p2p = {MPI_COMM_NULL, 0, 0}, none = {MPI_COMM_NULL, 0, 0};
+  spare->comm = MPI_COMM_NULL;
+  if (how == COHORT__MPI_TWIN) twin_p2p = p->twin_p2p_spare, p->twin_p2p_spare.comm = MPI_COMM_NULL;
+  return wrap(l, p->base.rank, p->base.size, p->to_mpi, twin_p2p, none, none, op_timeout_s, out);
+}
+
+uint64_t cohort__mpi_next_context(void) { return atomic_load(&next_context); }
+
+void cohort__mpi_take_contexts(uint64_t context) {
+  uint64_t want = context + COHORT__MPI_SPLIT_CONTEXTS, seen = atomic_load(&next_context);
+  while (seen < want && !atomic_compare_exchange_weak(&next_context, &seen, want)) {
+  }
+}
+
+cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,
+                                double op_timeout_s, cohort__transport **out) {
+  *out = NULL;
+  mpi_transport *p = (mpi_transport *)parent;
+  /* Contexts context .. context + 3: the communicator, its message engine, its twin, the twin's engine. */
+  uint64_t last_tag = SETS_TAG + 3 * (context + COHORT__MPI_SPLIT_CONTEXTS) - 1;
+  if (last_tag > (uint64_t)tag_ub)
     return cohort__error(COHORT_ERR_INVALID,
-                         "over COHORT_TRANSPORT=mpi a communicator has one %s, made from a duplicate of MPI_COMM_WORLD "
-                         "set aside at cohort_init, and this one has had it",
-                         how == COHORT__MPI_TWIN ? "twin" : "message engine");
-  MPI_Comm group = *spare, twin_p2p = MPI_COMM_NULL;
-  *spare = MPI_COMM_NULL;
-  if (how == COHORT__MPI_TWIN) twin_p2p = p->twin_p2p_spare, p->twin_p2p_spare = MPI_COMM_NULL;
-  return wrap(group, twin_p2p, MPI_COMM_NULL, MPI_COMM_NULL, op_timeout_s, out);
+                         "over COHORT_TRANSPORT=mpi this process has taken part in %llu splits, more than MPI's tags "
+                         "(MPI_TAG_UB %d) can keep apart",
+                         (unsigned long long)(context / COHORT__MPI_SPLIT_CONTEXTS), tag_ub);
+  int *to_mpi = malloc(sizeof *to_mpi * (size_t)size);
+  if (!to_mpi) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  for (int i = 0; i < size; i++)
+    to_mpi[i] = mpi_rank_of(p, members[i]);
+  lane l[COHORT__MPI_SPLIT_CONTEXTS];
+  for (int i = 0; i < COHORT__MPI_SPLIT_CONTEXTS; i++)
+    l[i] = (lane){sets_comm, SETS_TAG + 3 * (int)(context + (uint64_t)i), 0};
+  cohort_status st = wrap(l[0], rank, size, to_mpi, l[1], l[2], l[3], op_timeout_s, out);
+  free(to_mpi);
+  return st;
 }
 
 int cohort__mpi_available(void) { return 1; }
@@ -486,6 +585,17 @@ cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort
 cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
                                  cohort__transport **out) {
   (void)parent, (void)how, (void)op_timeout_s;
+  *out = NULL;
+  return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI");
+}
+
+uint64_t cohort__mpi_next_context(void) { return 0; }
+
+void cohort__mpi_take_contexts(uint64_t context) { (void)context; }
+
+cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,
+                                double op_timeout_s, cohort__transport **out) {
+  (void)parent, (void)context, (void)rank, (void)size, (void)members, (void)op_timeout_s;
   *out = NULL;
   return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI");
 }

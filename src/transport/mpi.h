@@ -5,19 +5,35 @@
 #ifndef COHORT_TRANSPORT_MPI_H
 #define COHORT_TRANSPORT_MPI_H
 
+#include <stdint.h>
+
 #include "transport/transport.h"
 
 /* Initializes MPI if the program has not (asking for MPI_THREAD_MULTIPLE, which it requires), checks that MPI's
  * rank and size are the job's, and makes the transport over a duplicate of MPI_COMM_WORLD. op_timeout_s:
  * COHORT_OP_TIMEOUT. */
 cohort_status cohort__mpi_create(int rank, int size, double op_timeout_s, cohort__transport **out);
-/* The transport of a communicator made from the job's (parent, made by cohort__mpi_create), over a duplicate of
- * MPI_COMM_WORLD that parent set aside when it was made: COHORT__MPI_P2P, for the communicator's point-to-point
- * engine; COHORT__MPI_TWIN, for its twin (whose own engine then takes the twin's spare). One of each per transport:
- * the second is COHORT_ERR_INVALID. No MPI call that makes a communicator, so any thread may call it. */
+/* The transport of a communicator made from parent's, over a lane that parent set aside when it was made (a duplicate
+ * of MPI_COMM_WORLD for the job's transport, a context for a split's, below): COHORT__MPI_P2P, for the communicator's
+ * point-to-point engine; COHORT__MPI_TWIN, for its twin (whose own engine then takes the twin's spare). One of each per
+ * transport: the second is COHORT_ERR_INVALID. No MPI call that makes a communicator, so any thread may call it. */
 typedef enum { COHORT__MPI_P2P, COHORT__MPI_TWIN } cohort__mpi_derivation;
 cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivation how, double op_timeout_s,
                                  cohort__transport **out);
+/* Sub-communicators (cohort_comm_split) over MPI make no MPI communicator either: all of them share one duplicate of
+ * MPI_COMM_WORLD, made with the job's first transport, each in a context of its own (a range of tags), the way MPI
+ * libraries give communicators context ids. A split takes COHORT__MPI_SPLIT_CONTEXTS contexts (the communicator, its
+ * message engine, its twin, the twin's engine). The parent's ranks agree on the first: the largest
+ * cohort__mpi_next_context() among them (an allreduce over the parent), which every one of them, member or not,
+ * then marks taken with cohort__mpi_take_contexts(); so no two live communicators with a rank in common share a
+ * context, and none is reused after a shutdown and a new cohort_init. */
+#define COHORT__MPI_SPLIT_CONTEXTS 4
+uint64_t cohort__mpi_next_context(void);
+void cohort__mpi_take_contexts(uint64_t context);
+/* The transport of a split of parent (a transport of this file): size members, members[i] being the parent's rank
+ * of member i, this rank being member rank, in contexts context onwards. */
+cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,
+                                double op_timeout_s, cohort__transport **out);
 /* 1 when this libcohort was built with MPI. */
 int cohort__mpi_available(void);
 

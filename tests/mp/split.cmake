@@ -13,9 +13,17 @@ endforeach()
 add_test(NAME mp.split.hier.np8 COMMAND $<TARGET_FILE:cohortrun> -np 8 ${CMAKE_CURRENT_LIST_DIR}/as_nodes.sh 2
                                         $<TARGET_FILE:test_split> --quick)
 set_tests_properties(mp.split.hier.np8 PROPERTIES LABELS "mp" TIMEOUT 600 FAIL_REGULAR_EXPRESSION "half: (tcp|shm):")
-# A twin over the MPI transport (no splits there): under Open MPI's mpirun, where libcohort was built with MPI.
+# Over the MPI transport, under Open MPI's mpirun, where libcohort was built with MPI: splits (contexts of one
+# duplicate of MPI_COMM_WORLD, src/transport/mpi.c), and twins of the job's communicator and of a split.
 find_program(COHORT_MPIRUN mpirun)
 if(COHORT_MPI_PC AND COHORT_MPIRUN)
+  foreach(np 5 8)
+    add_test(NAME mp.split.mpi.np${np} COMMAND ${COHORT_MPIRUN} --oversubscribe -np ${np} -x COHORT_TRANSPORT
+             $<TARGET_FILE:test_split> --quick)
+    set_tests_properties(mp.split.mpi.np${np} PROPERTIES LABELS "mp" TIMEOUT 300 FAIL_REGULAR_EXPRESSION
+                         "FAILED|half: (tcp|shm|none)"
+                         ENVIRONMENT "COHORT_TRANSPORT=mpi;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endforeach()
   foreach(np 2 4)
     add_test(NAME mp.twin.mpi.np${np} COMMAND ${COHORT_MPIRUN} --oversubscribe -np ${np} -x COHORT_TRANSPORT
              $<TARGET_FILE:test_split> --twin)

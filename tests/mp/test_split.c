@@ -7,8 +7,9 @@
  * transport of its half of the job ("half: <transport>"), which the tests of simulated nodes match. A rank that finds
  * a wrong value exits 1, so cohortrun (and ctest) fail.
  *   mpirun -np N build/tests/test_split --twin
- * runs the twin's check alone (the MPI transport has twins but no splits), and there also checks that a second twin
- * is refused (the job's transport sets one aside).
+ * runs the twin's check alone, on the job's communicator and on a split of it by parity, and over MPI also checks that
+ * a second twin is refused (the transport sets one lane aside for it). Under mpirun with COHORT_TRANSPORT=mpi the
+ * first form checks splits over MPI (contexts of one shared duplicate of MPI_COMM_WORLD, transport/mpi.h).
  */
 #include <stdio.h>
 #include <string.h>
@@ -32,8 +33,18 @@ int main(int argc, char **argv) {
       fprintf(stderr, "rank %d: a second twin over MPI was not refused: %s\n", cohort_rank(c), cohort_last_error());
       failures++;
     }
-    printf("rank %d of %d (%s): %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
+    /* A sub-communicator's twin: over MPI both live in contexts of one shared duplicate (transport/mpi.h); odd and
+     * even ranks, so that a member's rank is not its MPI rank. */
+    cohort_comm *parity = NULL;
+    if (!failures && cohort_comm_split(c, cohort_rank(c) % 2, 0, &parity) != COHORT_OK) {
+      fprintf(stderr, "rank %d: split by parity: %s\n", cohort_rank(c), cohort_last_error());
+      failures++;
+    }
+    if (!failures) failures += split_check_twin(parity);
+    printf("rank %d of %d (%s, parity group: %s of %d): %s\n", cohort_rank(c), cohort_size(c), cohort_transport_name(c),
+           parity ? cohort_transport_name(parity) : "none", parity ? cohort_size(parity) : 0,
            failures ? "FAILED" : "twin checks correct");
+    cohort_comm_destroy(parity);
     cohort_comm_destroy(c);
     return failures ? 1 : 0;
   }

@@ -246,13 +246,16 @@ foreach(np 1 2 3)
                        PASS_REGULAR_EXPRESSION "named ok")
 endforeach()
 # The same under Open MPI's mpirun over the MPI transport (auto there), where the twin is a duplicate of
-# MPI_COMM_WORLD; process sets are not available over it yet, so that section runs on the world.
+# MPI_COMM_WORLD and, at 3 ranks, the process set (ranks 1 and 2) a context of the sub-communicators' duplicate.
 if(COHORT_MPI_PC AND COHORT_MPIRUN)
-  add_test(NAME python.named.mpi.np2 COMMAND ${COHORT_MPIRUN} --oversubscribe -np 2 -x PYTHONPATH -x OMP_NUM_THREADS
-           -x COHORT_STALL_S -x COHORT_OP_TIMEOUT -x COHORT_TRANSPORT ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_named.py)
-  set_tests_properties(python.named.mpi.np2 PROPERTIES LABELS "python;mp" TIMEOUT 120
-                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_STALL_S=1;COHORT_OP_TIMEOUT=4;COHORT_TRANSPORT=mpi;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-                       FAIL_REGULAR_EXPRESSION "Traceback") # mpirun fails when a rank does
+  foreach(np 2 3)
+    add_test(NAME python.named.mpi.np${np} COMMAND ${COHORT_MPIRUN} --oversubscribe -np ${np} -x PYTHONPATH
+             -x OMP_NUM_THREADS -x COHORT_STALL_S -x COHORT_OP_TIMEOUT -x COHORT_TRANSPORT ${COHORT_PYTHON}
+             ${CMAKE_CURRENT_LIST_DIR}/test_named.py)
+    set_tests_properties(python.named.mpi.np${np} PROPERTIES LABELS "python;mp" TIMEOUT 120
+                         ENVIRONMENT "${COHORT_PY_ENV};COHORT_STALL_S=1;COHORT_OP_TIMEOUT=4;COHORT_TRANSPORT=mpi;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+                         FAIL_REGULAR_EXPRESSION "Traceback") # mpirun fails when a rank does
+  endforeach()
 endif()
 
 # shutdown() then init() 20 times in the same 2 processes, over each transport (test_reinit.py); a hang fails on

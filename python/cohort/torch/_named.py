@@ -13,8 +13,9 @@ before. A blocking call with a name parks too, and runs on its own thread when i
 A name that some ranks never issue is reported: rank 0 warns after COHORT_STALL_S seconds (the stall inspector's knob:
 60; 0, no warning) naming the missing ranks, and after COHORT_OP_TIMEOUT the waiting ranks' operations fail with
 TimeoutError naming them. With COHORT_P2P=off (no messages) names are not matched: the calls run in call order as
-unnamed ones do. Over COHORT_TRANSPORT=mpi the twin runs on a duplicate of MPI_COMM_WORLD that cohort_init set aside
-(cohort_comm_twin); process sets are not available there (cohort_comm_split).
+unnamed ones do. Over COHORT_TRANSPORT=mpi the job's twin runs on a duplicate of MPI_COMM_WORLD that cohort_init
+set aside (cohort_comm_twin), and a process set's in a context of the sub-communicators' duplicate
+(src/transport/mpi.h).
 """
 import ctypes
 import os
