@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/failure.h"
 #include "transport/frame.h"
@@ -87,7 +88,7 @@ static cohort_status match(cohort__inproc_hub *hub, cohort__req *send, int src, 
     return hub_fail(hub, COHORT_ERR_MISMATCH, "ranks disagree: rank %d called %s but rank %d called %s", dst, a, src,
                     b);
   }
-  if (send->bytes) memcpy(recv->buf, send->buf, send->bytes);
+  if (send->bytes) cohort__copy(recv->buf, send->buf, send->bytes);
   send->done_bytes = recv->done_bytes = send->bytes;
   send->complete = recv->complete = 1;
   pthread_cond_broadcast(&hub->cv[src]);

@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "transport/frame.h"
@@ -131,14 +132,14 @@ static cohort_status check_peer_aborts(shm_transport *t) {
 
 static void ring_put(char *data, uint64_t cap, uint64_t pos, const void *src, size_t len) {
   size_t off = (size_t)(pos % cap), first = len < cap - off ? len : (size_t)(cap - off);
-  memcpy(data + off, src, first);
-  if (len > first) memcpy(data, (const char *)src + first, len - first);
+  cohort__copy(data + off, src, first);
+  if (len > first) cohort__copy(data, (const char *)src + first, len - first);
 }
 
 static void ring_get(const char *data, uint64_t cap, uint64_t pos, void *dst, size_t len) {
   size_t off = (size_t)(pos % cap), first = len < cap - off ? len : (size_t)(cap - off);
-  memcpy(dst, data + off, first);
-  if (len > first) memcpy((char *)dst + first, data, len - first);
+  cohort__copy(dst, data + off, first);
+  if (len > first) cohort__copy((char *)dst + first, data, len - first);
 }
 
 /* Bytes the peer has written that we have not consumed (re-reading head only when we run out). */

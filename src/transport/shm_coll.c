@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/reduce.h"
 #include "transport/shm.h"
@@ -127,7 +128,7 @@ static void reduce_ranks(shm_transport *t, void *dst, const void *const *x, size
     cohort__reduce(tmp, (const char *)x[0] + o, (const char *)x[1] + o, m, dtype, op);
     for (int q = 2; q < n; q++)
       cohort__reduce(tmp, tmp, (const char *)x[q] + o, m, dtype, op);
-    memcpy((char *)dst + o, tmp, m * es);
+    cohort__copy((char *)dst + o, tmp, m * es);
   }
 }
 
@@ -147,8 +148,8 @@ static void reduce_twice(shm_transport *t, char *dst, char *out, const void **x_
       x[q] = (const char *)x_all[q] + o;
     reduce_ranks(t, tmp, x, m, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(tmp, m, dtype, n);
-    memcpy(dst + o, tmp, m * es);
-    memcpy(out + o, tmp, m * es);
+    cohort__copy(dst + o, tmp, m * es);
+    cohort__copy(out + o, tmp, m * es);
   }
 }
 
@@ -186,7 +187,7 @@ static cohort_status push_allreduce(shm_transport *t, const char *in, char *out,
     reduce_ranks(t, tmp, x, m, dtype, op);
     if (op == COHORT_AVG) cohort__reduce_avg(tmp, m, dtype, n);
     for (int q = 0; q < n; q++)
-      memcpy(dst[q], tmp, m * es);
+      cohort__copy(dst[q], tmp, m * es);
   }
   cohort__shm_publish(t, &t->me->node.out, k);
   COHORT_CHECK(wait_all(t, FLAG_OUT, k));
@@ -212,7 +213,7 @@ static cohort_status small_allreduce(shm_transport *t, const void *sendbuf, void
   } else {
     COHORT_CHECK(claim(t, k));
     post_call(t, k, -1, -1);
-    if (bytes) memcpy(cohort__shm_stage(t->me, b), sendbuf, bytes);
+    if (bytes) cohort__copy(cohort__shm_stage(t->me, b), sendbuf, bytes);
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
     COHORT_CHECK(check_calls(t, k, bytes));
@@ -248,7 +249,7 @@ cohort_status cohort__shm_agree(cohort__transport *base, const void *mine, size_
   if (stage && stage_bytes <= t->small_bytes) {
     uint64_t nk = t->node_k + 1;
     COHORT_CHECK(claim(t, nk));
-    if (stage_bytes) memcpy(cohort__shm_stage(t->me, (int)(nk & 1)), stage, stage_bytes);
+    if (stage_bytes) cohort__copy(cohort__shm_stage(t->me, (int)(nk & 1)), stage, stage_bytes);
     t->staged = 1;
   }
   memcpy(t->me->agree.sig[k & 1], mine, bytes);
@@ -303,8 +304,8 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     if (!zc) COHORT_CHECK(claim(t, k));
     if (off == 0) post_call(t, k, zc_in, zc_out);
     if (!zc) { /* the peers need every slice of my input but mine: I read that one where it is */
-      memcpy(mine, in, my_lo * es);
-      memcpy(mine + my_hi * es, in + my_hi * es, (m - my_hi) * es);
+      cohort__copy(mine, in, my_lo * es);
+      cohort__copy(mine + my_hi * es, in + my_hi * es, (m - my_hi) * es);
     }
     cohort__shm_publish(t, &t->me->node.in, k);
     COHORT_CHECK(wait_all(t, FLAG_IN, k));
@@ -332,7 +333,7 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
     if (complete) COHORT_CHECK(complete(arg, dst, off + my_lo, my_hi - my_lo));
     cohort__shm_publish(t, &t->me->node.out, k);
     /* Only now may recvbuf change: in place, my input slice was an operand until the reduction above. */
-    if (!zc && !dual) memcpy(out + my_lo * es, dst, (my_hi - my_lo) * es);
+    if (!zc && !dual) cohort__copy(out + my_lo * es, dst, (my_hi - my_lo) * es);
     for (int i = 1; i < n; i++) {
       int q = (r + i) % n;
       peer *pe = &t->peers[q];
@@ -340,7 +341,7 @@ cohort_status cohort__shm_node_allreduce(cohort__transport *base, const void *se
       COHORT_CHECK(cohort__shm_await(t, q, &pe->seg->node.out, k));
       const char *src = pe->zc_out >= 0 ? cohort__shm_arena(pe->seg) + pe->zc_out + (off + lo) * es
                                         : cohort__shm_stage(pe->seg, b) + lo * es;
-      memcpy(out + lo * es, src, (hi - lo) * es);
+      cohort__copy(out + lo * es, src, (hi - lo) * es);
     }
     cohort__shm_publish(t, &t->me->node.done, k);
   }

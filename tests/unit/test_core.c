@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "core/config.h"
+#include "core/copy.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/failure.h"
@@ -167,7 +168,38 @@ TEST(docs_env_md_lists_every_knob) {
   ASSERT_EQ(env_md_missing, 0);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(strerror_names_every_status), TEST_CASE(error_text_is_kept_per_thread_and_formatted),
+/* cohort__copy gives memcpy's bytes at every distance between the buffers modulo 4096 that picks its own loop (1 to
+ * 63) and some that do not, for lengths with and without a tail after the loop's 128-byte steps, and touches no byte
+ * outside the destination. */
+TEST(copy_matches_memcpy_at_every_near_distance) {
+  size_t cap = 3 * 8192 + 256;
+  unsigned char *src = malloc(cap), *dst = malloc(cap + 8192), *want = malloc(cap + 8192);
+  ASSERT_TRUE(src && dst && want);
+  for (size_t i = 0; i < cap; i++)
+    src[i] = (unsigned char)(i * 131 + 7);
+  static const size_t lengths[] = {4096, 4097, 4096 + 127, 8192, 3 * 8192 + 5};
+  for (int gap = 0; gap <= 70; gap++) {
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+      size_t n = lengths[li];
+      /* dst - src = gap modulo 4096: both buffers from malloc, so place the copy within dst to make it so */
+      uintptr_t base = (uintptr_t)dst + 64, want_mod = ((uintptr_t)src + (uintptr_t)gap) & 4095;
+      unsigned char *d = (unsigned char *)(base + ((want_mod - base) & 4095));
+      ASSERT_TRUE(d + n + 64 <= dst + cap + 8192);
+      memset(dst, 0xAB, cap + 8192);
+      memset(want, 0xAB, cap + 8192);
+      cohort__copy(d, src, n);
+      memcpy(want + (d - dst), src, n);
+      ASSERT_EQ((((uintptr_t)d - (uintptr_t)src) & 4095), (uintptr_t)gap);
+      ASSERT_TRUE(memcmp(dst, want, cap + 8192) == 0);
+    }
+  }
+  free(src);
+  free(dst);
+  free(want);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(copy_matches_memcpy_at_every_near_distance), TEST_CASE(strerror_names_every_status),
+                 TEST_CASE(error_text_is_kept_per_thread_and_formatted),
                  TEST_CASE(a_failure_keeps_the_first_and_a_request_the_first), TEST_CASE(dtype_and_op_names_round_trip),
                  TEST_CASE(env_knobs_parse_with_defaults_and_clear_errors),
                  TEST_CASE(config_parses_every_knob_by_its_type_and_range), TEST_CASE(docs_env_md_lists_every_knob))
