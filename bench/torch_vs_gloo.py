@@ -20,9 +20,13 @@
                                                                  ranks, alternately in the same processes, 4 KiB to
                                                                  MAXMB MiB (best of 3 per size)
   cohortrun -np N python3 torch_vs_gloo.py dist_ddp MODEL ROUNDS STEPS BATCH
-                                                                 as interleaved, the three being torch DDP on backend
-                                                                 "cohort", torch DDP on gloo and cohort.torch's
-                                                                 DistributedDataParallel
+                                                                 as interleaved, the five being torch DDP on backend
+                                                                 "cohort", torch DDP on gloo, cohort.torch's
+                                                                 DistributedDataParallel, the model alone and torch DDP
+                                                                 on "cohort" with gradient_as_bucket_view=True
+  cohortrun -np 2 python3 torch_vs_gloo.py ddp_profile MODEL STEPS BATCH
+                                                                 torch's profiler over each of those but gloo's: the
+                                                                 ms per step of the reducer's own copies
 
 interleaved: this machine's speed drifts by 10-20% from one run to the next (a shared VM), more than the
 differences to be measured, so separate runs cannot tell 1.05x from 1.1x. Here every rank holds three copies of the
@@ -157,27 +161,32 @@ def dist_groups():
 
 def dist_allreduce(rank, world, maxmb):
     dist, gloo = dist_groups()
+    # floor: every rank at once passes over its vector in place (t.mul_(1.0): it reads and writes each byte once), the
+    # least memory traffic any in-place allreduce has; floor_frac = floor_us / cohort_us, and gloo_us / floor_us is
+    # the most any backend could reach against gloo where the vector no longer fits in the caches.
     if rank == 0:
-        print(f"{'bytes':>12} {'cohort_us':>10} {'gloo_us':>10} {'cohort_busbw':>12} {'gloo_busbw':>10} {'ratio':>7}",
-              flush=True)
+        print(f"{'bytes':>12} {'cohort_us':>10} {'gloo_us':>10} {'cohort_busbw':>12} {'gloo_busbw':>10} {'ratio':>7} "
+              f"{'floor_us':>9} {'floor_frac':>10} {'max_ratio':>9}", flush=True)
     b = 4096
     while b <= maxmb << 20:
         t = torch.ones(b // 4)
         iters = 200 if b < 1 << 20 else 40 if b < 16 << 20 else 5
         best = {}
         for _ in range(3):  # alternately, the best of 3 for each
-            for name, group in (("cohort", None), ("gloo", gloo)):
-                dist.all_reduce(t, group=group)
+            for name, call in (("cohort", lambda: dist.all_reduce(t)), ("gloo", lambda: dist.all_reduce(t, group=gloo)),
+                               ("floor", lambda: t.mul_(1.0))):
+                call()
                 dist.barrier(group=gloo)
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    dist.all_reduce(t, group=group)
+                    call()
                 el = (time.perf_counter() - t0) / iters
                 best[name] = min(best.get(name, el), el)
         if rank == 0:
             bw = {k: b / v * 2 * (world - 1) / world / 1e9 for k, v in best.items()}
             print(f"{b:12d} {best['cohort'] * 1e6:10.1f} {best['gloo'] * 1e6:10.1f} {bw['cohort']:12.2f} "
-                  f"{bw['gloo']:10.2f} {best['gloo'] / best['cohort']:7.2f}", flush=True)
+                  f"{bw['gloo']:10.2f} {best['gloo'] / best['cohort']:7.2f} {best['floor'] * 1e6:9.1f} "
+                  f"{best['floor'] / best['cohort']:10.2f} {best['gloo'] / best['floor']:9.2f}", flush=True)
         b *= 4
     dist.destroy_process_group()
 
@@ -192,9 +201,7 @@ def dist_ddp(hvd, rank, world, model_name, rounds, steps, batch):
     torch.set_num_threads(1)
     x, y = load()
     nets = {}
-    for name, wrap in (("dist_cohort", lambda m: nn.parallel.DistributedDataParallel(m, process_group=coh)),
-                       ("gloo", lambda m: nn.parallel.DistributedDataParallel(m, process_group=gloo)),
-                       ("cohort_torch", lambda m: hvd.DistributedDataParallel(m))):
+    for name, wrap in ddp_wrappers(hvd, coh, gloo):
         torch.manual_seed(0)
         net = wrap(CNN() if model_name == "cnn" else mlp())
         nets[name] = (net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
@@ -202,7 +209,7 @@ def dist_ddp(hvd, rank, world, model_name, rounds, steps, batch):
     spent = dict.fromkeys(names, 0.0)
     step = 0
     for r in range(-1, rounds):  # round -1 warms every model up and is not counted
-        order = names[r % 3:] + names[:r % 3] if r >= 0 else names
+        order = names[r % len(names):] + names[:r % len(names)] if r >= 0 else names
         for name in order:
             net, opt = nets[name]
             hvd.barrier()
@@ -223,7 +230,59 @@ def dist_ddp(hvd, rank, world, model_name, rounds, steps, batch):
         print(f"dist_ddp {model_name} world={world} rounds={rounds} steps={steps} "
               + " ".join(f"{k}_img_per_s={v:.1f}" for k, v in ips.items())
               + f" dist_cohort_over_gloo={ips['dist_cohort'] / ips['gloo']:.3f}"
-              + f" dist_cohort_over_cohort_torch={ips['dist_cohort'] / ips['cohort_torch']:.3f}", flush=True)
+              + f" dist_cohort_over_cohort_torch={ips['dist_cohort'] / ips['cohort_torch']:.3f}"
+              + f" dist_cohort_view_over_gloo={ips['dist_cohort_view'] / ips['gloo']:.3f}"
+              + f" dist_cohort_view_over_cohort_torch={ips['dist_cohort_view'] / ips['cohort_torch']:.3f}", flush=True)
+
+
+def ddp_wrappers(hvd, coh, gloo):
+    """dist_ddp's trainings: torch DDP on "cohort", on gloo, cohort.torch's DDP, and two that say where the time goes:
+    the model alone (no wrapper, no communication: the ceiling) and torch DDP on "cohort" with
+    gradient_as_bucket_view=True (the gradients are the reducer's buckets: no copy into them and back)."""
+    ddp = nn.parallel.DistributedDataParallel
+    return (("dist_cohort", lambda m: ddp(m, process_group=coh)), ("gloo", lambda m: ddp(m, process_group=gloo)),
+            ("cohort_torch", lambda m: hvd.DistributedDataParallel(m)), ("alone", lambda m: m),
+            ("dist_cohort_view", lambda m: ddp(m, process_group=coh, gradient_as_bucket_view=True)))
+
+
+def ddp_profile(hvd, rank, world, model_name, steps, batch):
+    """torch's profiler over STEPS steps of each of dist_ddp's trainings in turn (2 ranks, rank 0 prints): the ms per
+    step of the operators torch's reducer runs itself (aten::mul: a gradient copied into its bucket and divided by
+    the world size; aten::copy_: a bucket copied back into the gradient; aten::div_: the division in place, with
+    gradient_as_bucket_view), and of all operators on the training thread. The allreduce itself runs on the backend's
+    threads, outside these figures."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    coh = dist.new_group(backend="cohort")
+    torch.set_num_threads(1)
+    x, y = load()
+    for name, wrap in ddp_wrappers(hvd, coh, None):
+        if name == "gloo":
+            continue
+        torch.manual_seed(0)
+        net = wrap(CNN() if model_name == "cnn" else mlp())
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+        def run(n):
+            for s in range(n):
+                lo = ((s * world + rank) * batch) % (len(x) - batch)
+                opt.zero_grad()
+                F.cross_entropy(net(x[lo:lo + batch]), y[lo:lo + batch]).backward()
+                opt.step()
+        run(3)  # DDP rebuilds its buckets after the first step
+        hvd.barrier()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run(steps)
+        hvd.barrier()
+        wall = (time.perf_counter() - t0) / steps * 1e3
+        ms = {e.key: e.self_cpu_time_total / 1e3 / steps for e in prof.key_averages()}
+        if rank == 0:
+            print(f"ddp_profile {model_name} {name}: wall_ms_per_step={wall:.1f} mul={ms.get('aten::mul', 0):.1f} "
+                  f"copy_={ms.get('aten::copy_', 0):.1f} div_={ms.get('aten::div_', 0):.1f} "
+                  f"all_ops={sum(ms.values()):.1f}", flush=True)
+    dist.destroy_process_group()
 
 
 def grouped(hvd, rank, world, maxmb):
@@ -331,6 +390,8 @@ def main():
         grouped(hvd, r, n, int(sys.argv[2]))
     elif mode == "dist_ddp":
         dist_ddp(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "ddp_profile":
+        ddp_profile(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "interleaved":
         interleaved(hvd, r, n, sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "train":

@@ -21,8 +21,9 @@
 #    (turns of 5 steps; default 2/5 of STEPS, at least 2): 20 and 12 for STEPS=30.
 # 5. torch.distributed on backend "cohort" (dist.init_process_group("cohort"), python/cohort/torch/_backend.py):
 #    dist.all_reduce busbw on "cohort" against a gloo group of the same ranks, 4 KiB .. MAXMB MiB, alternately in the
-#    same processes (best of 3 per size); then torch's DDP on "cohort", torch's DDP on gloo and cohort.torch's
-#    DistributedDataParallel, interleaved as in 4 (torch_vs_gloo.py dist_ddp).
+#    same processes (best of 3 per size), beside the memory floor; then torch's DDP on "cohort", torch's DDP on gloo,
+#    cohort.torch's DistributedDataParallel, the model alone and torch's DDP on "cohort" with gradient_as_bucket_view,
+#    interleaved as in 4 (torch_vs_gloo.py dist_ddp).
 # Environment: BUILD (default build), ANCHOR_DIR (default bench/anchors, ../shared/bench-anchors beside the
 # checkout, or /work/shared/bench-anchors), PYTHON (a python3 with torch; default /usr/bin/python3).
 set -eu
@@ -105,5 +106,8 @@ for spec in "cnn ${ROUNDS_CNN:-$RC} 10" "mlp ${ROUNDS_MLP:-$RM} 5"; do
   echo "$line" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     printf "%-4s dist(cohort) %8.1f  dist(gloo) %8.1f  cohort.torch %8.1f img/s   dist(cohort)/gloo %.3fx   dist(cohort)/cohort.torch %.3fx\n",
       $2, v["dist_cohort_img_per_s"], v["gloo_img_per_s"], v["cohort_torch_img_per_s"], v["dist_cohort_over_gloo"],
-      v["dist_cohort_over_cohort_torch"] }'
+      v["dist_cohort_over_cohort_torch"]
+    printf "     alone %8.1f img/s (no wrapper)   dist(cohort), gradient_as_bucket_view %8.1f: /gloo %.3fx, /cohort.torch %.3fx\n",
+      v["alone_img_per_s"], v["dist_cohort_view_img_per_s"], v["dist_cohort_view_over_gloo"],
+      v["dist_cohort_view_over_cohort_torch"] }'
 done
