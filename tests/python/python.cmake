@@ -266,6 +266,13 @@ foreach(tr shm tcp)
   set_tests_properties(python.reinit.${tr} PROPERTIES LABELS "python;mp" TIMEOUT 180
                        ENVIRONMENT "${COHORT_PY_ENV};COHORT_TRANSPORT=${tr}" PASS_REGULAR_EXPRESSION "reinit ok")
 endforeach()
+if(COHORT_MPI_PC AND COHORT_MPIRUN)
+  add_test(NAME python.reinit.mpi COMMAND ${COHORT_MPIRUN} --oversubscribe -np 3 -x PYTHONPATH -x OMP_NUM_THREADS
+           -x COHORT_TRANSPORT ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_reinit.py 10)
+  set_tests_properties(python.reinit.mpi PROPERTIES LABELS "python;mp" TIMEOUT 180
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TRANSPORT=mpi;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+                       FAIL_REGULAR_EXPRESSION "FAIL|Traceback")
+endif()
 
 # torch's own DistributedDataParallel on backend "cohort" against DDP on gloo in the same processes
 # (test_dist_ddp.py): plain, find_unused_parameters, gradient_as_bucket_view, static_graph, no_sync, the fp16/bf16
