@@ -144,6 +144,37 @@ typedef int (*init_fn)(void **, int, nccl_id, int);
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, cudaStream_t);
 typedef int (*destroy_fn)(void *);
 
+/* What the host side of one device call costs, call by call, to tell where cohort's extra microseconds per call below
+ * 16 MiB go (docs/performance.md, "NCCL at 1 rank"): the driver's pointer query that classifies a buffer (cohort makes
+ * one per distinct buffer, src/cuda/plugin.cu device_of), the current device's query and the event that an async call
+ * records. Means over 20000 calls each, in ns. */
+static void print_host_costs(const void *send, const void *recv) {
+  enum { N = 20000 };
+  struct cudaPointerAttributes attr;
+  int dev = 0;
+  double t0 = now_s();
+  for (int i = 0; i < N; i++)
+    (void)cudaPointerGetAttributes(&attr, (i & 1) ? send : recv);
+  double ptr_ns = (now_s() - t0) / N * 1e9;
+  t0 = now_s();
+  for (int i = 0; i < N; i++)
+    (void)cudaGetDevice(&dev);
+  double dev_ns = (now_s() - t0) / N * 1e9;
+  cudaEvent_t e;
+  t0 = now_s();
+  for (int i = 0; i < N; i++) {
+    (void)cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    (void)cudaEventRecord(e, 0);
+    (void)cudaEventDestroy(e);
+  }
+  double ev_ns = (now_s() - t0) / N * 1e9;
+  (void)cudaDeviceSynchronize();
+  printf("# host costs per call, ns: cudaPointerGetAttributes %.0f, cudaGetDevice %.0f, "
+         "cudaEventCreate+Record+Destroy %.0f\n",
+         ptr_ns, dev_ns, ev_ns);
+  fflush(stdout);
+}
+
 static int bench_nccl_direct(size_t max_bytes) {
   void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
@@ -215,6 +246,7 @@ static int bench_nccl_direct(size_t max_bytes) {
     printf("%12zu %8d %12.2f %12.2f %9.3fx\n", bytes, iters, tn[3] * 1e6, tc[3] * 1e6, tc[3] / tn[3]);
     fflush(stdout);
   }
+  print_host_costs(send, recv);
   destroy(nc);
   cudaFree(send);
   cudaFree(recv);
