@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# budget: 240
+# budget: 300
 # The training stack on CUDA (issue 34), one part of scripts/gpu-check.sh. From the repository root, with BUILD (built
 # with -DCOHORT_CUDA=ON), OUT, PYTHON (torch with CUDA), FMNIST_DIR and LD_LIBRARY_PATH set, and report()
 # exported. Every check reports PASS/FAIL/SKIP on its own: a failing step never stops the ones after it. Steps:
@@ -7,7 +7,11 @@
 #   2. a 30-step run on both devices: the mean loss and the parameters within float32's error (4 gamma(9216))
 #   3. checkpoints across devices: GPU 40 steps -> CPU resumes to 60, CPU 40 -> GPU to 60, against GPU 60 straight
 #   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each
-#   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank
+#   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank; then the same under NVIDIA's
+#      Multi-Process Service where nvidia-cuda-mps-control is installed (without it the two processes' kernels take
+#      turns on the GPU): a daemon of this script's own (its pipe and log directories in the scratch folder, so that
+#      no other process of the machine connects to it), stopped when the step ends. MPS changes no setting of the GPU
+#      (compute mode, clocks and the rest stay as they are).
 #   6. 10 epochs at batch 64: test_acc >= 0.91
 set -uo pipefail
 BIN=$BUILD/bin
@@ -156,6 +160,38 @@ else
   report "   2 ranks x batch 64: $v2 img/s, 1 rank: $v1 img/s: ${r}x (target >= 1.6x); $path"
   if awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1.6) }'; then ok "nn_cuda.two_ranks (${r}x)"
   else bad "nn_cuda.two_ranks: ${r}x one rank's img/s, target 1.6x ($path)"; fi
+fi
+
+echo "== 5b. 2 ranks sharing the GPU under MPS"
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    timeout -k 5 60 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 \
+      --log-every 100000 "${DATA[@]}" >"$W/ranks2_mps.log" 2>&1
+    rc=$?
+    timeout -k 5 40 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 "${DATA[@]}" \
+      >"$W/rank1_mps.log" 2>&1
+    echo quit | nvidia-cuda-mps-control
+    trap - EXIT
+    cat "$W/ranks2_mps.log" "$W/rank1_mps.log" "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null | tail -40
+    v2=$(final_field "$W/ranks2_mps.log" img_per_s)
+    v1m=$(final_field "$W/rank1_mps.log" img_per_s)
+    if [ $rc -ne 0 ] || [ -z "$v2" ]; then
+      bad "nn_cuda.two_ranks_mps: exit $rc: $(grep -m2 -E 'fmnist-train|error' "$W/ranks2_mps.log" | tr '\n' ' ')"
+    else
+      r=$(awk -v a="$v2" -v b="$v1" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')
+      report "   under MPS: 2 ranks x batch 64: $v2 img/s, ${r}x one rank without MPS ($v1); one rank under MPS: ${v1m:-?}"
+      if awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1.6) }'; then ok "nn_cuda.two_ranks_mps (${r}x)"
+      else bad "nn_cuda.two_ranks_mps: ${r}x one rank's img/s, target 1.6x"; fi
+    fi
+  else
+    report "SKIP nn_cuda.two_ranks_mps: nvidia-cuda-mps-control -d failed"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+else
+  report "SKIP nn_cuda.two_ranks_mps: no nvidia-cuda-mps-control on this host"
 fi
 
 echo "== 6. accuracy after 10 epochs"
