@@ -41,3 +41,14 @@ add_test(NAME mp.shm.small_bytes.disagree COMMAND $<TARGET_FILE:cohortrun> -np 2
 set_tests_properties(mp.shm.small_bytes.disagree PROPERTIES LABELS "mp;fault" TIMEOUT 120 ENVIRONMENT
                      "COHORT_TRANSPORT=shm" PASS_REGULAR_EXPRESSION
                      "ranks disagree on COHORT_SHM_SMALL_BYTES: rank [01] uses (0|4096), rank [01] uses (0|4096)")
+# Buffers a few bytes past a page boundary, as malloc and numpy place large blocks (16 bytes past), against the
+# page-aligned staging buffers, and 16 bytes before one (4080 past): the copies that take cohort__copy's own loop
+# (src/core/copy.h), in place and out of place, from one chunk to many, every element checked.
+foreach(off 16 4080)
+  add_test(NAME mp.shm.page_offset.${off}
+           COMMAND bash -c "for p in --in-place ''; do $<TARGET_FILE:cohortrun> -np 3 $<TARGET_FILE:cohort-bench> \
+                              allreduce --min 4K --max 8M --factor 4 --page-offset ${off} --check $p || exit 1; done")
+  set_tests_properties(mp.shm.page_offset.${off} PROPERTIES LABELS "mp" TIMEOUT 300
+                       PASS_REGULAR_EXPRESSION "every result correct.*every result correct"
+                       FAIL_REGULAR_EXPRESSION "transport tcp")
+endforeach()

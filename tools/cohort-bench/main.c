@@ -10,7 +10,9 @@
  * allgather and reduce_scatter, 1 for broadcast (as in nccl-tests), so it compares with link bandwidth.
  * --check fills the inputs with rank-dependent values and verifies every element of one more run.
  * --zero-copy takes the buffers from cohort_alloc() (the node's shared arena, with shm and tcp+shm) instead of
- * calloc(); when they fall outside it (no arena, or a full one) a line on stderr says so.
+ * calloc(); when they fall outside it (no arena, or a full one) a line on stderr says so. calloc() puts a large block
+ * 16 bytes past a page boundary; --page-offset N puts both buffers N bytes past one instead (0 and 64 are where
+ * torch's and numpy's allocators differ: docs/performance.md, "Buffers 16 bytes past a page").
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,8 +34,9 @@ typedef struct options {
   int iters; /* 0: automatic */
   int warmup;
   int check;
-  int in_place;  /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
-  int zero_copy; /* buffers from cohort_alloc */
+  int in_place;    /* allreduce with sendbuf == recvbuf, as MPI_IN_PLACE and torch do */
+  int zero_copy;   /* buffers from cohort_alloc */
+  int page_offset; /* -1: calloc's placement; else the buffers start this many bytes past a page boundary */
 } options;
 
 static void usage(FILE *f) {
@@ -48,6 +51,7 @@ static void usage(FILE *f) {
              "  --in-place      allreduce/reduce in place (sendbuf == recvbuf), as the OpenMPI and torch anchors do\n"
              "  --check         verify every result element\n"
              "  --zero-copy     buffers from cohort_alloc() (the node's shared-memory arena), not calloc()\n"
+             "  --page-offset N the buffers start N bytes (0-4095) past a page boundary, not where calloc() puts them\n"
              "cohort-bench --help: this text; cohort-bench --version: the version\n");
 }
 
@@ -85,8 +89,13 @@ static int parse_int(const char *s, int min, int *out) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-  *o = (options){
-      .min_bytes = 4096, .max_bytes = 256u << 20, .factor = 2, .dtype = COHORT_F32, .op = COHORT_SUM, .warmup = 3};
+  *o = (options){.min_bytes = 4096,
+                 .max_bytes = 256u << 20,
+                 .factor = 2,
+                 .dtype = COHORT_F32,
+                 .op = COHORT_SUM,
+                 .warmup = 3,
+                 .page_offset = -1};
   if (argc < 2) return bad_usage("%s", "which collective? allreduce, broadcast, allgather, reduce_scatter or barrier");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
@@ -122,7 +131,8 @@ static int parse_args(int argc, char **argv, options *o) {
       usage(stdout);
       exit(0);
     }
-    static const char *const valued[] = {"--min", "--max", "--factor", "--dtype", "--op", "--iters", "--warmup"};
+    static const char *const valued[] = {"--min", "--max",   "--factor", "--dtype",
+                                         "--op",  "--iters", "--warmup", "--page-offset"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
       known |= !strcmp(a, valued[k]);
@@ -145,11 +155,15 @@ static int parse_args(int argc, char **argv, options *o) {
       if (parse_int(v, 1, &o->iters)) return bad_usage("--iters must be a positive integer, not '%s'", v);
     } else if (!strcmp(a, "--warmup")) {
       if (parse_int(v, 0, &o->warmup)) return bad_usage("--warmup must be a non-negative integer, not '%s'", v);
+    } else if (!strcmp(a, "--page-offset")) {
+      if (parse_int(v, 0, &o->page_offset) || o->page_offset > 4095)
+        return bad_usage("--page-offset must be an integer from 0 to 4095, not '%s'", v);
     } else {
       return bad_usage("unknown option '%s'", a);
     }
   }
   if (o->min_bytes > o->max_bytes) return bad_usage("%s", "--min is larger than --max");
+  if (o->page_offset >= 0 && o->zero_copy) return bad_usage("%s", "--page-offset and --zero-copy: choose one");
   return 0;
 }
 
@@ -322,11 +336,13 @@ int main(int argc, char **argv) {
                       : (o.kind == COHORT__COLL_ALLGATHER || o.kind == COHORT__COLL_REDUCE_SCATTER)
                           ? (double)(n - 1) / n
                           : 1.0;
+  char placement[64] = "";
+  if (o.page_offset >= 0) snprintf(placement, sizeof placement, ", buffers %d bytes past a page", o.page_offset);
   if (r == 0) {
     printf("# cohort-bench %s: %d rank%s, transport %s, dtype %s, op %s, %s%s, %s\n", o.kind_name, n, n == 1 ? "" : "s",
            n == 1 ? "none (1 rank)" : cohort_transport_name(c), cohort_dtype_name(o.dtype), cohort_op_name(o.op),
            o.in_place && o.kind == COHORT__COLL_ALLREDUCE ? "in place" : "out of place",
-           o.zero_copy ? ", zero copy (cohort_alloc)" : "",
+           o.zero_copy ? ", zero copy (cohort_alloc)" : placement,
            o.check ? "results checked" : "results not checked (--check checks them)");
     printf("# size_bytes count dtype time_us algbw_GBs busbw_GBs\n");
     fflush(stdout);
@@ -362,6 +378,13 @@ int main(int argc, char **argv) {
                 r, bytes, cohort_transport_name(c));
         outside_told = 1;
       }
+    } else if (o.page_offset >= 0) {
+      size_t room = (size_t)o.page_offset + (total ? total : 1) * es;
+      char *s = aligned_alloc(4096, (room + 4095) / 4096 * 4096), *d = aligned_alloc(4096, (room + 4095) / 4096 * 4096);
+      if (s) memset(s, 0, room);
+      if (d) memset(d, 0, room);
+      b.send = s ? s + o.page_offset : NULL;
+      b.recv = d ? d + o.page_offset : NULL;
     } else {
       b.send = calloc(total ? total : 1, es);
       b.recv = calloc(total ? total : 1, es);
@@ -405,6 +428,9 @@ int main(int argc, char **argv) {
     if (o.zero_copy) {
       cohort_free(c, b.send);
       cohort_free(c, b.recv);
+    } else if (o.page_offset >= 0) {
+      free(b.send ? (char *)b.send - o.page_offset : NULL);
+      free(b.recv ? (char *)b.recv - o.page_offset : NULL);
     } else {
       free(b.send);
       free(b.recv);
