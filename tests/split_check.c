@@ -190,6 +190,52 @@ int split_check_concurrent(cohort_comm *world) {
   return failures;
 }
 
+typedef struct splitter {
+  cohort_comm *parent;
+  int world_rank, world_size, salt, failures;
+  cohort_comm *made[8];
+} splitter;
+
+/* Each member contributes salt * 1000 + its world rank: the sum over a parity group is known. */
+static int check_group(splitter *s, cohort_comm *g, const char *what) {
+  int64_t v = (int64_t)s->salt * 1000 + s->world_rank, sum = 0, want = 0;
+  for (int p = s->world_rank % 2; p < s->world_size; p += 2)
+    want += (int64_t)s->salt * 1000 + p;
+  if (call_failed(what, cohort_allreduce(g, &v, &sum, 1, COHORT_I64, COHORT_SUM), s->world_rank)) return 1;
+  return sum == want ? 0 : fail(what, s->world_rank, "a wrong sum (another group's values?)");
+}
+
+static void *split_repeatedly(void *arg) {
+  splitter *s = arg;
+  for (int i = 0; i < 8 && !s->failures; i++) {
+    s->failures +=
+        call_failed("a split made beside another thread's",
+                    cohort_comm_split(s->parent, s->world_rank % 2, s->world_rank, &s->made[i]), s->world_rank);
+    if (!s->failures) s->failures += check_group(s, s->made[i], "allreduce on a group split beside another");
+  }
+  return NULL;
+}
+
+int split_check_concurrent_splits(cohort_comm *world) {
+  int rank = cohort_rank(world), size = cohort_size(world), failures = 0;
+  cohort_comm *dup = NULL;
+  if (call_failed("dup of world", cohort_comm_dup(world, &dup), rank)) return 1;
+  splitter s[2] = {{.parent = world, .world_rank = rank, .world_size = size, .salt = 1},
+                   {.parent = dup, .world_rank = rank, .world_size = size, .salt = 2}};
+  pthread_t th;
+  pthread_create(&th, NULL, split_repeatedly, &s[1]);
+  split_repeatedly(&s[0]);
+  pthread_join(th, NULL);
+  failures += s[0].failures + s[1].failures;
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < 8; i++) {
+      if (!failures && s[t].made[i]) failures += check_group(&s[t], s[t].made[i], "allreduce on every group after");
+      cohort_comm_destroy(s[t].made[i]);
+    }
+  cohort_comm_destroy(dup);
+  return failures;
+}
+
 int split_check_mismatch(cohort_comm *world) {
   int rank = cohort_rank(world), size = cohort_size(world), failures = 0;
   cohort_comm *sub = NULL;

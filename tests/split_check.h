@@ -18,6 +18,10 @@ int split_check_matrix(cohort_comm *world, const size_t *counts, int ncounts);
  * different collectives at the same time, and then one thread issues cohort_i* work on both in opposite orders on
  * even and odd ranks. A shared transport would mismatch or hang. */
 int split_check_concurrent(cohort_comm *world);
+/* Splits made at the same time: a dup of world first, then two threads of each rank split world and the dup by
+ * parity, 8 times each, keeping every group; each thread checks an allreduce of its own values on each new group
+ * (two groups that met in one channel would swap or mismatch them), and at the end every group once more. */
+int split_check_concurrent_splits(cohort_comm *world);
 /* In the odd group (ranks 1, 3, ...: at least 4 ranks) one member calls another count: every member of that group
  * gets COHORT_ERR_MISMATCH naming ranks by their rank in world too, and goes on (its next allreduce is right), as
  * do the even group and world. */

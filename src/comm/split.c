@@ -7,7 +7,7 @@
  * same everywhere), over a store connection of their own, and run the same rendezvous as cohort_init (rendezvous.c):
  * shm, tcp or tcp+shm by where the members are. In-process communicators have no store: the members (threads) find
  * one new hub in a registry shared by the parent's members, keyed by n and color. Over MPI (no store under mpirun)
- * the members' transport is a context of their own on one duplicate of MPI_COMM_WORLD, agreed by one allreduce over
+ * the members' transport is a context of their own on one duplicate of MPI_COMM_WORLD, agreed by allreduces over
  * the parent (transport/mpi.h).
  *
  * Who is in which color is agreed by one allgather over the parent of (color, key, host tag); the host tag only
@@ -216,6 +216,34 @@ static cohort_status make_sub(cohort_comm *c, const char *suffix, uint32_t n, in
   return COHORT_OK;
 }
 
+/* Over MPI: the new communicators' contexts, agreed by every rank of the parent in the rounds transport/mpi.h
+ * describes. A round fails only where two splits of this process's threads wanted one context at once; each tries
+ * again above it, so rounds are few (the limit is for a livelock nobody has seen). */
+static cohort_status agree_mpi_context(cohort_comm *c, uint64_t *context) {
+  uint64_t floor = 0;
+  for (int round = 0; round < 1000; round++) {
+    uint64_t mine = cohort__mpi_context_propose(floor);
+    int64_t proposed = (int64_t)(mine == UINT64_MAX ? INT64_MAX : mine), agreed = 0;
+    cohort_status st = cohort_allreduce(c, &proposed, &agreed, 1, COHORT_I64, COHORT_MAX);
+    if (st != COHORT_OK) {
+      cohort__mpi_context_release(mine);
+      return st;
+    }
+    uint64_t a = agreed == INT64_MAX ? UINT64_MAX : (uint64_t)agreed;
+    int32_t held = cohort__mpi_context_claim(mine, a), all = 0;
+    if ((st = cohort_allreduce(c, &held, &all, 1, COHORT_I32, COHORT_MIN)) != COHORT_OK || !all) {
+      if (held) cohort__mpi_context_release(a);
+      if (st != COHORT_OK) return st;
+      if (a == UINT64_MAX) return cohort__error(COHORT_ERR_SYSTEM, "out of memory agreeing on an MPI context");
+      floor = a + COHORT__MPI_SPLIT_CONTEXTS;
+      continue;
+    }
+    *context = a;
+    return COHORT_OK;
+  }
+  return cohort__error(COHORT_ERR_INTERNAL, "no MPI context agreed after 1000 rounds (concurrent splits)");
+}
+
 cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm **out) {
   if (!c || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_comm_split: comm or sub pointer is NULL");
   *out = NULL;
@@ -230,12 +258,9 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   int *parent_ranks = malloc(sizeof *parent_ranks * (size_t)c->size);
   cohort_status st = all && members && parent_ranks ? COHORT_OK : cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   if (st == COHORT_OK) st = cohort_allgather(c, mine, all, 3, COHORT_I32);
-  /* Over MPI the new communicators' context, agreed by every rank of the parent (transport/mpi.h). */
   int over_mpi = c->size > 1 && strcmp(c->transport->ops->name, "mpi") == 0;
-  int64_t next = (int64_t)cohort__mpi_next_context(), context = 0;
-  if (st == COHORT_OK && over_mpi &&
-      (st = cohort_allreduce(c, &next, &context, 1, COHORT_I64, COHORT_MAX)) == COHORT_OK)
-    cohort__mpi_take_contexts((uint64_t)context);
+  uint64_t context = 0;
+  if (st == COHORT_OK && over_mpi) st = agree_mpi_context(c, &context);
   if (st != COHORT_OK || color == COHORT_UNDEFINED) goto done;
 
   int size = 0, rank = -1, local_rank = 0, local_size = 0;
@@ -254,8 +279,7 @@ cohort_status cohort_comm_split(cohort_comm *c, int color, int key, cohort_comm 
   snprintf(suffix, sizeof suffix, "split/%u/%d/", n, color);
   cohort__transport *given = NULL;
   if (over_mpi && size > 1)
-    st = cohort__mpi_split(c->transport, (uint64_t)context, rank, size, parent_ranks, (double)c->config.op_timeout_s,
-                           &given);
+    st = cohort__mpi_split(c->transport, context, rank, size, parent_ranks, (double)c->config.op_timeout_s, &given);
   if (st == COHORT_OK) st = make_sub(c, suffix, n, color, rank, size, local_rank, local_size, given, &sub);
   if (st == COHORT_OK) {
     sub->parent_ranks = parent_ranks;

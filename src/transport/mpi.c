@@ -115,11 +115,9 @@ static int member_of(const mpi_transport *t, int r) {
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized_here;
-/* The sub-communicators' duplicate of MPI_COMM_WORLD (made with the first job's transport, kept until MPI_Finalize),
- * and the first context this process has not taken part in: a split's ranks agree on the largest of theirs, so a
- * context is never shared by two live communicators with a rank in common, nor reused after a shutdown. */
+/* The sub-communicators' duplicate of MPI_COMM_WORLD (made with the first job's transport, kept until MPI_Finalize);
+ * which of its contexts this process holds is mpi_context.c's. */
 static MPI_Comm sets_comm = MPI_COMM_NULL;
-static _Atomic uint64_t next_context;
 static int tag_ub = 32767; /* MPI_TAG_UB, read when sets_comm is made; the standard's least */
 
 static void finalize_at_exit(void) {
@@ -540,14 +538,6 @@ cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivati
   return wrap(l, p->base.rank, p->base.size, p->to_mpi, twin_p2p, none, none, op_timeout_s, out);
 }
 
-uint64_t cohort__mpi_next_context(void) { return atomic_load(&next_context); }
-
-void cohort__mpi_take_contexts(uint64_t context) {
-  uint64_t want = context + COHORT__MPI_SPLIT_CONTEXTS, seen = atomic_load(&next_context);
-  while (seen < want && !atomic_compare_exchange_weak(&next_context, &seen, want)) {
-  }
-}
-
 cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,
                                 double op_timeout_s, cohort__transport **out) {
   *out = NULL;
@@ -556,9 +546,9 @@ cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int
   uint64_t last_tag = SETS_TAG + 3 * (context + COHORT__MPI_SPLIT_CONTEXTS) - 1;
   if (last_tag > (uint64_t)tag_ub)
     return cohort__error(COHORT_ERR_INVALID,
-                         "over COHORT_TRANSPORT=mpi this process has taken part in %llu splits, more than MPI's tags "
-                         "(MPI_TAG_UB %d) can keep apart",
-                         (unsigned long long)(context / COHORT__MPI_SPLIT_CONTEXTS), tag_ub);
+                         "over COHORT_TRANSPORT=mpi the split's context %llu is past what MPI's tags (MPI_TAG_UB %d) "
+                         "can keep apart",
+                         (unsigned long long)context, tag_ub);
   int *to_mpi = malloc(sizeof *to_mpi * (size_t)size);
   if (!to_mpi) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   for (int i = 0; i < size; i++)
@@ -588,10 +578,6 @@ cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivati
   *out = NULL;
   return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: this libcohort was built without MPI");
 }
-
-uint64_t cohort__mpi_next_context(void) { return 0; }
-
-void cohort__mpi_take_contexts(uint64_t context) { (void)context; }
 
 cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,
                                 double op_timeout_s, cohort__transport **out) {

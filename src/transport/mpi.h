@@ -23,13 +23,18 @@ cohort_status cohort__mpi_derive(cohort__transport *parent, cohort__mpi_derivati
 /* Sub-communicators (cohort_comm_split) over MPI make no MPI communicator either: all of them share one duplicate of
  * MPI_COMM_WORLD, made with the job's first transport, each in a context of its own (a range of tags), the way MPI
  * libraries give communicators context ids. A split takes COHORT__MPI_SPLIT_CONTEXTS contexts (the communicator, its
- * message engine, its twin, the twin's engine). The parent's ranks agree on the first: the largest
- * cohort__mpi_next_context() among them (an allreduce over the parent), which every one of them, member or not,
- * then marks taken with cohort__mpi_take_contexts(); so no two live communicators with a rank in common share a
- * context, and none is reused after a shutdown and a new cohort_init. */
+ * message engine, its twin, the twin's engine), numbered from a multiple of that. Every rank of the parent, member
+ * or not, agrees on them in rounds (mpi_context.c says why one MAX is not enough):
+ *   p = cohort__mpi_context_propose(floor)            the first free group from floor on, held for this proposal
+ *   a = allreduce MAX of p over the parent
+ *   h = cohort__mpi_context_claim(p, a)               1: this rank now holds a (p let go unless p == a)
+ *   allreduce MIN of h over the parent                1: a is the split's for good, on every rank
+ *   else: if h, cohort__mpi_context_release(a); again with floor = a + COHORT__MPI_SPLIT_CONTEXTS.
+ * A context held for good is never let go: none is shared by two communicators with a rank in common, nor reused. */
 #define COHORT__MPI_SPLIT_CONTEXTS 4
-uint64_t cohort__mpi_next_context(void);
-void cohort__mpi_take_contexts(uint64_t context);
+uint64_t cohort__mpi_context_propose(uint64_t floor);
+int cohort__mpi_context_claim(uint64_t proposed, uint64_t agreed);
+void cohort__mpi_context_release(uint64_t context);
 /* The transport of a split of parent (a transport of this file): size members, members[i] being the parent's rank
  * of member i, this rank being member rank, in contexts context onwards. */
 cohort_status cohort__mpi_split(cohort__transport *parent, uint64_t context, int rank, int size, const int *members,

@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
   static const size_t counts[] = {0, 1, 7, 4097, 1000003};
   int failures = split_check_matrix(c, counts, quick ? 4 : 5);
   if (!failures) failures += split_check_concurrent(c);
+  if (!failures) failures += split_check_concurrent_splits(c);
   if (!failures && cohort_size(c) >= 4) failures += split_check_mismatch(c);
   if (!failures) failures += split_check_twin(c);
   cohort_comm *half = NULL;

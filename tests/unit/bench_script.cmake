@@ -15,12 +15,12 @@ set_tests_properties(unit.bench_compare PROPERTIES LABELS "unit" TIMEOUT 120)
 
 # unit.cohort_bench_usage: a bad command line gets one line naming the mistake and exit 2, not the whole usage.
 add_test(NAME unit.cohort_bench_usage
-         COMMAND bash -c "for a in '' 'allreduce --bogus' 'allreduce --min 3X' 'gather' 'allreduce --page-offset 4096'; do \
+         COMMAND bash -c "for a in '' 'allreduce --bogus' 'allreduce --min 3X' 'gather' 'allreduce --page-offset 4096' 'allreduce --page-offset 6'; do \
                             out=$($<TARGET_FILE:cohort-bench> $a 2>&1 >/dev/null); rc=$?; \
                             [ $rc = 2 ] && [ $(printf '%s\\n' \"$out\" | wc -l) = 1 ] || \
                               { echo \"for '$a': exit $rc, stderr: $out\"; exit 1; }; echo \"$out\"; done")
 set_tests_properties(unit.cohort_bench_usage PROPERTIES LABELS "unit" TIMEOUT 30
-  PASS_REGULAR_EXPRESSION "which collective\\?.*unknown option '--bogus'.*bad size '3X' for --min.*unknown collective 'gather'.*--page-offset must be an integer from 0 to 4095")
+  PASS_REGULAR_EXPRESSION "which collective\\?.*unknown option '--bogus'.*bad size '3X' for --min.*unknown collective 'gather'.*--page-offset must be an integer from 0 to 4095.*--page-offset 6 is not a multiple of f32's 4 bytes")
 
 string(CONCAT COHORT_BENCH_ROW "\\| 1 MiB \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+x (ok|MISS) "
        "\\| [0-9.]+ \\| [0-9.]+x (ok|MISS) \\| [0-9.]+ \\|.*targets met: [0-3] of 3")

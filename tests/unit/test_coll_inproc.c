@@ -17,6 +17,7 @@
 #include "core/reduce.h"
 #include "split_check.h"
 #include "test.h"
+#include "transport/mpi.h"
 
 typedef struct rank_job {
   cohort_inproc_group *group;
@@ -234,6 +235,28 @@ TEST(split_communicators_at_world_2_5_and_8) {
   unsetenv("COHORT_SEGMENT_BYTES");
 }
 
+/* The bookkeeping of MPI contexts (src/transport/mpi_context.c), in one process: two proposals at once get different
+ * groups; a claim of a group another proposal holds fails and lets its own go; a group kept for good is never
+ * proposed again, from any floor; a released one is. */
+TEST(mpi_contexts_are_held_by_one_proposal_and_never_reused) {
+  uint64_t k = COHORT__MPI_SPLIT_CONTEXTS, a = cohort__mpi_context_propose(0), b = cohort__mpi_context_propose(0);
+  ASSERT_EQ(a % k, 0);
+  ASSERT_EQ(b % k, 0);
+  ASSERT_TRUE(a != b);
+  ASSERT_EQ(cohort__mpi_context_claim(a, b), 0); /* b is held by the other proposal: a is let go too */
+  ASSERT_EQ(cohort__mpi_context_claim(b, b), 1); /* kept for good */
+  uint64_t c = cohort__mpi_context_propose(0);
+  ASSERT_EQ(c, a); /* a was let go: the first free group again */
+  ASSERT_EQ(cohort__mpi_context_claim(c, b + k), 1);
+  cohort__mpi_context_release(b + k); /* a round that failed elsewhere */
+  for (uint64_t floor = 0; floor <= b + 2 * k; floor += 1) {
+    uint64_t p = cohort__mpi_context_propose(floor);
+    ASSERT_TRUE(p != b && p >= floor);
+    cohort__mpi_context_release(p);
+  }
+  ASSERT_EQ(cohort__mpi_context_claim(cohort__mpi_context_propose(0), UINT64_MAX), 0); /* an out-of-memory round */
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--world") == 0) {
     int n = atoi(argv[2]);
@@ -256,6 +279,7 @@ int main(int argc, char **argv) {
       TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
       TEST_CASE(forced_algorithms_agree),
       TEST_CASE(mismatched_counts_fail_on_every_thread),
+      TEST_CASE(mpi_contexts_are_held_by_one_proposal_and_never_reused),
   };
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }

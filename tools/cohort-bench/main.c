@@ -164,6 +164,12 @@ static int parse_args(int argc, char **argv, options *o) {
   }
   if (o->min_bytes > o->max_bytes) return bad_usage("%s", "--min is larger than --max");
   if (o->page_offset >= 0 && o->zero_copy) return bad_usage("%s", "--page-offset and --zero-copy: choose one");
+  if (o->page_offset > 0 && o->page_offset % (int)cohort_dtype_size(o->dtype)) {
+    char why[96];
+    snprintf(why, sizeof why, "--page-offset %d is not a multiple of %s's %zu bytes", o->page_offset,
+             cohort_dtype_name(o->dtype), cohort_dtype_size(o->dtype));
+    return bad_usage("%s", why);
+  }
   return 0;
 }
 
