@@ -150,17 +150,22 @@ timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --step
   "${DATA[@]}" >"$W/ranks2.log" 2>&1
 rc=$?
 cat "$W/ranks2.log"
-v2=$(final_field "$W/ranks2.log" img_per_s)
 v1=${best_c[64]:-0}
-path=$(grep -m1 -o "gradients: [^;]*" "$W/ranks2.log")
-if [ $rc -ne 0 ] || [ -z "$v2" ]; then
-  bad "nn_cuda.two_ranks: exit $rc: $(grep -m2 -E 'fmnist-train|error' "$W/ranks2.log" | tr '\n' ' ')"
-else
+# judge_two_ranks CHECK LOG RC WHAT: 2 ranks' img/s in LOG against one rank's ($v1), target 1.6x.
+judge_two_ranks() {
+  local v2 r path
+  v2=$(final_field "$2" img_per_s)
+  path=$(grep -m1 -o "gradients: [^;]*" "$2")
+  if [ "$3" -ne 0 ] || [ -z "$v2" ]; then
+    bad "$1: exit $3: $(grep -m2 -E 'fmnist-train|error' "$2" | tr '\n' ' ')"
+    return
+  fi
   r=$(awk -v a="$v2" -v b="$v1" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')
-  report "   2 ranks x batch 64: $v2 img/s, 1 rank: $v1 img/s: ${r}x (target >= 1.6x); $path"
-  if awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1.6) }'; then ok "nn_cuda.two_ranks (${r}x)"
-  else bad "nn_cuda.two_ranks: ${r}x one rank's img/s, target 1.6x ($path)"; fi
-fi
+  report "   $4: 2 ranks x batch 64: $v2 img/s, 1 rank (no MPS): $v1 img/s: ${r}x (target >= 1.6x); $path"
+  if awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1.6) }'; then ok "$1 (${r}x)"
+  else bad "$1: ${r}x one rank's img/s, target 1.6x ($path)"; fi
+}
+judge_two_ranks nn_cuda.two_ranks "$W/ranks2.log" $rc "without MPS"
 
 echo "== 5b. 2 ranks sharing the GPU under MPS"
 if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
@@ -176,16 +181,8 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     echo quit | nvidia-cuda-mps-control
     trap - EXIT
     cat "$W/ranks2_mps.log" "$W/rank1_mps.log" "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null | tail -40
-    v2=$(final_field "$W/ranks2_mps.log" img_per_s)
-    v1m=$(final_field "$W/rank1_mps.log" img_per_s)
-    if [ $rc -ne 0 ] || [ -z "$v2" ]; then
-      bad "nn_cuda.two_ranks_mps: exit $rc: $(grep -m2 -E 'fmnist-train|error' "$W/ranks2_mps.log" | tr '\n' ' ')"
-    else
-      r=$(awk -v a="$v2" -v b="$v1" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')
-      report "   under MPS: 2 ranks x batch 64: $v2 img/s, ${r}x one rank without MPS ($v1); one rank under MPS: ${v1m:-?}"
-      if awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1.6) }'; then ok "nn_cuda.two_ranks_mps (${r}x)"
-      else bad "nn_cuda.two_ranks_mps: ${r}x one rank's img/s, target 1.6x"; fi
-    fi
+    judge_two_ranks nn_cuda.two_ranks_mps "$W/ranks2_mps.log" $rc \
+      "under MPS (one rank under MPS: $(final_field "$W/rank1_mps.log" img_per_s))"
   else
     report "SKIP nn_cuda.two_ranks_mps: nvidia-cuda-mps-control -d failed"
   fi
