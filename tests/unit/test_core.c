@@ -170,7 +170,7 @@ TEST(docs_env_md_lists_every_knob) {
 
 /* cohort__copy gives memcpy's bytes at every distance between the buffers modulo 4096 that picks its own loop (1 to
  * 63) and some that do not, for lengths with and without a tail after the loop's 128-byte steps, and touches no byte
- * outside the destination. */
+ * outside the destination; so does the loop itself, which cohort__copy leaves to memcpy on Intel CPUs. */
 TEST(copy_matches_memcpy_at_every_near_distance) {
   size_t cap = 3 * 8192 + 256;
   unsigned char *src = malloc(cap), *dst = malloc(cap + 8192), *want = malloc(cap + 8192);
@@ -185,12 +185,17 @@ TEST(copy_matches_memcpy_at_every_near_distance) {
       uintptr_t base = (uintptr_t)dst + 64, want_mod = ((uintptr_t)src + (uintptr_t)gap) & 4095;
       unsigned char *d = (unsigned char *)(base + ((want_mod - base) & 4095));
       ASSERT_TRUE(d + n + 64 <= dst + cap + 8192);
-      memset(dst, 0xAB, cap + 8192);
-      memset(want, 0xAB, cap + 8192);
-      cohort__copy(d, src, n);
-      memcpy(want + (d - dst), src, n);
-      ASSERT_EQ((((uintptr_t)d - (uintptr_t)src) & 4095), (uintptr_t)gap);
-      ASSERT_TRUE(memcmp(dst, want, cap + 8192) == 0);
+      for (int loop = 0; loop < 2; loop++) {
+        memset(dst, 0xAB, cap + 8192);
+        memset(want, 0xAB, cap + 8192);
+        if (loop)
+          cohort__copy_vectors(d, src, n);
+        else
+          cohort__copy(d, src, n);
+        memcpy(want + (d - dst), src, n);
+        ASSERT_EQ((((uintptr_t)d - (uintptr_t)src) & 4095), (uintptr_t)gap);
+        ASSERT_TRUE(memcmp(dst, want, cap + 8192) == 0);
+      }
     }
   }
   free(src);
