@@ -1,9 +1,9 @@
 /* kernels.c: fmnist-train runs on the best CPU kernels the machine has, without the user knowing OPENBLAS_CORETYPE.
  *
- * By default the layers run on oneDNN where its ISA is wider than OpenBLAS's kernels (--kernels, COHORT_KERNELS;
- * include/cohort/nn.h "kernel sets"), which picks its code by the CPU's features itself: nothing to do here then but
- * name it. With the reference kernels, OpenBLAS does the matrix math, and OpenBLAS picks its kernels when it is
- * loaded, before main; on a CPU model it does not know (a hypervisor may mask it) it falls back to generic SSE3
+ * By default the layers run on oneDNN where its ISA is wider than OpenBLAS's kernels or both are AVX-512 (--kernels,
+ * COHORT_KERNELS; include/cohort/nn.h "kernel sets"), which picks its code by the CPU's features itself: nothing to do
+ * here then but name it. With the reference kernels, OpenBLAS does the matrix math, and OpenBLAS picks its kernels when
+ * it is loaded, before main; on a CPU model it does not know (a hypervisor may mask it) it falls back to generic SSE3
  * kernels, 3-4x slower. The choice can only be changed through the environment of a new program image, so
  * fmnist-train restarts itself once (execv, same pid: cohortrun, mpirun and Slurm see nothing) with
  * OPENBLAS_CORETYPE set to what the CPU's feature flags allow. An OPENBLAS_CORETYPE given by the user or the

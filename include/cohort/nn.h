@@ -71,7 +71,8 @@ COHORT_API const char *cohort_blas_better_core(const char *chosen);
  * Both compute the same float32 sums in other orders: results agree within float32 rounding, not bit for bit. */
 typedef enum cohort_kernels {
   COHORT_KERNELS_AUTO = 0, /* COHORT_KERNELS (docs/env.md); where that says auto: oneDNN where its ISA is wider than
-                            * OpenBLAS's kernels (pinned below the CPU, or generic), else the reference */
+                            * OpenBLAS's kernels (pinned below the CPU, or generic) or both are AVX-512, else the
+                            * reference */
   COHORT_KERNELS_REFERENCE = 1,
   COHORT_KERNELS_ONEDNN = 2,
 } cohort_kernels;

@@ -56,7 +56,7 @@
   X(COHORT_CUDA_LIBRARY, cuda_library, STR, ANY, "", "path of libcohort_cuda.so (the device collectives); default: beside libcohort, then the linker's path") \
   X(COHORT_ELASTIC_DIR, elastic_dir, STR, ANY, "", "cohort.torch's hvd.elastic: the directory where rank 0 keeps the last commit for the next generation; empty: a directory of the temporary directory named after the job") \
   X(COHORT_TORCH_EXT, torch_ext, CHOICE, ONE_OF("0,1"), "1", "the torch.distributed backend \"cohort\": 1 uses its C++ half (cohort.torch._c10d) where it was built; 0 runs the backend in Python alone") \
-  X(COHORT_KERNELS, kernels, CHOICE, ONE_OF("auto,reference,onednn"), "auto", "the kernels a new model runs on (cohort_model_set_kernels overrides): onednn (oneDNN's JIT kernels, by the CPU's features), reference (im2col + OpenBLAS, the readable oracle), or auto (onednn where libcohort was built with it and oneDNN runs a wider SIMD family than OpenBLAS, e.g. AVX-512 under OPENBLAS_CORETYPE=Haswell; else reference)") \
+  X(COHORT_KERNELS, kernels, CHOICE, ONE_OF("auto,reference,onednn"), "auto", "the kernels a new model runs on (cohort_model_set_kernels overrides): onednn (oneDNN's JIT kernels, by the CPU's features), reference (im2col + OpenBLAS, the readable oracle), or auto (onednn where libcohort was built with it and oneDNN runs a wider SIMD family than OpenBLAS, e.g. AVX-512 under OPENBLAS_CORETYPE=Haswell, or both run AVX-512; else reference)") \
   X(COHORT_LOG_LEVEL, log_level, CHOICE, ONE_OF("error,warn,info,debug"), "warn", "error, warn, info or debug")
 
 /* clang-format on */

@@ -51,6 +51,18 @@ cohort_status cohort_kernels_parse(const char *name, cohort_kernels *out) {
                        name ? name : "(null)");
 }
 
+/* oneDNN where its kernels run a wider SIMD family than OpenBLAS's (an OPENBLAS_CORETYPE pinned below the CPU,
+ * generic kernels on a masked CPU model), and where both run AVX-512: there oneDNN's kernels measured 1.34x the
+ * reference's img/s on 1 rank and 1.33x on 2 (docs/performance.md, "oneDNN kernels", an Intel Xeon with AVX-512 and
+ * OpenBLAS's SkylakeX kernels). Where both run AVX2 the reference measured as fast or faster (785 against 761 img/s
+ * on 1 rank and 1399 against 1193 on 2 on a Zen 3, whose memory traffic oneDNN's blocked activations raise). An
+ * OpenBLAS core name the table does not know is taken to be a newer one, AVX-512. */
+cohort_kernels cohort__kernels_auto_choice(int onednn_level, int blas_level) {
+  if (blas_level == 0) blas_level = 4;
+  if (onednn_level > blas_level || (onednn_level >= 4 && onednn_level == blas_level)) return COHORT_KERNELS_ONEDNN;
+  return COHORT_KERNELS_REFERENCE;
+}
+
 cohort_status cohort_kernels_resolve(cohort_kernels k, cohort_kernels *out) {
   if (!out) return cohort__error(COHORT_ERR_INVALID, "cohort_kernels_resolve: out is NULL");
   if (!cohort_kernels_name(k))
@@ -62,15 +74,8 @@ cohort_status cohort_kernels_resolve(cohort_kernels k, cohort_kernels *out) {
     COHORT_CHECK(cohort_kernels_parse(cfg.kernels, &k));
     from = "COHORT_KERNELS=";
   }
-  /* AUTO: oneDNN where its kernels run a wider SIMD family than OpenBLAS's (an OPENBLAS_CORETYPE pinned below the
-   * CPU, generic kernels on a masked CPU model), the reference otherwise. Where both run the same family, the
-   * reference measured faster (docs/performance.md, "oneDNN kernels": on an AVX2 Zen 3, 785 against 761 img/s on
-   * 1 rank and 1399 against 1193 on 2, whose memory traffic the blocked activations raise). An OpenBLAS core name
-   * this table does not know is taken to be a newer one, as good as anything. */
-  if (k == COHORT_KERNELS_AUTO) {
-    int blas = cohort_blas_core_level(cohort_blas_corename());
-    k = cohort__onednn_isa_level() > (blas ? blas : 4) ? COHORT_KERNELS_ONEDNN : COHORT_KERNELS_REFERENCE;
-  }
+  if (k == COHORT_KERNELS_AUTO)
+    k = cohort__kernels_auto_choice(cohort__onednn_isa_level(), cohort_blas_core_level(cohort_blas_corename()));
   const char *why = cohort__backend_of(k)->unavailable();
   if (why) return cohort__error(COHORT_ERR_INVALID, "kernels %s%s: %s", from, cohort_kernels_name(k), why);
   *out = k;

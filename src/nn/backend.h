@@ -76,6 +76,9 @@ extern const cohort__backend cohort__backend_onednn; /* onednn.c; a stub that sa
  * 0 where oneDNN is not built in or cannot run. */
 int cohort__onednn_isa_level(void);
 
+/* AUTO's choice from the two levels above (blas_level 0: a core name cohort_blas_core_level() does not know). */
+cohort_kernels cohort__kernels_auto_choice(int onednn_level, int blas_level);
+
 /* The backend for a resolved kernel set (not AUTO). */
 const cohort__backend *cohort__backend_of(cohort_kernels k);
 

@@ -399,10 +399,19 @@ TEST(kernel_sets_named_and_chosen) {
   ASSERT_EQ(cohort_model_create(&m), COHORT_ERR_INVALID);
   ASSERT_TRUE(strstr(cohort_last_error(), "COHORT_KERNELS") != NULL);
   unsetenv("COHORT_KERNELS");
-  /* auto: oneDNN only where its SIMD family is wider than OpenBLAS's. */
+  /* auto: oneDNN where its SIMD family is wider than OpenBLAS's, or both are AVX-512; the reference where both are
+   * AVX2 or below, or OpenBLAS's is wider. A core name OpenBLAS's table lacks (0) counts as AVX-512. */
+  static const struct {
+    int onednn, blas;
+    cohort_kernels want;
+  } rule[] = {{4, 3, COHORT_KERNELS_ONEDNN},    {4, 4, COHORT_KERNELS_ONEDNN},    {4, 0, COHORT_KERNELS_ONEDNN},
+              {3, 1, COHORT_KERNELS_ONEDNN},    {3, 3, COHORT_KERNELS_REFERENCE}, {2, 2, COHORT_KERNELS_REFERENCE},
+              {3, 4, COHORT_KERNELS_REFERENCE}, {3, 0, COHORT_KERNELS_REFERENCE}, {0, 3, COHORT_KERNELS_REFERENCE},
+              {0, 0, COHORT_KERNELS_REFERENCE}};
+  for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++)
+    ASSERT_EQ(cohort__kernels_auto_choice(rule[i].onednn, rule[i].blas), rule[i].want);
   ASSERT_OK(cohort_kernels_resolve(COHORT_KERNELS_AUTO, &k));
-  int blas = cohort_blas_core_level(cohort_blas_corename());
-  ASSERT_EQ(k, cohort__onednn_isa_level() > (blas ? blas : 4) ? COHORT_KERNELS_ONEDNN : COHORT_KERNELS_REFERENCE);
+  ASSERT_EQ(k, cohort__kernels_auto_choice(cohort__onednn_isa_level(), cohort_blas_core_level(cohort_blas_corename())));
   if (!backend_available(COHORT_KERNELS_ONEDNN)) ASSERT_EQ(k, COHORT_KERNELS_REFERENCE);
   if (backend_available(COHORT_KERNELS_ONEDNN)) {
     ASSERT_OK(cohort_kernels_describe(COHORT_KERNELS_ONEDNN, line, sizeof line));
