@@ -81,13 +81,35 @@ static int load(void) {
 
 int cc_nccl_loadable(void) { return load(); }
 
+/* cc_nccl_abort may come from another thread (cohort_comm_abort, documented as callable from any) while the
+ * collective's own thread polls the communicator: guard makes the two never overlap, so that the abort happens once
+ * and nothing reads the communicator that ncclCommAbort has freed. */
 struct cc_nccl {
   ncclComm_t comm;
-  int aborted;
+  int aborted; /* under guard */
+  pthread_mutex_t guard;
 };
 
+/* ncclCommGetAsyncError under the guard; 0 once the communicator is aborted (it is gone: nothing to ask). */
+static int query(cohort__cuda_comm *c, ncclResult_t *r, ncclResult_t *state) {
+  pthread_mutex_lock(&c->nccl->guard);
+  int live = !c->nccl->aborted;
+  if (live) *r = fns.CommGetAsyncError(c->nccl->comm, state);
+  pthread_mutex_unlock(&c->nccl->guard);
+  return live;
+}
+
+static cohort_status aborted_error(const char *what) {
+  return cc_fail(COHORT_ERR_REMOTE, "%s: the NCCL communicator was aborted", what);
+}
+
 static cohort_status nccl_fail(cohort__cuda_comm *c, ncclResult_t r, const char *what) {
-  const char *detail = c->nccl && c->nccl->comm ? fns.GetLastError(c->nccl->comm) : "";
+  const char *detail = "";
+  if (c->nccl) {
+    pthread_mutex_lock(&c->nccl->guard);
+    if (!c->nccl->aborted && c->nccl->comm) detail = fns.GetLastError(c->nccl->comm);
+    pthread_mutex_unlock(&c->nccl->guard);
+  }
   return cc_fail(COHORT_ERR_SYSTEM, "%s: %s%s%s", what, fns.GetErrorString(r), detail && *detail ? ": " : "",
                  detail ? detail : "");
 }
@@ -107,9 +129,13 @@ static void sleep_ms(void) {
 static cohort_status settle(cohort__cuda_comm *c, const cohort__cuda_host *host, const char *what, double limit_s) {
   double deadline = now_s() + limit_s;
   for (;;) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t r = fns.CommGetAsyncError(c->nccl->comm, &state);
-    if (r != ncclSuccess) return nccl_fail(c, r, what);
+    ncclResult_t state = ncclSuccess, r = ncclSuccess;
+    if (!query(c, &r, &state)) return aborted_error(what);
+    if (r != ncclSuccess) {
+      cohort_status st = nccl_fail(c, r, what);
+      cc_nccl_abort(c); /* whatever it is doing, it cannot be asked: it must not be finalized later */
+      return st;
+    }
     if (state == ncclSuccess) return COHORT_OK;
     if (state != ncclInProgress) {
       cohort_status st = nccl_fail(c, state, what);
@@ -148,13 +174,14 @@ cohort_status cc_nccl_create(cohort__cuda_comm *c, const cohort__cuda_rank_info 
   }
   c->nccl = (struct cc_nccl *)calloc(1, sizeof *c->nccl);
   if (!c->nccl) return cc_fail(COHORT_ERR_SYSTEM, "out of memory");
+  pthread_mutex_init(&c->nccl->guard, NULL);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclResult_t r = fns.CommInitRankConfig(&c->nccl->comm, c->size, id, c->rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     cohort_status st = nccl_fail(c, r, "ncclCommInitRankConfig");
-    free(c->nccl);
-    c->nccl = NULL;
+    cc_nccl_abort(c); /* NCCL may have made the communicator before it failed */
+    cc_nccl_destroy(c);
     return st;
   }
   cohort_status st = settle(c, host, "ncclCommInitRankConfig", 300);
@@ -209,7 +236,7 @@ static ncclRedOp_t nccl_op(cohort_op op, int is_float) {
 }
 
 cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host) {
-  if (!c->nccl || c->nccl->aborted) return cc_fail(COHORT_ERR_REMOTE, "the NCCL communicator was aborted");
+  if (!c->nccl) return cc_fail(COHORT_ERR_REMOTE, "the NCCL communicator was aborted");
   ncclDataType_t type;
   if (!nccl_type(call->dtype, &type)) return cc_fail(COHORT_ERR_INVALID, "NCCL has no dtype %d", (int)call->dtype);
   /* Every rank's call against its neighbours' before any kernel is queued. */
@@ -229,28 +256,37 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   /* One rank: the average is the value. (NCCL 2.28's ncclAvg on one rank left the elements past 2^20 of a 2^20 + 3
    * float vector unwritten on the GPU host: tests/gpu, 2026-11-26.) */
   ncclRedOp_t op = c->size == 1 && call->op == COHORT_AVG ? ncclSum : nccl_op(call->op, is_float);
-  ncclResult_t r;
-  const char *what;
-  switch (call->coll) {
-  case 1:
-    what = "ncclAllReduce";
-    r = fns.AllReduce(call->sendbuf, call->recvbuf, call->count, type, op, c->nccl->comm, stream);
-    break;
-  case 2:
-    what = "ncclBroadcast";
-    r = fns.Broadcast(call->recvbuf, call->recvbuf, call->count, type, call->root, c->nccl->comm, stream);
-    break;
-  case 3:
-    what = "ncclAllGather";
-    r = fns.AllGather(call->sendbuf, call->recvbuf, call->count, type, c->nccl->comm, stream);
-    break;
-  case 4:
-    what = "ncclReduceScatter";
-    r = fns.ReduceScatter(call->sendbuf, call->recvbuf, call->count, type, op, c->nccl->comm, stream);
-    break;
-  default:
-    return cc_fail(COHORT_ERR_INTERNAL, "the NCCL path has no collective %d", call->coll);
+  ncclResult_t r = ncclSuccess;
+  const char *what = "the NCCL call";
+  /* Queued under the guard: an abort from another thread comes before (the call is refused) or after (the queued
+   * kernels are ended by it), never while NCCL reads the communicator. */
+  pthread_mutex_lock(&c->nccl->guard);
+  int aborted = c->nccl->aborted;
+  if (!aborted) {
+    switch (call->coll) {
+    case 1:
+      what = "ncclAllReduce";
+      r = fns.AllReduce(call->sendbuf, call->recvbuf, call->count, type, op, c->nccl->comm, stream);
+      break;
+    case 2:
+      what = "ncclBroadcast";
+      r = fns.Broadcast(call->recvbuf, call->recvbuf, call->count, type, call->root, c->nccl->comm, stream);
+      break;
+    case 3:
+      what = "ncclAllGather";
+      r = fns.AllGather(call->sendbuf, call->recvbuf, call->count, type, c->nccl->comm, stream);
+      break;
+    case 4:
+      what = "ncclReduceScatter";
+      r = fns.ReduceScatter(call->sendbuf, call->recvbuf, call->count, type, op, c->nccl->comm, stream);
+      break;
+    default:
+      pthread_mutex_unlock(&c->nccl->guard);
+      return cc_fail(COHORT_ERR_INTERNAL, "the NCCL path has no collective %d", call->coll);
+    }
   }
+  pthread_mutex_unlock(&c->nccl->guard);
+  if (aborted) return aborted_error(what);
   if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, r, what);
   if (r == ncclInProgress) CC_CHECK(settle(c, host, what, 600));
   if (call->op == COHORT_AVG && !is_float && call->coll != 2 && call->coll != 3 && c->size > 1) {
@@ -273,8 +309,12 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
     err = cudaSuccess;
     if (now_s() - last_poll > 1e-3) { /* the peers and NCCL, once a millisecond */
       last_poll = now_s();
-      ncclResult_t state = ncclSuccess;
-      fns.CommGetAsyncError(c->nccl->comm, &state);
+      ncclResult_t state = ncclSuccess, r = ncclSuccess;
+      if (!query(c, &r, &state)) {
+        cudaEventDestroy(done);
+        return aborted_error(what);
+      }
+      if (r != ncclSuccess) state = r;
       cohort_status st = state != ncclSuccess && state != ncclInProgress ? nccl_fail(c, state, what)
                          : c->size > 1                                   ? host->poll(host->ctx)
                                                                          : COHORT_OK;
@@ -293,10 +333,14 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
 }
 
 void cc_nccl_abort(cohort__cuda_comm *c) {
-  if (!c->nccl || c->nccl->aborted) return;
-  c->nccl->aborted = 1;
-  fns.CommAbort(c->nccl->comm);
-  c->nccl->comm = NULL;
+  if (!c->nccl) return;
+  pthread_mutex_lock(&c->nccl->guard);
+  if (!c->nccl->aborted) {
+    c->nccl->aborted = 1;
+    if (c->nccl->comm) fns.CommAbort(c->nccl->comm);
+    c->nccl->comm = NULL;
+  }
+  pthread_mutex_unlock(&c->nccl->guard);
 }
 
 void cc_nccl_destroy(cohort__cuda_comm *c) {
@@ -310,6 +354,7 @@ void cc_nccl_destroy(cohort__cuda_comm *c) {
     }
     fns.CommDestroy(c->nccl->comm);
   }
+  pthread_mutex_destroy(&c->nccl->guard);
   free(c->nccl);
   c->nccl = NULL;
 }

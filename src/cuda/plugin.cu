@@ -131,15 +131,12 @@ static void release_ready(void *event) {
   if (event) cudaEventDestroy((cudaEvent_t)event);
 }
 
+/* On the buffer's device: a NULL stream is that device's legacy stream, not the calling thread's current device's. */
 static cohort_status wait_ready(int device, void *event, void *stream) {
-  if (event) {
-    cudaError_t err = cudaEventSynchronize((cudaEvent_t)event);
-    if (err != cudaSuccess)
-      return cc_fail(COHORT_ERR_SYSTEM, "the work before the collective failed on the device: %s",
-                     cudaGetErrorString(err));
-    return COHORT_OK;
-  }
-  cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+  device_scope scope;
+  CC_CHECK(enter_device(device, &scope));
+  cudaError_t err = event ? cudaEventSynchronize((cudaEvent_t)event) : cudaStreamSynchronize((cudaStream_t)stream);
+  leave_device(device, &scope);
   if (err != cudaSuccess)
     return cc_fail(COHORT_ERR_SYSTEM, "the work before the collective failed on the device: %s",
                    cudaGetErrorString(err));
