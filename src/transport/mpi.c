@@ -18,8 +18,9 @@
  * business: mpirun ends the job and says which process died.
  *
  * MPI is initialized here unless the program did it (then it must have asked for MPI_THREAD_MULTIPLE), and finalized
- * at exit if cohort initialized it. MPI_THREAD_MULTIPLE is required: a communicator's collectives run on its progress
- * thread or on the caller's, and each communicator has its own progress thread.
+ * at exit if cohort initialized it, behind the exit gate (below) when a communicator is still alive.
+ * MPI_THREAD_MULTIPLE is required: a communicator's collectives run on its progress thread or on the caller's, and each
+ * communicator has its own progress thread.
  *
  * Thread-safety: as transport.h says (one thread drives it at a time; interrupt from any).
  */
@@ -38,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/failure.h"
@@ -120,7 +122,32 @@ static int initialized_here;
 static MPI_Comm sets_comm = MPI_COMM_NULL;
 static int tag_ub = 32767; /* MPI_TAG_UB, read when sets_comm is made; the standard's least */
 
+/* The exit gate. A program may return from main with a communicator alive (an error path, say): its message engine
+ * goes on polling MPI from its own thread while finalize_at_exit() runs MPI_Finalize, which then crashed it (SIGSEGV in
+ * MPI_Test: exit status 139, not the program's own). So every entry of this transport that calls MPI passes the gate:
+ * once the process is closing, a thread that reaches it sleeps until the process is gone, and MPI_Finalize waits for
+ * the threads inside MPI to leave (MPI_Test and the like return at once). Sequentially consistent on both sides: a
+ * thread either sees closing, or is counted in inside before the finalizing thread looks. */
+static atomic_int closing, inside;
+
+static void gate_enter(void) {
+  atomic_fetch_add(&inside, 1);
+  if (!atomic_load(&closing)) return;
+  atomic_fetch_sub(&inside, 1);
+  for (;;)
+    pause(); /* the process is exiting: this thread never calls MPI again */
+}
+
+static void gate_leave(void) { atomic_fetch_sub(&inside, 1); }
+
 static void finalize_at_exit(void) {
+  atomic_store(&closing, 1);
+  for (int i = 0; i < 2000 && atomic_load(&inside) > 0; i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  /* One still inside after 2 s is in a blocking call: MPI_Finalize under it would crash it. Exit without. */
+  if (atomic_load(&inside) > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -417,10 +444,13 @@ static void mpi_interrupt(cohort__transport *base, cohort_status status, const c
 static void mpi_destroy(cohort__transport *base) {
   mpi_transport *t = (mpi_transport *)base;
   if (!t) return;
+  /* After MPI_Finalize (a communicator destroyed later at exit) nothing of MPI's may be touched: only our memory. */
+  int finalized = 0;
+  MPI_Finalized(&finalized);
   while (t->head) {
     op *o = t->head;
     t->head = o->next;
-    for (int i = 0; i < o->nreq; i++)
+    for (int i = 0; i < o->nreq && !finalized; i++)
       if (o->mreq[i] != MPI_REQUEST_NULL) {
         if (!o->req->is_send) MPI_Cancel(&o->mreq[i]);
         MPI_Request_free(&o->mreq[i]);
@@ -428,11 +458,9 @@ static void mpi_destroy(cohort__transport *base) {
     free(o->mreq);
     free(o);
   }
-  if (t->abort_reqs)
+  if (t->abort_reqs && !finalized)
     for (int p = 0; p < t->base.size; p++)
       if (t->abort_reqs[p] != MPI_REQUEST_NULL) MPI_Request_free(&t->abort_reqs[p]);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
   if (!finalized) {
     lane *held[] = {&t->lane, &t->p2p_spare, &t->twin_spare, &t->twin_p2p_spare};
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
@@ -444,16 +472,51 @@ static void mpi_destroy(cohort__transport *base) {
   free(t);
 }
 
+/* The entries that call MPI, through the exit gate. */
+static cohort_status gated_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
+  gate_enter();
+  cohort_status st = mpi_isend(base, peer, buf, bytes, req);
+  gate_leave();
+  return st;
+}
+
+static cohort_status gated_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
+  gate_enter();
+  cohort_status st = mpi_irecv(base, peer, buf, bytes, req);
+  gate_leave();
+  return st;
+}
+
+static cohort_status gated_wait(cohort__transport *base, cohort__req *req) {
+  gate_enter();
+  cohort_status st = mpi_wait(base, req);
+  gate_leave();
+  return st;
+}
+
+static cohort_status gated_progress(cohort__transport *base, int *progressed) {
+  gate_enter();
+  cohort_status st = mpi_progress(base, progressed);
+  gate_leave();
+  return st;
+}
+
+static void gated_abort(cohort__transport *base, cohort_status status, const char *message) {
+  gate_enter();
+  mpi_abort(base, status, message);
+  gate_leave();
+}
+
 static const cohort__transport_ops mpi_ops = {
     .name = "mpi",
     .set_call = mpi_set_call,
-    .isend = mpi_isend,
-    .irecv = mpi_irecv,
-    .wait = mpi_wait,
-    .abort = mpi_abort,
+    .isend = gated_isend,
+    .irecv = gated_irecv,
+    .wait = gated_wait,
+    .abort = gated_abort,
     .interrupt = mpi_interrupt,
     .destroy = mpi_destroy,
-    .progress = mpi_progress,
+    .progress = gated_progress,
 };
 
 /* The transport of size members over l, this rank being member rank (to_mpi: as in mpi_transport, copied; NULL: the

@@ -3,6 +3,9 @@
  *   mismatch   the last rank allreduces 10 floats, the others 11: every rank gets COHORT_ERR_MISMATCH naming both
  *   abort      rank 0 aborts the communicator with a reason: every other rank gets COHORT_ERR_REMOTE naming rank 0
  *   silent     the last rank never calls: the others give up after COHORT_OP_TIMEOUT naming it
+ *   exit       after an allreduce every rank returns from main with its communicator alive (an error path that forgets
+ *              cohort_comm_destroy): the exit status is the program's own, 3 (MPI_Finalize at exit once crashed the
+ *              communicator's engine thread: SIGSEGV, status 139)
  *   single     the program initializes MPI itself with plain MPI_Init (MPI_THREAD_SINGLE): cohort_init refuses with
  *              COHORT_ERR_INVALID saying that MPI_THREAD_MULTIPLE is needed and how to ask for it
  * Each prints "rank R: STATUS: message" for the test to check, and exits 0 when its rank saw what it must. */
@@ -48,6 +51,11 @@ int main(int argc, char **argv) {
       st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
     }
     want = COHORT_ERR_REMOTE;
+  } else if (!strcmp(mode, "exit")) {
+    st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    printf("rank %d: %s: leaving with the communicator alive\n", rank, cohort_strerror(st));
+    fflush(stdout);
+    return st == COHORT_OK ? 3 : 1;
   } else if (!strcmp(mode, "silent")) {
     if (rank == last) {
       sleep(4);

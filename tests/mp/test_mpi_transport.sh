@@ -3,7 +3,8 @@
 #   matrix    every collective, dtype and op on 3 ranks (test_collectives), with COHORT_TRANSPORT unset: auto is mpi
 #   faults    a count mismatch and an abort reach every rank with the same status, naming the ranks; a silent rank
 #             stops the others after COHORT_OP_TIMEOUT, each naming the call and the rank it waited on; a program
-#             that initialized MPI without thread support is refused with what to do (mpi_check.c)
+#             that initialized MPI without thread support is refused with what to do; a program that returns from main
+#             with its communicator alive exits with its own status, not a crash at MPI_Finalize (mpi_check.c)
 #   train     fmnist-train on 2 ranks over mpi ends with the param_sha256 of the same run over tcp under cohortrun
 #             (the same algorithms, so the same summation order)
 # usage: test_mpi_transport.sh matrix|faults|train TEST_COLLECTIVES MPI_CHECK COHORTRUN FMNIST_TRAIN
@@ -36,6 +37,15 @@ faults)
   mpi -np 2 "$check" single >"$tmp/sg" 2>&1 || fail "MPI_THREAD_SINGLE was not refused"
   [ "$(grep -c 'invalid argument: COHORT_TRANSPORT=mpi needs MPI_THREAD_MULTIPLE .*MPI_Init_thread' "$tmp/sg")" = 2 ] ||
     fail "no clear refusal of MPI_THREAD_SINGLE"
+  # Leaving main with a live communicator: the engine thread must not crash under MPI_Finalize at exit. Several runs:
+  # the crash came from a thread inside MPI_Test at that moment (3 of 3 runs before the fix).
+  for i in 1 2 3; do
+    mpi -np 3 "$check" exit >"$tmp/ex" 2>&1
+    rc=$?
+    [ "$rc" = 3 ] || fail "a program leaving main with status 3 and a live communicator ended with $rc (run $i)"
+    [ "$(grep -c 'leaving with the communicator alive' "$tmp/ex")" = 3 ] || fail "not every rank got to leave (run $i)"
+    if grep -q 'Segmentation fault' "$tmp/ex"; then fail "a rank crashed at exit (run $i)"; fi
+  done
   COHORT_OP_TIMEOUT=2 mpi -np 3 -x COHORT_OP_TIMEOUT "$check" silent >"$tmp/si" 2>&1 || fail "a rank did not time out"
   # Each waiting rank names the rank it waits on directly (in the recursive-doubling pattern, not always the silent
   # one), and the first to give up tells the others; the silence comes while the ranks compare their calls, before
