@@ -55,7 +55,7 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib
 # Data for the training checks.
 if [ -z "${FMNIST_DIR:-}" ]; then
   for d in .data/fashion-mnist /usr/share/datasets/fashion-mnist; do
-    [ -f "$d/train-images-idx3-ubyte.gz" ] && FMNIST_DIR=$PWD/$d && break
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && FMNIST_DIR=$(cd "$d" && pwd) && break
   done
 fi
 export FMNIST_DIR=${FMNIST_DIR:-}
@@ -92,7 +92,13 @@ for part in "${parts[@]}"; do
   report "== $part (budget ${budget:-120} s)"
   timeout -k 5 "${budget:-120}" bash "scripts/gpu/$part.sh" >"$OUT/$part.log" 2>&1
   rc=$?
-  [ $rc -eq 124 ] && report "FAIL $part: over its budget of ${budget:-120} s (the log's tail is in $part.log)"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    report "FAIL $part: over its budget of ${budget:-120} s (the log's tail is in $part.log)"
+    # The part's inner `timeout`s run their commands in process groups of their own, which outlive the part: end
+    # them, or they run on beside the next part and skew its timings. (This host runs nothing else of ours.)
+    pkill -9 -f -- "$BUILD/bin/|tests/python/|bench/torch_|bench/gpu_" 2>/dev/null
+    sleep 1
+  fi
   report "   ($part: exit $rc, $(($(date +%s) - t0)) s)"
 done
 report "== done in $(($(date +%s) - START)) s: $(grep -c '^PASS' "$REPORT") passed, $(grep -c '^FAIL' "$REPORT") failed," \

@@ -52,7 +52,7 @@ fi
 echo "$out" | grep -E "^(\[0\] )?(#|bytes|SKIP| *[0-9]+ )" | sed "s/^/   [nccl] /" | while IFS= read -r l; do report "$l"; done
 
 echo "=== bench torch_cuda_ddp"
-export PYTHONPATH=$PWD/$B/python
+export PYTHONPATH=$(cd "$B" && pwd)/python
 out=$(PYTHONUNBUFFERED=1 timeout -k 5 60 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 60 64 3 2>&1)
 echo "$out"
 if echo "$out" | grep -qE "^(\[0\] )?RESULT"; then report "PASS bench.torch_cuda_ddp"; else

@@ -171,18 +171,23 @@ echo "== 5b. 2 ranks sharing the GPU under MPS"
 if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  # quit waits for the MPS servers and clients to finish: bounded, so that a wedged server costs 20 s, not the part
+  mps_quit() { echo quit | timeout -k 5 15 nvidia-cuda-mps-control || echo "MPS: quit failed or timed out ($?)"; }
   if nvidia-cuda-mps-control -d; then
-    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    trap mps_quit EXIT
     timeout -k 5 60 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 \
       --log-every 100000 "${DATA[@]}" >"$W/ranks2_mps.log" 2>&1
     rc=$?
     timeout -k 5 40 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 "${DATA[@]}" \
       >"$W/rank1_mps.log" 2>&1
-    echo quit | nvidia-cuda-mps-control
+    mps_quit
     trap - EXIT
-    cat "$W/ranks2_mps.log" "$W/rank1_mps.log" "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null | tail -40
+    cat "$W/ranks2_mps.log" "$W/rank1_mps.log"
+    for f in control.log server.log; do echo "-- MPS $f:"; tail -20 "$CUDA_MPS_LOG_DIRECTORY/$f" 2>/dev/null; done
+    # A client that cannot reach the daemon runs without MPS, silently: the server's log says whether one started.
+    if [ -s "$CUDA_MPS_LOG_DIRECTORY/server.log" ]; then mps="an MPS server ran"; else mps="NO MPS server started"; fi
     judge_two_ranks nn_cuda.two_ranks_mps "$W/ranks2_mps.log" $rc \
-      "under MPS (one rank under MPS: $(final_field "$W/rank1_mps.log" img_per_s))"
+      "under MPS ($mps; one rank under MPS: $(final_field "$W/rank1_mps.log" img_per_s))"
   else
     report "SKIP nn_cuda.two_ranks_mps: nvidia-cuda-mps-control -d failed"
   fi
