@@ -414,13 +414,16 @@ static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
                   t->op_timeout_s, who);
     }
-    /* MPI progresses only inside its calls here: poll, and nap a little once the wait is long. */
+    /* MPI progresses only inside its calls here: poll, and nap a little once the wait is long. Out of the exit gate
+     * meanwhile (gated_wait holds it): MPI_Finalize at exit need not wait out a whole collective. */
+    gate_leave();
     if (now - last_progress < SPIN_NS) {
       sched_yield();
     } else {
       struct timespec nap = {0, 20000};
       nanosleep(&nap, NULL);
     }
+    gate_enter();
   }
 }
 
