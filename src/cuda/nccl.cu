@@ -3,9 +3,10 @@
  *
  * libnccl.so.2 is opened with dlopen (a process that already holds torch's NCCL gets that one), so the plugin loads
  * where NCCL is absent. The unique id travels over cohort's authenticated links. Before each collective the ranks
- * compare their calls over the host transport (a ring of small frames: any two neighbours that disagree are a
- * mismatch, so all agree when no neighbour does) and only then queue NCCL's kernel: a mismatch never reaches NCCL,
- * where it would hang or corrupt. The communicator is non-blocking, so that a wait can watch the peers: a call that
+ * compare their calls over the host transport (src/coll/agree.c, before the call reaches this plugin; where
+ * COHORT_CALL_CHECK turned that off, a ring of small frames here: any two neighbours that disagree are a mismatch, so
+ * all agree when no neighbour does) and only then queue NCCL's kernel: a mismatch never reaches NCCL, where it would
+ * hang or corrupt. The communicator is non-blocking, so that a wait can watch the peers: a call that
  * waits polls its event and, every millisecond, the host transport (a rank that died or aborted) and NCCL's own
  * error; either aborts the NCCL communicator (ncclCommAbort) so that no kernel waits for a rank that is gone.
  */
@@ -239,8 +240,9 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   if (!c->nccl) return cc_fail(COHORT_ERR_REMOTE, "the NCCL communicator was aborted");
   ncclDataType_t type;
   if (!nccl_type(call->dtype, &type)) return cc_fail(COHORT_ERR_INVALID, "NCCL has no dtype %d", (int)call->dtype);
-  /* Every rank's call against its neighbours' before any kernel is queued. */
-  if (c->size > 1) {
+  /* Every rank's call against its neighbours' before any kernel is queued, unless the ranks compared their calls
+   * already: the ring would be a second host round trip per call, the NCCL path's cost for small vectors. */
+  if (c->size > 1 && !call->agreed) {
     uint8_t token = 1, got = 0;
     cohort_status st = host->send(host->ctx, (c->rank + 1) % c->size, &token, 1);
     if (st == COHORT_OK) st = host->recv(host->ctx, (c->rank + c->size - 1) % c->size, &got, 1);

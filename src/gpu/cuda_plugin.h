@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define COHORT__CUDA_PLUGIN_VERSION 1
+#define COHORT__CUDA_PLUGIN_VERSION 2 /* 2: cohort__cuda_call.agreed */
 #define COHORT__CUDA_PLUGIN_FILE "libcohort_cuda.so"
 #define COHORT__CUDA_PLUGIN_ENTRY "cohort_cuda_plugin_v1"
 /* The most ranks the IPC path serves (its kernels take every rank's pointer as a parameter). */
@@ -66,6 +66,7 @@ typedef struct cohort__cuda_call {
   void *stream; /* the caller's stream (NULL: the legacy default stream) */
   void *ready;  /* an event of the plugin's (record_ready) after which the input is ready, or NULL: stream's work */
   int wait;     /* 1: return once the result is in place; 0 (NCCL): once the work is queued on stream */
+  int agreed;   /* 1: the ranks compared this call before it came here (coll/agree.c, COHORT_CALL_CHECK) */
 } cohort__cuda_call;
 
 typedef struct cohort__cuda_comm cohort__cuda_comm;

@@ -360,7 +360,8 @@ cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__co
                           .root = a->root,
                           .stream = a->stream,
                           .ready = a->ready,
-                          .wait = !a->stream_ordered};
+                          .wait = !a->stream_ordered,
+                          .agreed = coll->call_check};
   cohort__cuda_host host = host_of(t);
   cohort_status st = g->api->run(g->dev, &dc, &host);
   return st == COHORT_OK ? st : plugin_error(g->api, st);
