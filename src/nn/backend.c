@@ -53,9 +53,9 @@ cohort_status cohort_kernels_parse(const char *name, cohort_kernels *out) {
 
 /* oneDNN where its kernels run a wider SIMD family than OpenBLAS's (an OPENBLAS_CORETYPE pinned below the CPU,
  * generic kernels on a masked CPU model), and where both run AVX-512: there oneDNN's kernels measured 1.34x the
- * reference's img/s on 1 rank and 1.33x on 2 (docs/performance.md, "oneDNN kernels", an Intel Xeon with AVX-512 and
- * OpenBLAS's SkylakeX kernels). Where both run AVX2 the reference measured as fast or faster (785 against 761 img/s
- * on 1 rank and 1399 against 1193 on 2 on a Zen 3, whose memory traffic oneDNN's blocked activations raise). An
+ * reference's img/s on 1 rank and 1.33x on 2 (docs/performance.md, "On an AVX-512 CPU, pinned and not": an Intel
+ * Xeon with OpenBLAS's SkylakeX kernels). Where both run AVX2 the reference measured as fast or faster (785 against 761
+ * img/s on 1 rank and 1399 against 1193 on 2 on a Zen 3, whose memory traffic oneDNN's blocked activations raise). An
  * OpenBLAS core name the table does not know is taken to be a newer one, AVX-512. */
 cohort_kernels cohort__kernels_auto_choice(int onednn_level, int blas_level) {
   if (blas_level == 0) blas_level = 4;
