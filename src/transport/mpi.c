@@ -129,18 +129,28 @@ static int tag_ub = 32767; /* MPI_TAG_UB, read when sets_comm is made; the stand
  * the threads inside MPI to leave (MPI_Test and the like return at once). Sequentially consistent on both sides: a
  * thread either sees closing, or is counted in inside before the finalizing thread looks. */
 static atomic_int closing, inside;
+static pthread_t closer; /* the thread that runs finalize_at_exit (set before closing) */
 
-static void gate_enter(void) {
+/* 1: go on, and call gate_leave() after. 0: refused, for the thread that finalized MPI (a later exit handler): it
+ * gets an error rather than sleeping forever. Any other thread sleeps here once the process is closing. */
+static int gate_enter(void) {
   atomic_fetch_add(&inside, 1);
-  if (!atomic_load(&closing)) return;
+  if (!atomic_load(&closing)) return 1;
   atomic_fetch_sub(&inside, 1);
+  if (pthread_equal(pthread_self(), closer)) return 0;
   for (;;)
     pause(); /* the process is exiting: this thread never calls MPI again */
+}
+
+static cohort_status gate_refused(void) {
+  return cohort__error(COHORT_ERR_INVALID, "COHORT_TRANSPORT=mpi: MPI was finalized at exit; a communicator cannot be "
+                                           "used from an exit handler that runs after that");
 }
 
 static void gate_leave(void) { atomic_fetch_sub(&inside, 1); }
 
 static void finalize_at_exit(void) {
+  closer = pthread_self();
   atomic_store(&closing, 1);
   for (int i = 0; i < 2000 && atomic_load(&inside) > 0; i++) {
     struct timespec ms = {0, 1000000};
@@ -423,7 +433,7 @@ static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
       struct timespec nap = {0, 20000};
       nanosleep(&nap, NULL);
     }
-    gate_enter();
+    (void)gate_enter(); /* never refused here: the closing thread is in its exit handler, not in a wait */
   }
 }
 
@@ -477,35 +487,35 @@ static void mpi_destroy(cohort__transport *base) {
 
 /* The entries that call MPI, through the exit gate. */
 static cohort_status gated_isend(cohort__transport *base, int peer, const void *buf, size_t bytes, cohort__req *req) {
-  gate_enter();
+  if (!gate_enter()) return gate_refused();
   cohort_status st = mpi_isend(base, peer, buf, bytes, req);
   gate_leave();
   return st;
 }
 
 static cohort_status gated_irecv(cohort__transport *base, int peer, void *buf, size_t bytes, cohort__req *req) {
-  gate_enter();
+  if (!gate_enter()) return gate_refused();
   cohort_status st = mpi_irecv(base, peer, buf, bytes, req);
   gate_leave();
   return st;
 }
 
 static cohort_status gated_wait(cohort__transport *base, cohort__req *req) {
-  gate_enter();
+  if (!gate_enter()) return gate_refused();
   cohort_status st = mpi_wait(base, req);
   gate_leave();
   return st;
 }
 
 static cohort_status gated_progress(cohort__transport *base, int *progressed) {
-  gate_enter();
+  if (!gate_enter()) return gate_refused();
   cohort_status st = mpi_progress(base, progressed);
   gate_leave();
   return st;
 }
 
 static void gated_abort(cohort__transport *base, cohort_status status, const char *message) {
-  gate_enter();
+  if (!gate_enter()) return;
   mpi_abort(base, status, message);
   gate_leave();
 }

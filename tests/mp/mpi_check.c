@@ -6,16 +6,27 @@
  *   exit       after an allreduce every rank returns from main with its communicator alive (an error path that forgets
  *              cohort_comm_destroy): the exit status is the program's own, 3 (MPI_Finalize at exit once crashed the
  *              communicator's engine thread: SIGSEGV, status 139)
+ *   late       an exit handler registered before cohort_init (so it runs after cohort's MPI_Finalize) calls a barrier:
+ *              it gets COHORT_ERR_INVALID saying so, on every rank, instead of a hang or a crash
  *   single     the program initializes MPI itself with plain MPI_Init (MPI_THREAD_SINGLE): cohort_init refuses with
  *              COHORT_ERR_INVALID saying that MPI_THREAD_MULTIPLE is needed and how to ask for it
  * Each prints "rank R: STATUS: message" for the test to check, and exits 0 when its rank saw what it must. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <mpi.h>
 
 #include "cohort/cohort.h"
+
+static cohort_comm *late_comm;
+
+static void late_barrier(void) {
+  cohort_status st = cohort_barrier(late_comm);
+  printf("late barrier: %s: %s\n", cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error());
+  fflush(stdout);
+}
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -31,6 +42,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return provided < MPI_THREAD_MULTIPLE && st == COHORT_ERR_INVALID ? 0 : 1;
   }
+  if (!strcmp(mode, "late")) atexit(late_barrier); /* before cohort_init, which registers MPI_Finalize at exit */
   if (cohort_init(&comm) != COHORT_OK) {
     fprintf(stderr, "cohort_init: %s\n", cohort_last_error());
     return 1;
@@ -51,6 +63,10 @@ int main(int argc, char **argv) {
       st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
     }
     want = COHORT_ERR_REMOTE;
+  } else if (!strcmp(mode, "late")) {
+    late_comm = comm;
+    st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    return st == COHORT_OK ? 0 : 1; /* the communicator stays alive for late_barrier */
   } else if (!strcmp(mode, "exit")) {
     st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
     printf("rank %d: %s: leaving with the communicator alive\n", rank, cohort_strerror(st));

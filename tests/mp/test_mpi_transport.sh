@@ -4,7 +4,8 @@
 #   faults    a count mismatch and an abort reach every rank with the same status, naming the ranks; a silent rank
 #             stops the others after COHORT_OP_TIMEOUT, each naming the call and the rank it waited on; a program
 #             that initialized MPI without thread support is refused with what to do; a program that returns from main
-#             with its communicator alive exits with its own status, not a crash at MPI_Finalize (mpi_check.c)
+#             with its communicator alive exits with its own status, not a crash at MPI_Finalize; an exit handler that
+#             runs after that MPI_Finalize gets a clear error from a collective, not a hang (mpi_check.c)
 #   train     fmnist-train on 2 ranks over mpi ends with the param_sha256 of the same run over tcp under cohortrun
 #             (the same algorithms, so the same summation order)
 # usage: test_mpi_transport.sh matrix|faults|train TEST_COLLECTIVES MPI_CHECK COHORTRUN FMNIST_TRAIN
@@ -46,6 +47,10 @@ faults)
     [ "$(grep -c 'leaving with the communicator alive' "$tmp/ex")" = 3 ] || fail "not every rank got to leave (run $i)"
     if grep -q 'Segmentation fault' "$tmp/ex"; then fail "a rank crashed at exit (run $i)"; fi
   done
+  # An exit handler that runs after cohort's MPI_Finalize and calls a collective: a clear error, not a hang or a crash.
+  mpi -np 3 "$check" late >"$tmp/la" 2>&1 || fail "an exit handler's barrier after MPI_Finalize did not end cleanly"
+  [ "$(grep -c '^late barrier: invalid argument: COHORT_TRANSPORT=mpi: MPI was finalized at exit' "$tmp/la")" = 3 ] ||
+    fail "not every rank's late barrier was refused with the reason"
   COHORT_OP_TIMEOUT=2 mpi -np 3 -x COHORT_OP_TIMEOUT "$check" silent >"$tmp/si" 2>&1 || fail "a rank did not time out"
   # Each waiting rank names the rank it waits on directly (in the recursive-doubling pattern, not always the silent
   # one), and the first to give up tells the others; the silence comes while the ranks compare their calls, before
