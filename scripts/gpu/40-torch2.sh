@@ -9,6 +9,8 @@
 #   2. torch's own suite (distributed_test.py as torch 2 ships it, tests/python/torch_dist_suite.py, its ranks forked:
 #      the GPU is hidden) on cohort and then on gloo, each for a fixed time (the whole suite took 32 s at world size 2
 #      on a 2-core machine with torch 1.13): the counts of each, and every cohort failure by name.
+# To rerun a part of it on what little device time is left: TORCH2_TESTS narrows step 1 to the tests whose names
+# match (a ctest -R regex), TORCH2_SUITE_BACKENDS names step 2's backends (default "cohort gloo").
 set -u
 B=$BUILD
 BABS=$(cd "$B" && pwd)
@@ -17,7 +19,7 @@ mkdir -p "$W"
 
 echo "== 1. the Python tests on torch $($PYTHON -c 'import torch; print(torch.__version__)')"
 t0=$(date +%s)
-SEL=(-L python -E '^(python\.dist_suite|bench\.|python\.install$|python\.cuda)')
+SEL=(-L python -E '^(python\.dist_suite|bench\.|python\.install$|python\.cuda)' ${TORCH2_TESTS:+-R "$TORCH2_TESTS"})
 total=$(ctest --test-dir "$B" -N "${SEL[@]}" | sed -n 's/^Total Tests: //p')
 timeout -k 5 130 ctest --test-dir "$B" "${SEL[@]}" -j 8 --timeout 110 --output-on-failure >"$W/ctest.log" 2>&1
 cat "$W/ctest.log"
@@ -35,7 +37,7 @@ done
 [ "$passed" -gt 0 ] && [ -z "$failed" ] && [ "$unfinished" -le 0 ] && report "PASS torch2.python_tests ($passed)"
 
 echo "== 2. torch's distributed_test.py, cohort then gloo"
-for backend in cohort gloo; do
+for backend in ${TORCH2_SUITE_BACKENDS:-cohort gloo}; do
   secs=$([ $backend = cohort ] && echo 100 || echo 60)
   tmp=$(mktemp -d)
   # The GPU is hidden from the suite: the backend takes CPU tensors, and with one GPU visible torch 2's suite skips its

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,28 @@ static int cuda_in_process(void) {
   return 1;
 }
 
+/* ---- a process forked from one that had loaded CUDA ---- */
+
+/* The CUDA driver does not survive fork(): a child of a process that had loaded it must not touch it again. On the
+ * GPU host (torch 2.11, 2026-11-27) cuInit crashed with SIGSEGV in every rank that torch's own test suite forked from
+ * a parent whose torch had loaded the driver, at the ranks' first collective on CPU tensors. torch refuses CUDA in
+ * such a child ("Cannot re-initialize CUDA in forked subprocess"); cohort treats every buffer there as host memory
+ * and refuses the device calls with the reason. The handlers are registered when cohort loads, so they see every
+ * fork of a process that loaded cohort first; a child forked before cohort was loaded cannot be told apart. */
+static _Atomic int cuda_at_fork, cuda_inherited;
+
+static void before_fork(void) { atomic_store(&cuda_at_fork, cuda_in_process()); }
+
+static void in_forked_child(void) {
+  if (atomic_load(&cuda_at_fork)) atomic_store(&cuda_inherited, 1);
+}
+
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(before_fork, NULL, in_forked_child); }
+
+#define FORKED_AFTER_CUDA                                                                                              \
+  "this process was forked from one that had loaded the CUDA driver, which does not survive fork(): start it with "    \
+  "exec or multiprocessing's \"spawn\" to use the GPU"
+
 /* ---- the plugin ---- */
 
 static const cohort__cuda_api *plugin(void) {
@@ -78,6 +101,10 @@ static cohort_status plugin_error(const cohort__cuda_api *api, cohort_status st)
 }
 
 int cohort__gpu_available(void) {
+  if (atomic_load(&cuda_inherited)) {
+    cohort__error(COHORT_ERR_INVALID, "no CUDA: %s", FORKED_AFTER_CUDA);
+    return 0;
+  }
   const cohort__cuda_api *api = plugin();
   if (!api) return 0;
   cohort_status st = api->available();
@@ -117,6 +144,8 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
                            fn);
     return COHORT_OK;
   }
+  if (atomic_load(&cuda_inherited))
+    return stream_call ? cohort__error(COHORT_ERR_INVALID, "%s_stream: %s", fn, FORKED_AFTER_CUDA) : COHORT_OK;
   const cohort__cuda_api *api = plugin();
   if (!api) {
     char why[1024];

@@ -32,7 +32,13 @@ What is compared, and why that exactly:
   from the DDP result by far more than the tolerance (the data differ per rank, so a backend that reduced
   nothing would fail).
 """
+import os
 import sys
+
+# The models here are on the CPU. torch's PowerSGD hooks call torch.cuda.synchronize(tensor's device) whenever a GPU
+# is visible, which raises "Expected a cuda device, but got: cpu" for CPU tensors whatever the backend (torch 2.11 on
+# the GPU host, 2026-11-27): the GPU is hidden before torch starts.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import torch
 import torch.distributed as dist

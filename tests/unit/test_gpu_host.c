@@ -4,8 +4,11 @@
  * host memory never needs CUDA.
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gpu/gpu.h"
 #include "test.h"
@@ -104,4 +107,60 @@ TEST(plugin_override) {
   ASSERT_TRUE(strstr(cohort_last_error(), "cannot load libcohort_cuda.so") != NULL);
 }
 
-COHORT_TEST_MAIN(TEST_CASE(path_auto), TEST_CASE(path_forced), TEST_CASE(cpu_only), TEST_CASE(plugin_override))
+/* Host collectives in this process, with the fake driver loaded: 0 where each answer is as expected. */
+static int host_collectives_in_child(int expect_forked) {
+  cohort_comm *c;
+  if (cohort_init(&c) != COHORT_OK) return 1;
+  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  if (cohort_allreduce(c, x, y, 4, COHORT_F32, COHORT_SUM) != COHORT_OK || y[3] != 4.0f) return 2;
+  if (!expect_forked) return 0;
+  if (cohort_allreduce_stream(c, x, y, 4, COHORT_F32, COHORT_SUM, NULL) != COHORT_ERR_INVALID) return 3;
+  printf("child: cohort_allreduce_stream: %s\n", cohort_last_error());
+  if (!strstr(cohort_last_error(), "forked from one that had loaded the CUDA driver")) return 4;
+  if (cohort_cuda_available() != 0) return 5;
+  if (!strstr(cohort_last_error(), "spawn")) return 6;
+  cohort_comm_destroy(c);
+  return 0;
+}
+
+static int child_status(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return status;
+}
+
+/* A child forked from a process that had loaded the CUDA driver never calls into it (the real driver's cuInit crashed
+ * there): host collectives work without it, and the device calls say why not. The fake driver aborts on any call. */
+TEST(forked_after_cuda) {
+  void *driver = dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_TRUE(driver != NULL);
+  fflush(stdout);
+  pid_t pid = fork();
+  ASSERT_TRUE(pid >= 0);
+  if (pid == 0) _exit(host_collectives_in_child(1));
+  int status = child_status(pid);
+  printf("forked child: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+/* The other side of forked_after_cuda, so that it cannot pass for want of a reachable driver: a process that loaded
+ * the (fake) driver itself, after the fork, does call it for a host buffer, and dies of it. */
+TEST(fake_driver_reached) {
+  fflush(stdout);
+  pid_t pid = fork();
+  ASSERT_TRUE(pid >= 0);
+  if (pid == 0) {
+    if (!dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL)) _exit(90);
+    _exit(host_collectives_in_child(0));
+  }
+  int status = child_status(pid);
+  printf("child that loaded the fake driver itself: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_EQ(WTERMSIG(status), SIGABRT);
+}
+
+COHORT_TEST_MAIN(TEST_CASE(path_auto), TEST_CASE(path_forced), TEST_CASE(cpu_only), TEST_CASE(plugin_override),
+                 TEST_CASE(forked_after_cuda), TEST_CASE(fake_driver_reached))
