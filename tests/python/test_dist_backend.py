@@ -227,6 +227,16 @@ check(t.tolist() == [float(sum(k for k in range(n) if k % 2 == r % 2))] * 2, f"s
 t = torch.full((1,), float(r))
 dist.broadcast(t, src=r % 2, group=mine)  # src is a global rank, as in torch
 check(t.item() == float(r % 2), f"subgroup broadcast: {t}")
+# A subgroup carries the name torch gave it (torch 2 looks it up by name, destroy_process_group(group) among others:
+# on torch 2.11 its own suite's test_destroy_group failed with "ProcessGroup name not set"), and destroying it leaves
+# the world's group working.
+if hasattr(mine, "group_name"):
+    check(mine.group_name == dist.distributed_c10d._world.pg_names[mine],
+          f"subgroup name {mine.group_name!r}, torch's {dist.distributed_c10d._world.pg_names[mine]!r}")
+dist.destroy_process_group(mine)
+t = torch.ones(3)
+dist.all_reduce(t)
+check(t.tolist() == [float(n)] * 3, f"all_reduce after a subgroup was destroyed: {t}")
 
 # torch's DDP on the backend: replicas stay equal
 torch.manual_seed(0)

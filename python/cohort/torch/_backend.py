@@ -1031,10 +1031,17 @@ else:
     ProcessGroupCohort.allreduce = ProcessGroupCohort._allreduce_py
 
 
-def _create_process_group(store, rank, size, timeout):
-    # The default group is the first one torch makes (init_process_group), before GroupMember.WORLD is set.
+def _create_process_group(opts, pg_options=None):
+    # Registered with extended_api=True (torch 1.13 and 2.x): opts carries the group's name, which torch 2 sets on the
+    # process groups it builds itself but not on one a backend returns as a ProcessGroup subclass, as this one is;
+    # without it destroy_process_group(group) fails with "ProcessGroup name not set" (torch 2.11's suite,
+    # test_destroy_group). The default group is the first one torch makes (init_process_group), before
+    # GroupMember.WORLD is set.
     default_group = dist.distributed_c10d.GroupMember.WORLD is None
-    return ProcessGroupCohort(store, rank, size, timeout, default_group=default_group)
+    pg = ProcessGroupCohort(opts.store, opts.group_rank, opts.group_size, opts.timeout, default_group=default_group)
+    if hasattr(pg, "_set_group_name"):  # torch 2
+        pg._set_group_name(opts.group_id)
+    return pg
 
 
 def register():
@@ -1044,6 +1051,6 @@ def register():
     # torch 2 asks which devices a backend serves (without the argument it assumes cpu and cuda, and warns); this one
     # takes CPU tensors, so a CUDA tensor gets torch's own "no backend for cuda" rather than this backend's refusal.
     try:
-        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu"])
     except TypeError:  # torch 1.x: no devices argument
-        dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True)
