@@ -34,11 +34,28 @@ static int count_loads(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1; /* the first object tells the count of loads; no need to walk the rest */
 }
 
+/* CUDA_VISIBLE_DEVICES="" (or "-1") hides every GPU from the driver: then no buffer can be device memory either, and
+ * cohort need not ask the driver (nor load its plugin) to know it. Scripts hide the GPU so to run CPU-only work on a
+ * GPU host; on torch 2.11 there (2026-11-27) a CPU-only test (PowerSGD, tests/python/test_dist_ddp.py) hung in such a
+ * process once torch had loaded the driver, a path where cohort then loaded its plugin and called cuInit. The cause
+ * was not found in that lease; the driver stays out of such a process now. Read once: the driver reads it once. */
+static int gpus_hidden(void) {
+  static _Atomic int hidden = -1;
+  int h = atomic_load_explicit(&hidden, memory_order_relaxed);
+  if (h < 0) {
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    h = v && (v[0] == '\0' || v[0] == '-');
+    atomic_store_explicit(&hidden, h, memory_order_relaxed);
+  }
+  return h;
+}
+
 /* No buffer can be device memory in a process that never loaded the CUDA driver: a look at whether libcuda.so.1 is
  * loaded settles it, and is only repeated when some library was loaded since the last look. */
 static int cuda_in_process(void) {
   static _Atomic int seen;
   static _Atomic unsigned long long looked_at_adds = ~0ull;
+  if (gpus_hidden()) return 0;
   if (atomic_load_explicit(&seen, memory_order_relaxed)) return 1;
   unsigned long long adds = 0;
   dl_iterate_phdr(count_loads, &adds);
@@ -73,6 +90,8 @@ __attribute__((constructor)) static void watch_forks(void) { pthread_atfork(befo
   "this process was forked from one that had loaded the CUDA driver, which does not survive fork(): start it with "    \
   "exec or multiprocessing's \"spawn\" to use the GPU"
 
+#define GPUS_HIDDEN "CUDA_VISIBLE_DEVICES hides every GPU from this process"
+
 /* ---- the plugin ---- */
 
 static const cohort__cuda_api *plugin(void) {
@@ -103,6 +122,10 @@ static cohort_status plugin_error(const cohort__cuda_api *api, cohort_status st)
 int cohort__gpu_available(void) {
   if (atomic_load(&cuda_inherited)) {
     cohort__error(COHORT_ERR_INVALID, "no CUDA: %s", FORKED_AFTER_CUDA);
+    return 0;
+  }
+  if (gpus_hidden()) {
+    cohort__error(COHORT_ERR_INVALID, "no GPU: %s", GPUS_HIDDEN);
     return 0;
   }
   const cohort__cuda_api *api = plugin();
@@ -137,6 +160,8 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
   a->device = -1;
   if (cohort__coll_flags(a->coll) & COHORT__CALL_NO_DATA) return COHORT_OK;
   const char *fn = cohort__coll_api_name(a->coll);
+  if (gpus_hidden())
+    return stream_call ? cohort__error(COHORT_ERR_INVALID, "%s_stream: %s: call %s", fn, GPUS_HIDDEN, fn) : COHORT_OK;
   if (!cuda_in_process()) {
     if (stream_call)
       return cohort__error(COHORT_ERR_INVALID,

@@ -8,7 +8,7 @@ set_target_properties(fake_libcuda PROPERTIES PREFIX "" OUTPUT_NAME "libcuda" SU
 target_link_options(fake_libcuda PRIVATE -Wl,-soname,libcuda.so.1)
 add_dependencies(test_gpu_host fake_libcuda)
 target_compile_definitions(test_gpu_host PRIVATE FAKE_LIBCUDA="$<TARGET_FILE:fake_libcuda>")
-foreach(case path_auto path_forced cpu_only plugin_override forked_after_cuda fake_driver_reached)
+foreach(case path_auto path_forced cpu_only plugin_override forked_after_cuda fake_driver_reached gpus_hidden)
   add_test(NAME unit.gpu_host.${case} COMMAND test_gpu_host ${case})
   set_tests_properties(unit.gpu_host.${case} PROPERTIES LABELS "unit;sanitize" TIMEOUT 60)
 endforeach()

@@ -132,6 +132,7 @@ static int child_status(pid_t pid) {
 /* A child forked from a process that had loaded the CUDA driver never calls into it (the real driver's cuInit crashed
  * there): host collectives work without it, and the device calls say why not. The fake driver aborts on any call. */
 TEST(forked_after_cuda) {
+  unsetenv("CUDA_VISIBLE_DEVICES"); /* a GPU hidden so is another case (gpus_hidden) */
   void *driver = dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL);
   ASSERT_TRUE(driver != NULL);
   fflush(stdout);
@@ -148,6 +149,7 @@ TEST(forked_after_cuda) {
 /* The other side of forked_after_cuda, so that it cannot pass for want of a reachable driver: a process that loaded
  * the (fake) driver itself, after the fork, does call it for a host buffer, and dies of it. */
 TEST(fake_driver_reached) {
+  unsetenv("CUDA_VISIBLE_DEVICES");
   fflush(stdout);
   pid_t pid = fork();
   ASSERT_TRUE(pid >= 0);
@@ -162,5 +164,23 @@ TEST(fake_driver_reached) {
   ASSERT_EQ(WTERMSIG(status), SIGABRT);
 }
 
+/* CUDA_VISIBLE_DEVICES="" hides every GPU: a process that loaded the (fake) driver then never calls it, and the
+ * device calls name the variable. */
+TEST(gpus_hidden) {
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  ASSERT_TRUE(dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL) != NULL);
+  cohort_comm *c;
+  ASSERT_EQ(cohort_init(&c), COHORT_OK);
+  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  ASSERT_EQ(cohort_allreduce(c, x, y, 4, COHORT_F32, COHORT_SUM), COHORT_OK);
+  ASSERT_TRUE(y[2] == 3.0f);
+  ASSERT_EQ(cohort_allreduce_stream(c, x, y, 4, COHORT_F32, COHORT_SUM, NULL), COHORT_ERR_INVALID);
+  printf("%s\n", cohort_last_error());
+  ASSERT_TRUE(strstr(cohort_last_error(), "CUDA_VISIBLE_DEVICES hides every GPU") != NULL);
+  ASSERT_EQ(cohort_cuda_available(), 0);
+  ASSERT_TRUE(strstr(cohort_last_error(), "CUDA_VISIBLE_DEVICES") != NULL);
+  cohort_comm_destroy(c);
+}
+
 COHORT_TEST_MAIN(TEST_CASE(path_auto), TEST_CASE(path_forced), TEST_CASE(cpu_only), TEST_CASE(plugin_override),
-                 TEST_CASE(forked_after_cuda), TEST_CASE(fake_driver_reached))
+                 TEST_CASE(forked_after_cuda), TEST_CASE(fake_driver_reached), TEST_CASE(gpus_hidden))
