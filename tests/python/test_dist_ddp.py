@@ -40,6 +40,13 @@ import sys
 # the GPU host, 2026-11-27): the GPU is hidden before torch starts.
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+# COHORT_TEST_STACKS_AFTER=S: a rank still running after S seconds prints every thread's Python stack and exits, so
+# that a hang shows where it is (scripts/gpu/40-torch2.sh sets it: on torch 2.11 the PowerSGD modes once did not end).
+if os.environ.get("COHORT_TEST_STACKS_AFTER"):
+    import faulthandler
+
+    faulthandler.dump_traceback_later(float(os.environ["COHORT_TEST_STACKS_AFTER"]), exit=True)
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
