@@ -77,10 +77,15 @@ def main():
                 print(f"round {r} {name}: {steps * batch * world / dt:.0f} img/s", flush=True)
     if rank == 0:
         best = {k: steps * batch * world / min(v) for k, v in times.items()}
+        # The median beside the best: on the GPU host (2026-11-27) cohort's rounds fell from 39k to 27k img/s in one
+        # run of 3 rounds of 60 steps, so one number alone says little about the spread.
+        median = {k: steps * batch * world / sorted(v)[len(v) // 2] for k, v in times.items()}
         from cohort import _lib, _get_comm
         path = (_lib.lib.cohort_device_path(_get_comm()) or b"").decode()
         print(f"RESULT world={world} batch/rank={batch} cohort_img_s={best['cohort']:.0f} gloo_img_s={best['gloo']:.0f}"
-              f" ratio={best['cohort'] / best['gloo']:.2f} device_path={path} gpu={torch.cuda.get_device_name(dev)}",
+              f" ratio={best['cohort'] / best['gloo']:.2f} median_cohort_img_s={median['cohort']:.0f}"
+              f" median_gloo_img_s={median['gloo']:.0f} median_ratio={median['cohort'] / median['gloo']:.2f}"
+              f" device_path={path} gpu={torch.cuda.get_device_name(dev)}",
               flush=True)
     dist.destroy_process_group()
     hvd.shutdown()

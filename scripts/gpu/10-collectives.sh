@@ -53,7 +53,7 @@ echo "$out" | grep -E "^(\[0\] )?(#|bytes|SKIP| *[0-9]+ )" | sed "s/^/   [nccl] 
 
 echo "=== bench torch_cuda_ddp"
 export PYTHONPATH=$(cd "$B" && pwd)/python
-out=$(PYTHONUNBUFFERED=1 timeout -k 5 60 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 60 64 3 2>&1)
+out=$(PYTHONUNBUFFERED=1 timeout -k 5 90 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 200 64 5 2>&1)
 echo "$out"
 if echo "$out" | grep -qE "^(\[0\] )?RESULT"; then report "PASS bench.torch_cuda_ddp"; else
   report "FAIL bench.torch_cuda_ddp: $(echo "$out" | grep -v '^$' | tail -3 | tr '\n' ' ' | cut -c1-300)"
