@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# budget: 320
+# budget: 260
 # torch.distributed's backend "cohort" and cohort.torch on the GPU host's torch 2 (part of scripts/gpu-check.sh;
 # BUILD, OUT, PYTHON and report() come from it). The development machines and CI have Debian's torch 1.13; this is
 # where the backend's registration and its tests meet torch 2 (issue 31):
@@ -7,10 +7,12 @@
 #      torch's whole conformance suite, the benchmarks' smoke runs, the CUDA tests (10-collectives runs them) and the
 #      pip install (no network there);
 #   2. torch's own suite (distributed_test.py as torch 2 ships it, tests/python/torch_dist_suite.py, its ranks forked:
-#      the GPU is hidden) on cohort and then on gloo, each for a fixed time (the whole suite took 32 s at world size 2
+#      the GPU is hidden) on cohort, and on gloo when asked, each for a fixed time (the whole suite took 32 s at world size 2
 #      on a 2-core machine with torch 1.13): the counts of each, and every cohort failure by name.
 # To rerun a part of it on what little device time is left: TORCH2_TESTS narrows step 1 to the tests whose names
-# match (a ctest -R regex), TORCH2_SUITE_BACKENDS names step 2's backends (default "cohort gloo").
+# match (a ctest -R regex), TORCH2_SUITE_BACKENDS names step 2's backends (default "cohort": gloo's run, the
+# anchor, gave 91 passed, 0 failed, 190 skipped on torch 2.11 at world size 2 on 2026-11-27 and costs a minute of a
+# lease; TORCH2_SUITE_BACKENDS="cohort gloo" runs it again).
 set -u
 B=$BUILD
 BABS=$(cd "$B" && pwd)
@@ -38,7 +40,7 @@ done
 [ "$passed" -gt 0 ] && [ -z "$failed" ] && [ "$unfinished" -le 0 ] && report "PASS torch2.python_tests ($passed)"
 
 echo "== 2. torch's distributed_test.py, cohort then gloo"
-for backend in ${TORCH2_SUITE_BACKENDS:-cohort gloo}; do
+for backend in ${TORCH2_SUITE_BACKENDS:-cohort}; do
   secs=$([ $backend = cohort ] && echo 100 || echo 60)
   tmp=$(mktemp -d)
   # The GPU is hidden from the suite: the backend takes CPU tensors, and with one GPU visible torch 2's suite skips its
