@@ -34,18 +34,25 @@ static int count_loads(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1; /* the first object tells the count of loads; no need to walk the rest */
 }
 
+static int env_hides_gpus(void) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  return v && (v[0] == '\0' || v[0] == '-');
+}
+
 /* CUDA_VISIBLE_DEVICES="" (or "-1") hides every GPU from the driver: then no buffer can be device memory either, and
  * cohort need not ask the driver (nor load its plugin) to know it. Scripts hide the GPU so to run CPU-only work on a
  * GPU host; on torch 2.11 there (2026-11-27) a CPU-only test (PowerSGD, tests/python/test_dist_ddp.py) hung in such a
  * process once torch had loaded the driver, a path where cohort then loaded its plugin and called cuInit. The cause
- * was not found in that lease; the driver stays out of such a process now. Read once: the driver reads it once. */
+ * was not found in that lease; the driver stays out of such a process now. The driver reads the variable when it
+ * starts, which cohort cannot see without calling it: the variable is read when the driver is first seen loaded
+ * (about when whoever loaded it started it), kept, and read again in a forked child. */
+static _Atomic int hidden_when_seen = -1;
+
 static int gpus_hidden(void) {
-  static _Atomic int hidden = -1;
-  int h = atomic_load_explicit(&hidden, memory_order_relaxed);
+  int h = atomic_load_explicit(&hidden_when_seen, memory_order_relaxed);
   if (h < 0) {
-    const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    h = v && (v[0] == '\0' || v[0] == '-');
-    atomic_store_explicit(&hidden, h, memory_order_relaxed);
+    h = env_hides_gpus();
+    atomic_store_explicit(&hidden_when_seen, h, memory_order_relaxed);
   }
   return h;
 }
@@ -55,7 +62,6 @@ static int gpus_hidden(void) {
 static int cuda_in_process(void) {
   static _Atomic int seen;
   static _Atomic unsigned long long looked_at_adds = ~0ull;
-  if (gpus_hidden()) return 0;
   if (atomic_load_explicit(&seen, memory_order_relaxed)) return 1;
   unsigned long long adds = 0;
   dl_iterate_phdr(count_loads, &adds);
@@ -82,6 +88,7 @@ static void before_fork(void) { atomic_store(&cuda_at_fork, cuda_in_process()); 
 
 static void in_forked_child(void) {
   if (atomic_load(&cuda_at_fork)) atomic_store(&cuda_inherited, 1);
+  atomic_store(&hidden_when_seen, -1);
 }
 
 __attribute__((constructor)) static void watch_forks(void) { pthread_atfork(before_fork, NULL, in_forked_child); }
@@ -124,7 +131,7 @@ int cohort__gpu_available(void) {
     cohort__error(COHORT_ERR_INVALID, "no CUDA: %s", FORKED_AFTER_CUDA);
     return 0;
   }
-  if (gpus_hidden()) {
+  if (cuda_in_process() ? gpus_hidden() : env_hides_gpus()) {
     cohort__error(COHORT_ERR_INVALID, "no GPU: %s", GPUS_HIDDEN);
     return 0;
   }
@@ -160,8 +167,6 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
   a->device = -1;
   if (cohort__coll_flags(a->coll) & COHORT__CALL_NO_DATA) return COHORT_OK;
   const char *fn = cohort__coll_api_name(a->coll);
-  if (gpus_hidden())
-    return stream_call ? cohort__error(COHORT_ERR_INVALID, "%s_stream: %s: call %s", fn, GPUS_HIDDEN, fn) : COHORT_OK;
   if (!cuda_in_process()) {
     if (stream_call)
       return cohort__error(COHORT_ERR_INVALID,
@@ -171,6 +176,8 @@ cohort_status cohort__gpu_classify(cohort__coll_args *a, int stream_call) {
   }
   if (atomic_load(&cuda_inherited))
     return stream_call ? cohort__error(COHORT_ERR_INVALID, "%s_stream: %s", fn, FORKED_AFTER_CUDA) : COHORT_OK;
+  if (gpus_hidden())
+    return stream_call ? cohort__error(COHORT_ERR_INVALID, "%s_stream: %s: call %s", fn, GPUS_HIDDEN, fn) : COHORT_OK;
   const cohort__cuda_api *api = plugin();
   if (!api) {
     char why[1024];

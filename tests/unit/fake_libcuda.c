@@ -1,8 +1,10 @@
 /*
  * fake_libcuda.c: a stand-in for the CUDA driver (soname libcuda.so.1) whose every entry point aborts, for
  * test_gpu_host's fork cases on machines without a GPU. Loaded into a process, it makes cohort believe CUDA is there;
- * any call cohort then makes into the driver (through its plugin or directly) kills the process, as the real driver's
- * cuInit did in a child forked after the parent had loaded it.
+ * any call cohort then makes into the driver kills the process, as the real driver's cuInit did in a child forked
+ * after the parent had loaded it. It exports what cohort's CUDA plugin (libcohort_cuda.so, its CUDA runtime linked
+ * statically) takes from the driver, so that the plugin loads where it was built and its cuInit is what is reached;
+ * where it was not built, cohort's own look at the pointer (cuPointerGetAttribute) is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,18 @@ int cuInit(unsigned flags) {
 int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
   (void)data, (void)attribute, (void)ptr;
   reached("cuPointerGetAttribute");
+  return 0;
+}
+
+int cuPointerGetAttributes(unsigned count, int *attributes, void **data, unsigned long long ptr) {
+  (void)count, (void)attributes, (void)data, (void)ptr;
+  reached("cuPointerGetAttributes");
+  return 0;
+}
+
+int cuGetErrorName(int error, const char **name) {
+  (void)error, (void)name;
+  reached("cuGetErrorName");
   return 0;
 }
 

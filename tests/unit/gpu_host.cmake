@@ -8,7 +8,12 @@ set_target_properties(fake_libcuda PROPERTIES PREFIX "" OUTPUT_NAME "libcuda" SU
 target_link_options(fake_libcuda PRIVATE -Wl,-soname,libcuda.so.1)
 add_dependencies(test_gpu_host fake_libcuda)
 target_compile_definitions(test_gpu_host PRIVATE FAKE_LIBCUDA="$<TARGET_FILE:fake_libcuda>")
-foreach(case path_auto path_forced cpu_only plugin_override forked_after_cuda fake_driver_reached gpus_hidden)
+if(TARGET cohort_cuda) # the plugin is built: the stand-in must be reached through it (its cuInit)
+  add_dependencies(test_gpu_host cohort_cuda)
+  target_compile_definitions(test_gpu_host PRIVATE COHORT_TEST_PLUGIN_BUILT=1)
+endif()
+foreach(case path_auto path_forced cpu_only plugin_override forked_after_cuda fake_driver_reached gpus_hidden
+             hidden_read_when_driver_seen)
   add_test(NAME unit.gpu_host.${case} COMMAND test_gpu_host ${case})
   set_tests_properties(unit.gpu_host.${case} PROPERTIES LABELS "unit;sanitize" TIMEOUT 60)
 endforeach()

@@ -120,6 +120,7 @@ static int host_collectives_in_child(int expect_forked) {
   if (cohort_cuda_available() != 0) return 5;
   if (!strstr(cohort_last_error(), "spawn")) return 6;
   cohort_comm_destroy(c);
+  fflush(stdout); /* the child ends with _exit */
   return 0;
 }
 
@@ -127,6 +128,47 @@ static int child_status(pid_t pid) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return status;
+}
+
+/* Runs fn in a child whose stderr comes back in err; the child's wait status. */
+static int in_child(int (*fn)(void), char *err, size_t len) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(fd[0]);
+    dup2(fd[1], 2);
+    _exit(fn());
+  }
+  close(fd[1]);
+  size_t n = 0;
+  ssize_t k;
+  while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
+    n += (size_t)k;
+  err[n] = '\0';
+  close(fd[0]);
+  return child_status(pid);
+}
+
+/* Where the plugin is built, the driver call reached is its cuInit (the call that crashed on the GPU host); else
+ * cohort's own look at the pointer. */
+static int reached_the_driver(int status, const char *err) {
+  printf("  child: %s %d; its stderr: %s", WIFEXITED(status) ? "exit" : "signal",
+         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), err);
+#ifdef COHORT_TEST_PLUGIN_BUILT
+  const char *want = "cuInit called";
+#else
+  const char *want = "cuPointerGetAttribute called";
+#endif
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(err, want) != NULL;
+}
+
+static int load_driver_then_collectives(void) {
+  if (!dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL)) return 90;
+  return host_collectives_in_child(0);
 }
 
 /* A child forked from a process that had loaded the CUDA driver never calls into it (the real driver's cuInit crashed
@@ -150,18 +192,9 @@ TEST(forked_after_cuda) {
  * the (fake) driver itself, after the fork, does call it for a host buffer, and dies of it. */
 TEST(fake_driver_reached) {
   unsetenv("CUDA_VISIBLE_DEVICES");
-  fflush(stdout);
-  pid_t pid = fork();
-  ASSERT_TRUE(pid >= 0);
-  if (pid == 0) {
-    if (!dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL)) _exit(90);
-    _exit(host_collectives_in_child(0));
-  }
-  int status = child_status(pid);
-  printf("child that loaded the fake driver itself: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
-         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-  ASSERT_TRUE(WIFSIGNALED(status));
-  ASSERT_EQ(WTERMSIG(status), SIGABRT);
+  char err[4096];
+  int status = in_child(load_driver_then_collectives, err, sizeof err);
+  ASSERT_TRUE(reached_the_driver(status, err));
 }
 
 /* CUDA_VISIBLE_DEVICES="" hides every GPU: a process that loaded the (fake) driver then never calls it, and the
@@ -182,5 +215,26 @@ TEST(gpus_hidden) {
   cohort_comm_destroy(c);
 }
 
+/* The variable is read when the driver is first seen loaded, not before: a process that hid the GPUs, ran host
+ * collectives, then showed them again and loaded the driver does call it (and dies of the stand-in). */
+static int unhide_then_load_driver(void) {
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  cohort_comm *c;
+  if (cohort_init(&c) != COHORT_OK) return 80;
+  float x[2] = {1, 2}, y[2];
+  if (cohort_allreduce(c, x, y, 2, COHORT_F32, COHORT_SUM) != COHORT_OK) return 81;
+  setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+  if (!dlopen(FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL)) return 82;
+  cohort_allreduce(c, x, y, 2, COHORT_F32, COHORT_SUM);
+  return 0;
+}
+
+TEST(hidden_read_when_driver_seen) {
+  char err[4096];
+  int status = in_child(unhide_then_load_driver, err, sizeof err);
+  ASSERT_TRUE(reached_the_driver(status, err));
+}
+
 COHORT_TEST_MAIN(TEST_CASE(path_auto), TEST_CASE(path_forced), TEST_CASE(cpu_only), TEST_CASE(plugin_override),
-                 TEST_CASE(forked_after_cuda), TEST_CASE(fake_driver_reached), TEST_CASE(gpus_hidden))
+                 TEST_CASE(forked_after_cuda), TEST_CASE(fake_driver_reached), TEST_CASE(gpus_hidden),
+                 TEST_CASE(hidden_read_when_driver_seen))
