@@ -18,7 +18,11 @@ add_test(NAME python.cuda_tensors COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHOR
          ${CMAKE_CURRENT_LIST_DIR}/test_cuda_tensors.py)
 add_test(NAME python.cuda_ddp COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
          ${CMAKE_CURRENT_LIST_DIR}/test_cuda_ddp.py)
-set_tests_properties(python.cuda_tensors python.cuda_ddp PROPERTIES LABELS "python;mp;gpu" TIMEOUT 300
+# torch.distributed's backend "cohort" on CUDA tensors: every operation against the same on CPU tensors, and torch's
+# DDP on a CUDA module against DDP on gloo.
+add_test(NAME python.cuda_dist COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_dist_cuda.py)
+set_tests_properties(python.cuda_tensors python.cuda_ddp python.cuda_dist PROPERTIES LABELS "python;mp;gpu" TIMEOUT 300
                      ENVIRONMENT "${COHORT_PY_ENV}" SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
 
 # 20 steps of a small CNN on 2 ranks: DistributedOptimizer and DistributedDataParallel (with and without

@@ -98,9 +98,8 @@ def _op_code(reduce_op, what):
 def _dtype_code(t, what):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"cohort backend: {what}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"cohort backend: {what}: a tensor on {t.device}: the backend takes CPU tensors "
-                         f"(use cohort.torch's API for CUDA tensors, docs/gpu.md)")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"cohort backend: {what}: a tensor on {t.device}: the backend takes CPU and CUDA tensors")
     if t.is_sparse:
         raise ValueError(f"cohort backend: {what}: sparse tensors are not supported")
     code = _DTYPES.get(t.dtype)
@@ -112,15 +111,63 @@ def _dtype_code(t, what):
     return code
 
 
-def _flat(t, what):
+def _flat(t, what, direct=False):
     """(contiguous tensor to hand the library, its dtype code, element count). Complex tensors go as their real
-    view (two reals each): sums, and copies, are element-wise the same."""
+    view (two reals each): sums, and copies, are element-wise the same. A CUDA tensor stays on its device where the
+    operation runs there (direct, see _direct); else it is staged: a host copy, read as torch's current stream has
+    it, whose result the operation's finish copies back."""
     code = _dtype_code(t, what)
-    c = t if t.is_contiguous() else t.contiguous()
+    if t.device.type == "cuda" and not direct:
+        c = t.detach().to("cpu").contiguous()
+    else:
+        c = t if t.is_contiguous() else t.contiguous()
     if code is None:
         c = torch.view_as_real(c)
         code = _DTYPES[c.dtype]
     return c, code, c.numel()
+
+
+# ---- CUDA tensors ----
+# allreduce, broadcast, all_gather and reduce_scatter (the forms with _tensor and coalesced too) run on the tensors'
+# device, ordered on torch's current stream there, through the library's device collectives (docs/gpu.md: cuda-ipc
+# between ranks that share a GPU, NCCL with a GPU each, staged through pinned memory across hosts). The rest (reduce,
+# gather, scatter, all_to_all, send and recv), the dtypes int8, int16 and bool, the bitwise ops, and every CUDA
+# tensor where this libcohort has no device collectives, are staged through host memory (_flat): correct everywhere,
+# at a copy each way.
+
+_DEVICE_CODES = {_lib.F32, _lib.F64, _lib.F16, _lib.BF16, _lib.I32, _lib.I64, _lib.U8}
+_DEVICE_OPS = {_lib.SUM, _lib.PROD, _lib.MIN, _lib.MAX, _lib.AVG}
+_cuda_direct_ok = None
+
+
+def _cuda_direct():
+    """Whether this process can hand CUDA tensors to the library as they are (asked once: it loads the plugin)."""
+    global _cuda_direct_ok
+    if _cuda_direct_ok is None:
+        _cuda_direct_ok = bool(torch.cuda.is_available() and _c.cohort_cuda_available())
+    return _cuda_direct_ok
+
+
+def _direct(tensors, op=None):
+    """True where an operation of the device path runs on these tensors' memory: all on one CUDA device, of a dtype
+    (and op) the device path has, and the device collectives available."""
+    if not any(t.is_cuda for t in tensors):  # the common case, at the cost of an attribute each
+        return False
+    devices = {t.device for t in tensors}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        return False
+    for t in tensors:
+        code = _DTYPES.get(t.dtype, _lib.F32 if t.dtype == torch.complex64 else _lib.F64 if t.dtype == torch.complex128
+                           else None)
+        if code not in _DEVICE_CODES:
+            return False
+    return (op is None or op in _DEVICE_OPS) and _cuda_direct()
+
+
+def _stream(t):
+    """torch's current stream on t's device, as the cudaStream_t the library orders the operation on. Read where the
+    operation is issued: a held operation starts later, on another thread, whose current stream is another."""
+    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
 
 
 _SIZES = ctypes.POINTER(ctypes.c_size_t)
@@ -133,6 +180,8 @@ _NEWER = {
     "cohort_ialltoall": [_VP, _VP, _VP, _SZ, _INT, _WORK],
     "cohort_ialltoallv": [_VP, _VP, _SIZES, _SIZES, _VP, _SIZES, _SIZES, _INT, _WORK],
     "cohort_isend": [_VP, _VP, _SZ, _INT, _INT, _INT, _WORK],
+    "cohort_iallgather_stream": [_VP, _VP, _VP, _SZ, _INT, _VP, _WORK],
+    "cohort_ireduce_scatter_stream": [_VP, _VP, _VP, _SZ, _INT, _INT, _VP, _WORK],
 }
 
 
@@ -712,7 +761,8 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         return self._allreduce_many(tensors, op, "all_reduce_coalesced")
 
     def _allreduce_many(self, tensors, op, what):
-        flats = [_flat(t, what) for t in tensors]
+        direct = _direct(tensors, op)
+        flats = [_flat(t, what, direct) for t in tensors]
         if len(flats) == 1:
             src, code, n = flats[0]
             t = tensors[0]
@@ -723,6 +773,10 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                 return tensors
 
             p = src.data_ptr()
+            if direct:
+                s = _stream(src)
+                return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
+                                   finish, (src,), lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
             return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (src,),
                                lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
         # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
@@ -741,6 +795,10 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return tensors
 
         p, n = fused.data_ptr(), fused.numel()
+        if direct:
+            s = _stream(fused)
+            return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
+                               finish, (fused,), lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
         return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (fused,),
                            lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
 
@@ -750,7 +808,8 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         if len(tensors) != 1:
             raise ValueError("cohort backend: broadcast: one tensor per call (the CPU backend has one device)")
         t = tensors[0]
-        buf, code, n = _flat(t, "broadcast")
+        direct = _direct(tensors)
+        buf, code, n = _flat(t, "broadcast", direct)
 
         def finish():
             if buf.data_ptr() != t.data_ptr():
@@ -758,6 +817,10 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return tensors
 
         p = buf.data_ptr()
+        if direct:
+            s = _stream(buf)
+            return self._issue("broadcast", lambda w: _c.cohort_ibroadcast_stream(self._comm, p, n, code, root, s, w),
+                               finish, (buf,), lambda: _c.cohort_broadcast_stream(self._comm, p, n, code, root, s))
         return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, p, n, code, root, w), finish, (buf,),
                            lambda: _c.cohort_broadcast(self._comm, p, n, code, root))
 
@@ -771,23 +834,33 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             if o.dtype != inp.dtype or o.numel() != inp.numel():
                 raise ValueError(f"cohort backend: all_gather: an output tensor of {o.numel()} {o.dtype} elements "
                                  f"for an input of {inp.numel()} {inp.dtype}")
-        src, code, n = _flat(inp, "all_gather")
-        whole = torch.empty((self.size(),) + tuple(src.shape), dtype=src.dtype)
+        direct = _direct([inp] + list(outs))
+        src, code, n = _flat(inp, "all_gather", direct)
+        whole = torch.empty((self.size(),) + tuple(src.shape), dtype=src.dtype, device=src.device)
 
         def finish():
             for r, o in enumerate(outs):
                 _copy_back(o, whole[r])
             return output_tensors
 
+        if direct:
+            s = _stream(src)
+            return self._issue("all_gather", lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(whole),
+                                                                                   n, code, s, w), finish, (src, whole))
         return self._issue("all_gather", lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(whole), n, code,
                                                                         w), finish, (src, whole))
 
     def _allgather_base(self, output, input, opts=None):
-        src, code, n = _flat(input, "all_gather_into_tensor")
+        direct = _direct([output, input])
+        src, code, n = _flat(input, "all_gather_into_tensor", direct)
         if output.numel() != n * self.size() or output.dtype != input.dtype:
             raise ValueError(f"cohort backend: all_gather_into_tensor: the output has {output.numel()} {output.dtype} "
                              f"elements, not {self.size()} x {input.numel()} {input.dtype}")
-        dst = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
+        if output.device.type == "cuda" and not direct:  # staged: the result comes to host memory first
+            _dtype_code(output, "all_gather_into_tensor")
+            dst = torch.empty(output.shape, dtype=output.dtype)
+        else:
+            dst = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
         dflat = torch.view_as_real(dst) if dst.is_complex() else dst
 
         def finish():
@@ -795,6 +868,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                 output.copy_(dst)
             return [output]
 
+        if direct:
+            s = _stream(src)
+            return self._issue("all_gather_into_tensor",
+                               lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(dflat), n, code, s, w),
+                               finish, (src, dst))
         return self._issue("all_gather_into_tensor",
                            lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(dflat), n, code, w), finish,
                            (src, dst))
@@ -838,32 +916,43 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             if i.numel() != out.numel() or i.dtype != out.dtype:
                 raise ValueError(f"cohort backend: reduce_scatter: an input of {i.numel()} {i.dtype} elements for "
                                  f"an output of {out.numel()} {out.dtype}")
-        whole = torch.cat([_flat(i, "reduce_scatter")[0].reshape(-1) for i in ins])
-        code = _dtype_code(whole, "reduce_scatter")
-        dst, _, n = _flat(out, "reduce_scatter")
+        direct = _direct([out] + list(ins), op)
+        whole = torch.cat([_flat(i, "reduce_scatter", direct)[0].reshape(-1) for i in ins])
+        dst, code, n = _flat(out, "reduce_scatter", direct)
 
         def finish():
             if dst.data_ptr() != out.data_ptr():
                 _copy_back(out, dst)
             return output_tensors
 
+        if direct:
+            s = _stream(dst)
+            return self._issue("reduce_scatter",
+                               lambda w: _C.cohort_ireduce_scatter_stream(self._comm, _ptr(whole), _ptr(dst), n, code,
+                                                                          op, s, w), finish, (whole, dst))
         return self._issue("reduce_scatter", lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(whole), _ptr(dst),
                                                                                  n, code, op, w), finish,
                            (whole, dst))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor")
-        src, code, n = _flat(input, "reduce_scatter_tensor")
+        direct = _direct([output, input], op)
+        src, code, n = _flat(input, "reduce_scatter_tensor", direct)
         if output.dtype != input.dtype or output.numel() * self.size() != input.numel():
             raise ValueError(f"cohort backend: reduce_scatter_tensor: the input has {input.numel()} {input.dtype} "
                              f"elements, not {self.size()} x the output's {output.numel()} {output.dtype}")
-        dst, _, m = _flat(output, "reduce_scatter_tensor")
+        dst, _, m = _flat(output, "reduce_scatter_tensor", direct)
 
         def finish():
             if dst.data_ptr() != output.data_ptr():
                 _copy_back(output, dst)
             return [output]
 
+        if direct:
+            s = _stream(dst)
+            return self._issue("reduce_scatter_tensor",
+                               lambda w: _C.cohort_ireduce_scatter_stream(self._comm, _ptr(src), _ptr(dst), m, code, op,
+                                                                          s, w), finish, (src, dst))
         return self._issue("reduce_scatter_tensor",
                            lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(src), _ptr(dst), m, code, op, w),
                            finish, (src, dst))
@@ -1048,9 +1137,10 @@ def register():
     """Registers the backend with torch.distributed (once per process)."""
     if hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    # torch 2 asks which devices a backend serves (without the argument it assumes cpu and cuda, and warns); this one
-    # takes CPU tensors, so a CUDA tensor gets torch's own "no backend for cuda" rather than this backend's refusal.
+    # torch 2 asks which devices a backend serves (without the argument it assumes cpu and cuda, and warns): both
+    # (CUDA tensors: "CUDA tensors" above). Nothing here asks CUDA anything until a CUDA tensor comes: a process that
+    # imports cohort.torch and then forks its ranks must not have started the driver (docs/gpu.md).
     try:
-        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu", "cuda"])
     except TypeError:  # torch 1.x: no devices argument
         dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True)
