@@ -7,8 +7,8 @@ test/distributed/test_distributed_spawn.py drives it (that driver is not shipped
 Each test starts WORLD_SIZE processes (forked; see START below) that meet with init_method file:// (the suite's own choice), so the backend's
 rendezvous through torch's store is what runs. For BACKEND=cohort the backend is registered by importing
 cohort.torch, and "cohort" joins the suite's feature sets for what it implements: plugin (a third-party backend),
-ddp and subgroup; not gpu or cuda (their tests want a GPU per rank; python.cuda_dist covers CUDA). With BACKEND=gloo nothing of cohort is imported:
-the same driver gives gloo's figures on the same machine. The 12 CPU all-to-all tests that the suite skips for
+ddp and subgroup; not gpu or cuda (their tests want a GPU per rank; python.cuda_dist covers CUDA tensors). With
+BACKEND=gloo nothing of cohort is imported: the same driver gives gloo's figures on the same machine. The 12 CPU all-to-all tests that the suite skips for
 every backend but MPI run for cohort (UNSKIPPED_FOR_COHORT below).
 
 One change to the suite itself, for every backend alike: its "DDP + ReplicatedTensor" mode is off. torch 1.13 as
