@@ -26,6 +26,40 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import cohort.torch  # noqa: E402,F401 (registers the backend "cohort")
+from cohort.torch import _backend  # noqa: E402
+
+# Every call of the library's _stream collectives is counted: an operation of the device path must make one, a
+# staged one none (equal results alone would not tell a staged all_gather from a direct one).
+stream_calls = [0]
+
+
+class _Counted:
+    def __init__(self, fn):
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args):
+        stream_calls[0] += 1
+        return self._fn(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+    def __setattr__(self, name, value):  # restype and argtypes belong to the C function
+        setattr(self._fn, name, value)
+
+
+class _CountingLib:
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        return _Counted(fn) if name.endswith("_stream") else fn
+
+
+_backend._c = _CountingLib(_backend._c)
+torch.backends.cudnn.deterministic = True  # DDP below is compared bitwise: the same kernels on both sides
+torch.backends.cudnn.benchmark = False
 
 dist.init_process_group("cohort")
 R, N = dist.get_rank(), dist.get_world_size()
@@ -52,13 +86,21 @@ def same(got, want, what):
         failures.append(f"{what}: {got.cpu().flatten()[:4].tolist()} != {want.flatten()[:4].tolist()}")
 
 
-def both(fn, *cpu_args):
-    """fn on CPU tensors and on their CUDA copies: (CPU results, CUDA results), fn returning its output tensors."""
-    return fn(*[a.clone() for a in cpu_args]), fn(*[a.to(dev) for a in cpu_args])
+def both(fn, *cpu_args, direct):
+    """fn on CPU tensors and on their CUDA copies: (CPU results, CUDA results), fn returning its output tensors; the
+    CUDA call must have gone through the device path (direct) or been staged through host memory."""
+    want = fn(*[a.clone() for a in cpu_args])
+    before = stream_calls[0]
+    got = fn(*[a.to(dev) for a in cpu_args])
+    if (stream_calls[0] > before) != direct:
+        failures.append(f"{fn.__name__} {cpu_args[0].dtype}: {'staged' if direct else 'on the device path'}, expected "
+                        f"{'the device path' if direct else 'staged'}")
+    return want, got
 
 
 for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int8):
     x = (torch.arange(12, dtype=torch.float64).reshape(3, 4) + 3 * R).to(dtype)
+    on_device = dtype != torch.int8  # the device path has no int8: staged
     ops = [dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT]
     for op in ops:
         for async_op in (False, True):
@@ -67,14 +109,14 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
                 if async_op:
                     w.wait()
                 return t
-            want, got = both(allreduce, x)
+            want, got = both(allreduce, x, direct=on_device)
             same(got, want, f"all_reduce {op} {dtype} async_op={async_op}")
 
     def broadcast(t):
         dist.broadcast(t, src=N - 1)
         return t
 
-    want, got = both(broadcast, x)
+    want, got = both(broadcast, x, direct=on_device)
     same(got, want, f"broadcast {dtype}")
 
     def all_gather(t):
@@ -82,7 +124,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
         dist.all_gather(outs, t)
         return torch.stack(outs)
 
-    want, got = both(all_gather, x)
+    want, got = both(all_gather, x, direct=on_device)
     same(got, want, f"all_gather {dtype}")
 
     def all_gather_into(t):
@@ -90,7 +132,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
         dist.all_gather_into_tensor(out, t)
         return out
 
-    want, got = both(all_gather_into, x)
+    want, got = both(all_gather_into, x, direct=on_device)
     same(got, want, f"all_gather_into_tensor {dtype}")
 
     def reduce_scatter(t):
@@ -98,7 +140,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
         dist.reduce_scatter(out, [t * (k + 1) for k in range(N)])
         return out
 
-    want, got = both(reduce_scatter, x)
+    want, got = both(reduce_scatter, x, direct=on_device)
     same(got, want, f"reduce_scatter {dtype}")
 
     def reduce_scatter_tensor(t):
@@ -107,7 +149,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
         dist.reduce_scatter_tensor(out, big)
         return out
 
-    want, got = both(reduce_scatter_tensor, x)
+    want, got = both(reduce_scatter_tensor, x, direct=on_device)
     same(got, want, f"reduce_scatter_tensor {dtype}")
 
     # staged ones: rooted, personalized, point to point
@@ -142,7 +184,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.i
         return t
 
     for fn in (reduce, gather, scatter, all_to_all_single, send_recv):
-        want, got = both(fn, x)
+        want, got = both(fn, x, direct=False)
         same(got, want, f"{fn.__name__} {dtype}")
 
 
@@ -163,7 +205,49 @@ with torch.cuda.stream(side):
         want_v = 2.0 * (N * k + N * (N - 1) / 2)
         if got != want_v:
             failures.append(f"all_reduce on a side stream, round {k}: {got} != {want_v}")
+    # Operations whose finish copies on the device (a list all_gather, a coalesced all_reduce, a non-contiguous
+    # tensor), asynchronous, with fresh allocations on the stream before the results are read: the copies must land
+    # on this stream, after the collective and before what follows.
+    for k in range(3):
+        t = torch.full((4096,), float(R + k), device=dev)
+        outs = [torch.empty_like(t) for _ in range(N)]
+        w1 = dist.all_gather(outs, t, async_op=True)
+        a, b = torch.full((300,), float(R), device=dev), torch.full((500,), float(k), device=dev)
+        with warnings_off():
+            w2 = dist.all_reduce_coalesced([a, b], async_op=True)
+        m = (torch.arange(64, dtype=torch.float32, device=dev).reshape(8, 8) * (R + 1)).t()  # not contiguous
+        w3 = dist.all_reduce(m, async_op=True)
+        for w in (w1, w2, w3):
+            w.wait()
+        scratch = [torch.full((4096,), -1.0, device=dev) for _ in range(4)]  # may reuse freed temporaries
+        for r_, o in enumerate(outs):
+            if not torch.equal(o.cpu(), torch.full((4096,), float(r_ + k))):
+                failures.append(f"async all_gather on a side stream, round {k}, part {r_}: {o[:2].tolist()}")
+        if not (torch.equal(a.cpu(), torch.full((300,), float(N * (N - 1) / 2)))
+                and torch.equal(b.cpu(), torch.full((500,), float(N * k)))):
+            failures.append(f"async all_reduce_coalesced on a side stream, round {k}: {a[:2].tolist()} "
+                            f"{b[:2].tolist()}")
+        want_m = torch.arange(64, dtype=torch.float32).reshape(8, 8).t() * (N * (N + 1) / 2)
+        if not torch.equal(m.cpu(), want_m):
+            failures.append(f"async all_reduce of a non-contiguous tensor on a side stream, round {k}")
+        del scratch
 side.synchronize()
+
+# An operation issued while an async one is out is held behind it (the backend's call order, docs/torch.md) unless
+# that one has completed already, and then starts on another thread: either way it runs on the device path, on the
+# stream it was issued on, and completes.
+held_before = stream_calls[0]
+a = torch.full((1000,), float(R), device=dev)
+w = dist.all_reduce(a, async_op=True)
+g = [torch.empty(10, device=dev) for _ in range(N)]
+dist.all_gather(g, torch.full((10,), float(R), device=dev))
+w.wait()
+if not torch.equal(a.cpu(), torch.full((1000,), float(N * (N - 1) / 2))):
+    failures.append(f"async all_reduce before a held all_gather: {a[:2].tolist()}")
+if any(not torch.equal(g[r_].cpu(), torch.full((10,), float(r_))) for r_ in range(N)):
+    failures.append("an all_gather held behind an async all_reduce: wrong result")
+if stream_calls[0] - held_before != 2:
+    failures.append(f"an async all_reduce and a held all_gather made {stream_calls[0] - held_before} device calls")
 
 # The supported operations ran on the device path, not through host staging.
 from cohort.torch import _backend  # noqa: E402

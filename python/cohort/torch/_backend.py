@@ -153,6 +153,8 @@ def _direct(tensors, op=None):
     (and op) the device path has, and the device collectives available."""
     if not any(t.is_cuda for t in tensors):  # the common case, at the cost of an attribute each
         return False
+    if all(t.numel() == 0 for t in tensors):  # no memory to name a device by: the host call does nothing as well
+        return False
     devices = {t.device for t in tensors}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         return False
@@ -164,10 +166,22 @@ def _direct(tensors, op=None):
     return (op is None or op in _DEVICE_OPS) and _cuda_direct()
 
 
-def _stream(t):
-    """torch's current stream on t's device, as the cudaStream_t the library orders the operation on. Read where the
-    operation is issued: a held operation starts later, on another thread, whose current stream is another."""
-    return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
+class _OnStream:
+    """torch's current stream on a tensor's device where an operation is issued: the library orders the operation on
+    it (an operation held behind an async one starts later, on another thread, whose current stream is another; it
+    then reads its input as this stream has it when it starts). The finish of a direct operation runs on it too: its
+    copies into the caller's tensors follow the completed collective there, ahead of the caller's next work, and the
+    temporaries it frees are reused on that stream only after those copies (the caching allocator's order)."""
+
+    def __init__(self, t):
+        self.stream = torch.cuda.current_stream(t.device)  # held, so that the cudaStream_t outlives the operation
+        self.ptr = ctypes.c_void_p(self.stream.cuda_stream)
+
+    def finish(self, fn):
+        def run():
+            with torch.cuda.stream(self.stream):
+                return fn()
+        return run
 
 
 _SIZES = ctypes.POINTER(ctypes.c_size_t)
@@ -774,9 +788,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
 
             p = src.data_ptr()
             if direct:
-                s = _stream(src)
+                on = _OnStream(src)
+                s = on.ptr
                 return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
-                                   finish, (src,), lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
+                                   on.finish(finish), (src, on),
+                                   lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
             return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (src,),
                                lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
         # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
@@ -796,9 +812,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
 
         p, n = fused.data_ptr(), fused.numel()
         if direct:
-            s = _stream(fused)
+            on = _OnStream(fused)
+            s = on.ptr
             return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
-                               finish, (fused,), lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
+                               on.finish(finish), (fused, on),
+                               lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
         return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (fused,),
                            lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
 
@@ -818,9 +836,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
 
         p = buf.data_ptr()
         if direct:
-            s = _stream(buf)
+            on = _OnStream(buf)
+            s = on.ptr
             return self._issue("broadcast", lambda w: _c.cohort_ibroadcast_stream(self._comm, p, n, code, root, s, w),
-                               finish, (buf,), lambda: _c.cohort_broadcast_stream(self._comm, p, n, code, root, s))
+                               on.finish(finish), (buf, on),
+                               lambda: _c.cohort_broadcast_stream(self._comm, p, n, code, root, s))
         return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, p, n, code, root, w), finish, (buf,),
                            lambda: _c.cohort_broadcast(self._comm, p, n, code, root))
 
@@ -844,9 +864,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return output_tensors
 
         if direct:
-            s = _stream(src)
+            on = _OnStream(src)
+            s = on.ptr
             return self._issue("all_gather", lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(whole),
-                                                                                   n, code, s, w), finish, (src, whole))
+                                                                                   n, code, s, w), on.finish(finish),
+                               (src, whole, on))
         return self._issue("all_gather", lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(whole), n, code,
                                                                         w), finish, (src, whole))
 
@@ -869,10 +891,11 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return [output]
 
         if direct:
-            s = _stream(src)
+            on = _OnStream(src)
+            s = on.ptr
             return self._issue("all_gather_into_tensor",
                                lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(dflat), n, code, s, w),
-                               finish, (src, dst))
+                               on.finish(finish), (src, dst, on))
         return self._issue("all_gather_into_tensor",
                            lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(dflat), n, code, w), finish,
                            (src, dst))
@@ -926,10 +949,12 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return output_tensors
 
         if direct:
-            s = _stream(dst)
+            on = _OnStream(dst)
+            s = on.ptr
             return self._issue("reduce_scatter",
                                lambda w: _C.cohort_ireduce_scatter_stream(self._comm, _ptr(whole), _ptr(dst), n, code,
-                                                                          op, s, w), finish, (whole, dst))
+                                                                          op, s, w), on.finish(finish),
+                               (whole, dst, on))
         return self._issue("reduce_scatter", lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(whole), _ptr(dst),
                                                                                  n, code, op, w), finish,
                            (whole, dst))
@@ -949,16 +974,18 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return [output]
 
         if direct:
-            s = _stream(dst)
+            on = _OnStream(dst)
+            s = on.ptr
             return self._issue("reduce_scatter_tensor",
                                lambda w: _C.cohort_ireduce_scatter_stream(self._comm, _ptr(src), _ptr(dst), m, code, op,
-                                                                          s, w), finish, (src, dst))
+                                                                          s, w), on.finish(finish), (src, dst, on))
         return self._issue("reduce_scatter_tensor",
                            lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(src), _ptr(dst), m, code, op, w),
                            finish, (src, dst))
 
     def barrier(self, opts=None):
-        return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w), run=lambda: _c.cohort_barrier(self._comm))
+        return self._issue("barrier", lambda w: _c.cohort_ibarrier(self._comm, w),
+                           run=lambda: _c.cohort_barrier(self._comm))
 
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
