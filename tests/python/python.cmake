@@ -22,6 +22,11 @@ add_test(NAME python.cuda_ddp COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PY
 # DDP on a CUDA module against DDP on gloo.
 add_test(NAME python.cuda_dist COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
          ${CMAKE_CURRENT_LIST_DIR}/test_dist_cuda.py)
+# torch 2's DeviceMesh, DCP and FSDP2 on the backend (CPU tensors); SKIP on torch 1.13, which has none of them.
+add_test(NAME python.dist_torch2 COMMAND $<TARGET_FILE:cohortrun> -np 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_dist_torch2.py)
+set_tests_properties(python.dist_torch2 PROPERTIES LABELS "python;mp" TIMEOUT 300 ENVIRONMENT "${COHORT_PY_ENV}"
+                     SKIP_RETURN_CODE 77)
 set_tests_properties(python.cuda_tensors python.cuda_ddp python.cuda_dist PROPERTIES LABELS "python;mp;gpu" TIMEOUT 300
                      ENVIRONMENT "${COHORT_PY_ENV}" SKIP_RETURN_CODE 77 RESOURCE_LOCK gpu)
 
