@@ -31,6 +31,12 @@ static int available(void) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaDriverGetVersion(&driver);
+    /* The runtime says "insufficient driver" also where there is no driver at all: say which it is. */
+    if (driver == 0)
+      return nnc_fail(
+          "no usable GPU: no NVIDIA driver on this machine (libcuda.so.1 does not load; cudaGetDeviceCount: "
+          "%s)",
+          cudaGetErrorName(e));
     return nnc_fail("no usable GPU: cudaGetDeviceCount: %s (%s); CUDA driver version %d", cudaGetErrorName(e),
                     cudaGetErrorString(e), driver);
   }
