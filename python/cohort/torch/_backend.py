@@ -32,6 +32,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _create_wor
 import cohort as _core
 from cohort import _lib
 from cohort._lib import lib as _c
+from cohort.torch._tensors import _cuda_direct  # asked once a process: it loads the CUDA plugin
 
 BACKEND_NAME = "cohort"
 
@@ -137,16 +138,6 @@ def _flat(t, what, direct=False):
 
 _DEVICE_CODES = {_lib.F32, _lib.F64, _lib.F16, _lib.BF16, _lib.I32, _lib.I64, _lib.U8}
 _DEVICE_OPS = {_lib.SUM, _lib.PROD, _lib.MIN, _lib.MAX, _lib.AVG}
-_cuda_direct_ok = None
-
-
-def _cuda_direct():
-    """Whether this process can hand CUDA tensors to the library as they are (asked once: it loads the plugin)."""
-    global _cuda_direct_ok
-    if _cuda_direct_ok is None:
-        _cuda_direct_ok = bool(torch.cuda.is_available() and _c.cohort_cuda_available())
-    return _cuda_direct_ok
-
 
 def _direct(tensors, op=None):
     """True where an operation of the device path runs on these tensors' memory: all on one CUDA device, of a dtype
