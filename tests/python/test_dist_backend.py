@@ -253,6 +253,35 @@ every = [torch.empty_like(flat) for _ in range(n)]
 dist.all_gather(every, flat)
 check(all(torch.equal(every[0], e) for e in every), "DDP replicas differ")
 
+# A forked child leaves the groups alone: an operation there raises, and what the backend does at exit (closing
+# every group) neither hangs nor disturbs the parent's job (it hung in the group's close before the backend forgot
+# its groups at fork). The child then ends with os._exit: at a normal exit torch's own TCPStore on rank 0 joins its
+# server thread, which a forked child does not have, and dies of SIGSEGV (torch 1.13, any backend; gloo's child
+# hangs before that).
+child = os.fork()
+if child == 0:
+    try:
+        dist.all_reduce(torch.ones(1))
+        code = 3
+    except RuntimeError as e:
+        code = 0 if "destroyed process group" in str(e) else 4
+    _backend._close_groups()  # what the atexit handler does
+    sys.stdout.flush()
+    os._exit(code)
+deadline = time.time() + 30
+while True:
+    done, status = os.waitpid(child, os.WNOHANG)
+    if done:
+        break
+    if time.time() > deadline:
+        os.kill(child, 9)
+        check(False, "a forked child did not exit within 30 s")
+    time.sleep(0.02)
+check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the forked child ended with status {status}")
+t = torch.full((3,), float(r + 1))
+dist.all_reduce(t)
+check(t.tolist() == [float(n * (n + 1) / 2)] * 3, f"all_reduce after a forked child's exit: {t}")
+
 transport = pg.transport()
 dist.destroy_process_group()
 print(f"PASS (backend {expected_rendezvous} {transport}) rank {r} of {n}", flush=True)

@@ -616,6 +616,19 @@ class _P2PWork(Work):
 _groups = weakref.WeakSet()  # the live groups, closed at exit
 
 
+def _forget_groups_after_fork():
+    """A forked child shares its parent's links and has none of its threads: it must leave the groups alone. Closing
+    one there waited for completer threads that exist only in the parent, so a child that left by sys.exit() hung in
+    _close_groups (and its parent, waiting for it) before this. Its copies of the groups refuse every operation."""
+    for group in list(_groups):
+        group._closed = True
+        group._comm = None
+    _groups.clear()
+
+
+os.register_at_fork(after_in_child=_forget_groups_after_fork)
+
+
 @atexit.register
 def _close_groups():
     """Closes every group still alive when the interpreter exits (a DDP model or a comm hook's state often keeps one
