@@ -790,15 +790,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                     _copy_back(t, src)
                 return tensors
 
-            p = src.data_ptr()
-            if direct:
-                on = _OnStream(src)
-                s = on.ptr
-                return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
-                                   on.finish(finish), (src, on),
-                                   lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
-            return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (src,),
-                               lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
+            return self._issue_allreduce(what, src, n, code, op, finish, direct)
         # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
         codes = {code for _, code, _ in flats}
         if len(codes) != 1:
@@ -814,14 +806,19 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                 off += n
             return tensors
 
-        p, n = fused.data_ptr(), fused.numel()
+        return self._issue_allreduce(what, fused, fused.numel(), code, op, finish, direct)
+
+    def _issue_allreduce(self, what, buf, n, code, op, finish, direct):
+        """An in-place allreduce of buf: on its device, ordered on torch's current stream there (direct), or on host
+        memory."""
+        p = buf.data_ptr()
         if direct:
-            on = _OnStream(fused)
+            on = _OnStream(buf)
             s = on.ptr
             return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
-                               on.finish(finish), (fused, on),
+                               on.finish(finish), (buf, on),
                                lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
-        return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (fused,),
+        return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (buf,),
                            lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
 
     def broadcast(self, tensors, opts=None):
