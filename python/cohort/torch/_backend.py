@@ -139,6 +139,7 @@ def _flat(t, what, direct=False):
 _DEVICE_CODES = {_lib.F32, _lib.F64, _lib.F16, _lib.BF16, _lib.I32, _lib.I64, _lib.U8}
 _DEVICE_OPS = {_lib.SUM, _lib.PROD, _lib.MIN, _lib.MAX, _lib.AVG}
 
+
 def _direct(tensors, op=None):
     """True where an operation of the device path runs on these tensors' memory: all on one CUDA device, of a dtype
     (and op) the device path has, and the device collectives available."""
