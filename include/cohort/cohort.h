@@ -115,9 +115,10 @@ COHORT_API cohort_status cohort_op_parse(const char *name, cohort_op *out);
 
 /* Joins the job described by the environment. With neither RANK nor WORLD_SIZE set, makes a 1-rank communicator. */
 COHORT_API cohort_status cohort_init(cohort_comm **comm);
-/* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted. A process forked from
- * one with a live communicator must neither use nor destroy it: the links are its parent's, and the threads that
- * serve them exist only there (the Python package forgets its communicators in a forked child). */
+/* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted. In a process forked
+ * from the one that made it, the communicator is the parent's (its links, and the threads that serve them, exist
+ * only there): calls on it fail with COHORT_ERR_INVALID saying so, and destroying it does nothing; cohort_init in
+ * the child makes one of its own. */
 COHORT_API void cohort_comm_destroy(cohort_comm *comm);
 
 COHORT_API int cohort_rank(const cohort_comm *comm);

@@ -2,6 +2,8 @@
  * comm.c: making and destroying communicators: from the torchrun environment (cohort_init) or as threads of one
  * process (cohort_init_inproc); the accessors; and abort.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,14 @@
 
 void *cohort__progress_main(void *arg); /* work.c */
 
+static _Atomic uint64_t fork_generation;
+
+static void count_fork_in_child(void) { atomic_fetch_add(&fork_generation, 1); }
+
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, count_fork_in_child); }
+
+uint64_t cohort__fork_generation(void) { return atomic_load_explicit(&fork_generation, memory_order_relaxed); }
+
 cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, int local_size,
                                   const cohort__config *config, cohort_comm **out) {
   cohort_comm *c = calloc(1, sizeof *c);
@@ -30,6 +40,7 @@ cohort_status cohort__comm_create(cohort__transport *transport, int local_rank, 
   c->local_rank = local_rank;
   c->local_size = local_size;
   c->transport = transport;
+  c->fork_generation = cohort__fork_generation();
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->store_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
@@ -114,6 +125,9 @@ cohort_status cohort_init(cohort_comm **out) {
 
 void cohort_comm_destroy(cohort_comm *c) {
   if (!c) return;
+  /* A forked child's copy: its links and threads are the parent's (comm.h). Left as it is; the child's memory goes
+   * with the child. */
+  if (cohort__comm_inherited(c)) return;
   cohort__p2p_destroy(c->p2p); /* first: it tells the peers that this rank leaves */
   if (c->thread_started) {
     pthread_mutex_lock(&c->mu);

@@ -63,6 +63,7 @@ struct cohort_comm {
   int busy;
   int stopping;
   int thread_started;
+  uint64_t fork_generation; /* cohort__fork_generation() when it was made: another means a forked child has it */
   pthread_t thread;
 
   cohort__failure failure; /* under mu: the first failure, which every later call returns */
@@ -136,5 +137,16 @@ int cohort__comm_read_abort_note(cohort_comm *c, cohort_status *status, char *me
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */
 void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns);
+
+/* How many times this process's line was forked since cohort loaded (pthread_atfork counts in each child): a
+ * communicator made before the last fork belongs to the parent. A forked child has its parent's links (sockets,
+ * shared memory) but none of its threads, so it must neither use such a communicator nor tear it down: that
+ * joined threads that exist only in the parent (a child's exit hung or crashed) and told the parent's peers that
+ * it left. cohort_init in the child makes a communicator of its own. */
+uint64_t cohort__fork_generation(void);
+
+static inline int cohort__comm_inherited(const cohort_comm *c) {
+  return c->fork_generation != cohort__fork_generation();
+}
 
 #endif

@@ -108,9 +108,18 @@ static uint64_t take_call_tag(void) {
   return tag;
 }
 
+/* A forked child's copy of a communicator (comm.h): refused, naming the call. */
+static cohort_status refuse_inherited(const char *fn) {
+  return cohort__error(COHORT_ERR_INVALID,
+                       "%s: this communicator was made before this process was forked: it belongs to the parent, "
+                       "and a forked child cannot use it (cohort_init here makes one of its own)",
+                       fn);
+}
+
 static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stream_call) {
   a->tag = take_call_tag();
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
+  if (cohort__comm_inherited(c)) return refuse_inherited(cohort__coll_api_name(a->coll));
   COHORT_CHECK(cohort__coll_check(&c->coll, a));
   COHORT_CHECK(cohort__gpu_classify(a, stream_call));
   a->stream_ordered = stream_call;
@@ -152,6 +161,7 @@ static cohort_status run_async(cohort_comm *c, cohort__coll_args *a, cohort_work
   if (!out) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL");
   *out = NULL;
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
+  if (cohort__comm_inherited(c)) return refuse_inherited(cohort__coll_api_name(a->coll));
   COHORT_CHECK(cohort__coll_check(&c->coll, a));
   COHORT_CHECK(cohort__gpu_classify(a, stream_call));
   if (a->on_device) COHORT_CHECK(cohort__gpu_mark_ready(a)); /* the input as the caller's stream has it now */
@@ -485,6 +495,7 @@ cohort_status cohort_ireduce_scatter_stream(cohort_comm *c, const void *s, void 
 static cohort_status p2p_check(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
                                cohort_dtype dtype, int peer, int tag) {
   if (!c) return cohort__error(COHORT_ERR_INVALID, "%s: communicator is NULL", fn);
+  if (cohort__comm_inherited(c)) return refuse_inherited(fn);
   size_t es = cohort_dtype_size(dtype);
   if (es == 0) return cohort__error(COHORT_ERR_INVALID, "%s: unknown dtype %d", fn, (int)dtype);
   if (count > SIZE_MAX / es) return cohort__error(COHORT_ERR_INVALID, "%s: count %zu overflows", fn, count);
