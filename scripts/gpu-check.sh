@@ -81,6 +81,25 @@ else
 fi
 grep -E "CUDA plugins|NCCL|cuDNN" "$OUT/build.log" | sed 's/^/   /' | tee -a "$REPORT"
 
+# NVIDIA's Multi-Process Service for the parts that run ranks sharing the GPU (without it the processes' kernels
+# take turns on the GPU). mps_start DIR, called in the part's own shell (it exports the daemon's directories; why it
+# failed goes to stderr), starts a daemon of the check's own, its pipe and log directories under DIR, so that no
+# other process of the machine connects to it; mps_stop ends it, bounded, so that a wedged server costs 20 s and not
+# the part; mps_ran says whether a server started (a client that cannot reach the daemon runs without MPS,
+# silently). MPS changes no setting of the GPU: compute mode, clocks and the rest stay as they are.
+mps_start() {
+  command -v nvidia-cuda-mps-control >/dev/null 2>&1 || { echo "no nvidia-cuda-mps-control on this host" >&2; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=$1/mps-pipe CUDA_MPS_LOG_DIRECTORY=$1/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed" >&2; return 1; }
+}
+mps_stop() {
+  echo quit | timeout -k 5 15 nvidia-cuda-mps-control || echo "MPS: quit failed or timed out ($?)"
+  for f in control.log server.log; do echo "-- MPS $f:"; tail -20 "$CUDA_MPS_LOG_DIRECTORY/$f" 2>/dev/null; done
+}
+mps_ran() { [ -s "$CUDA_MPS_LOG_DIRECTORY/server.log" ]; }
+export -f mps_start mps_stop mps_ran
+
 # The parts: each prints its checks with report(), keeps its own log, and is given a time budget.
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then

@@ -8,10 +8,8 @@
 #   3. checkpoints across devices: GPU 40 steps -> CPU resumes to 60, CPU 40 -> GPU to 60, against GPU 60 straight
 #   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each
 #   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank; then the same under NVIDIA's
-#      Multi-Process Service where nvidia-cuda-mps-control is installed (without it the two processes' kernels take
-#      turns on the GPU): a daemon of this script's own (its pipe and log directories in the scratch folder, so that
-#      no other process of the machine connects to it), stopped when the step ends. MPS changes no setting of the GPU
-#      (compute mode, clocks and the rest stay as they are).
+#      Multi-Process Service where nvidia-cuda-mps-control is installed (gpu-check.sh's mps_start: a daemon of the
+#      check's own, stopped when the step ends).
 #   6. 10 epochs at batch 64: test_acc >= 0.91
 set -uo pipefail
 BIN=$BUILD/bin
@@ -168,32 +166,22 @@ judge_two_ranks() {
 judge_two_ranks nn_cuda.two_ranks "$W/ranks2.log" $rc "without MPS"
 
 echo "== 5b. 2 ranks sharing the GPU under MPS"
-if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-  export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  # quit waits for the MPS servers and clients to finish: bounded, so that a wedged server costs 20 s, not the part
-  mps_quit() { echo quit | timeout -k 5 15 nvidia-cuda-mps-control || echo "MPS: quit failed or timed out ($?)"; }
-  if nvidia-cuda-mps-control -d; then
-    trap mps_quit EXIT
-    timeout -k 5 60 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 \
-      --log-every 100000 "${DATA[@]}" >"$W/ranks2_mps.log" 2>&1
-    rc=$?
-    timeout -k 5 40 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 "${DATA[@]}" \
-      >"$W/rank1_mps.log" 2>&1
-    mps_quit
-    trap - EXIT
-    cat "$W/ranks2_mps.log" "$W/rank1_mps.log"
-    for f in control.log server.log; do echo "-- MPS $f:"; tail -20 "$CUDA_MPS_LOG_DIRECTORY/$f" 2>/dev/null; done
-    # A client that cannot reach the daemon runs without MPS, silently: the server's log says whether one started.
-    if [ -s "$CUDA_MPS_LOG_DIRECTORY/server.log" ]; then mps="an MPS server ran"; else mps="NO MPS server started"; fi
-    judge_two_ranks nn_cuda.two_ranks_mps "$W/ranks2_mps.log" $rc \
-      "under MPS ($mps; one rank under MPS: $(final_field "$W/rank1_mps.log" img_per_s))"
-  else
-    report "SKIP nn_cuda.two_ranks_mps: nvidia-cuda-mps-control -d failed"
-  fi
+if mps_start "$W" 2>"$W/mps_why"; then
+  trap mps_stop EXIT
+  timeout -k 5 60 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 \
+    --log-every 100000 "${DATA[@]}" >"$W/ranks2_mps.log" 2>&1
+  rc=$?
+  timeout -k 5 40 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 "${DATA[@]}" \
+    >"$W/rank1_mps.log" 2>&1
+  mps_stop
+  trap - EXIT
+  cat "$W/ranks2_mps.log" "$W/rank1_mps.log"
+  if mps_ran; then mps="an MPS server ran"; else mps="NO MPS server started"; fi
+  judge_two_ranks nn_cuda.two_ranks_mps "$W/ranks2_mps.log" $rc \
+    "under MPS ($mps; one rank under MPS: $(final_field "$W/rank1_mps.log" img_per_s))"
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 else
-  report "SKIP nn_cuda.two_ranks_mps: no nvidia-cuda-mps-control on this host"
+  report "SKIP nn_cuda.two_ranks_mps: $(cat "$W/mps_why")"
 fi
 
 echo "== 6. accuracy after 10 epochs"
