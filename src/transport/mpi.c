@@ -149,7 +149,13 @@ static cohort_status gate_refused(void) {
 
 static void gate_leave(void) { atomic_fetch_sub(&inside, 1); }
 
+/* The process that initialized MPI. A child it forks inherits the exit handler below but must not call MPI (Open
+ * MPI's rule): run there, MPI_Finalize hung the child that left by exit(0), every time (mpi_check.c fork, 3 of 3 runs
+ * before this), and its parent waiting for it. */
+static pid_t initialized_by;
+
 static void finalize_at_exit(void) {
+  if (getpid() != initialized_by) return;
   closer = pthread_self();
   atomic_store(&closing, 1);
   for (int i = 0; i < 2000 && atomic_load(&inside) > 0; i++) {
@@ -189,6 +195,7 @@ static cohort_status mpi_up(void) {
       st = cohort__error(COHORT_ERR_SYSTEM, "COHORT_TRANSPORT=mpi: MPI_Init_thread failed");
     } else {
       initialized_here = 1;
+      initialized_by = getpid();
       atexit(finalize_at_exit);
     }
   } else {

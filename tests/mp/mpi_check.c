@@ -8,12 +8,18 @@
  *              communicator's engine thread: SIGSEGV, status 139)
  *   late       an exit handler registered before cohort_init (so it runs after cohort's MPI_Finalize) calls a barrier:
  *              it gets COHORT_ERR_INVALID saying so, on every rank, instead of a hang or a crash
+ *   fork       after an allreduce every rank forks a child that leaves by exit(0), running the exit handlers it
+ *              inherited (cohort's MPI_Finalize among them): the child ends within 10 s, and the parent's next
+ *              allreduce and its own exit go on as before (Open MPI's rule: a forked child must not call MPI)
  *   single     the program initializes MPI itself with plain MPI_Init (MPI_THREAD_SINGLE): cohort_init refuses with
  *              COHORT_ERR_INVALID saying that MPI_THREAD_MULTIPLE is needed and how to ask for it
  * Each prints "rank R: STATUS: message" for the test to check, and exits 0 when its rank saw what it must. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -21,6 +27,23 @@
 #include "cohort/cohort.h"
 
 static cohort_comm *late_comm;
+
+/* Forks a child that exits normally; 1 if it ended with status 0 within 10 s (it is killed otherwise). */
+static int child_exits_cleanly(void) {
+  pid_t pid = fork();
+  if (pid == 0) exit(0); /* the exit handlers run here, in the child */
+  if (pid < 0) return 0;
+  int status = 0;
+  for (int i = 0; i < 1000; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    struct timespec ms = {0, 10000000};
+    nanosleep(&ms, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  fprintf(stderr, "the forked child did not end within 10 s\n");
+  return 0;
+}
 
 static void late_barrier(void) {
   cohort_status st = cohort_barrier(late_comm);
@@ -72,6 +95,13 @@ int main(int argc, char **argv) {
     printf("rank %d: %s: leaving with the communicator alive\n", rank, cohort_strerror(st));
     fflush(stdout);
     return st == COHORT_OK ? 3 : 1;
+  } else if (!strcmp(mode, "fork")) {
+    st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    if (st == COHORT_OK && !child_exits_cleanly()) st = COHORT_ERR_SYSTEM;
+    for (int i = 0; i < 11; i++)
+      buf[i] = (float)(rank + 1);
+    if (st == COHORT_OK) st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
+    if (st == COHORT_OK && buf[10] != (float)(size * (size + 1) / 2)) st = COHORT_ERR_INTERNAL;
   } else if (!strcmp(mode, "silent")) {
     if (rank == last) {
       sleep(4);

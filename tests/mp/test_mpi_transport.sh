@@ -5,7 +5,8 @@
 #             stops the others after COHORT_OP_TIMEOUT, each naming the call and the rank it waited on; a program
 #             that initialized MPI without thread support is refused with what to do; a program that returns from main
 #             with its communicator alive exits with its own status, not a crash at MPI_Finalize; an exit handler that
-#             runs after that MPI_Finalize gets a clear error from a collective, not a hang (mpi_check.c)
+#             runs after that MPI_Finalize gets a clear error from a collective, not a hang; a child forked from a rank
+#             exits without calling MPI (mpi_check.c)
 #   train     fmnist-train on 2 ranks over mpi ends with the param_sha256 of the same run over tcp under cohortrun
 #             (the same algorithms, so the same summation order)
 # usage: test_mpi_transport.sh matrix|faults|train TEST_COLLECTIVES MPI_CHECK COHORTRUN FMNIST_TRAIN
@@ -47,6 +48,9 @@ faults)
     [ "$(grep -c 'leaving with the communicator alive' "$tmp/ex")" = 3 ] || fail "not every rank got to leave (run $i)"
     if grep -q 'Segmentation fault' "$tmp/ex"; then fail "a rank crashed at exit (run $i)"; fi
   done
+  # A child forked from a rank that leaves by exit(0) must not run cohort's MPI_Finalize: it hung there (3 of 3 runs).
+  mpi -np 3 "$check" fork >"$tmp/fk" 2>&1 || fail "a forked child's exit or the parent's allreduce after it failed"
+  [ "$(grep -c '^rank [0-9]: success' "$tmp/fk")" = 3 ] || fail "not every rank's child ended cleanly"
   # An exit handler that runs after cohort's MPI_Finalize and calls a collective: a clear error, not a hang or a crash.
   mpi -np 3 "$check" late >"$tmp/la" 2>&1 || fail "an exit handler's barrier after MPI_Finalize did not end cleanly"
   [ "$(grep -c '^late barrier: invalid argument: COHORT_TRANSPORT=mpi: MPI was finalized at exit' "$tmp/la")" = 3 ] ||
