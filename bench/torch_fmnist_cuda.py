@@ -2,6 +2,7 @@
 """The anchor of fmnist-train --device cuda: the same reference CNN in PyTorch on the GPU, img/s per batch size.
 
 usage: torch_fmnist_cuda.py [--batches 64,256,1024] [--steps 64:1500,256:600,1024:200] [--warmup 30]
+       torch_fmnist_cuda.py --profile BATCH     (where torch's eager step spends the GPU's time, per operator)
 
 The model is bench-anchors/torch_ddp_fmnist.py's Net (conv 1-32-3, relu, conv 32-64-3, relu, maxpool 2, flatten,
 fc 9216-128, relu, fc 128-10), float32, SGD lr 0.05 momentum 0.9, the data already on the GPU. For each batch size:
@@ -10,6 +11,10 @@ fc 9216-128, relu, fc 128-10), float32, SGD lr 0.05 momentum 0.9, the data alrea
 each with cuDNN's TF32 off (true float32, cohort's arithmetic) and, for the graph, also with torch's default
 (cudnn.allow_tf32 = True, which rounds the convolutions' inputs to 10-bit mantissas). cudnn.benchmark is on.
 Prints one line per measurement:  torch <mode> batch B: X img/s (Y ms/step)
+
+--profile B runs 20 eager steps of batch B in true float32 under torch.profiler (CUDA activity) after the warm-up and
+prints each operator's own GPU time per step, most first: the anchor beside fmnist-train --device cuda --profile,
+which times each of cohort's layers the same way (without a graph, an event between the parts).
 """
 import argparse
 import time
@@ -89,12 +94,47 @@ def graphed(batch, steps, warmup, data, labels):
     return el
 
 
+def profile(batch, warmup, data, labels, steps=20):
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    torch.backends.cudnn.allow_tf32 = False
+    net, opt = make(data.device)
+    n = data.shape[0] // batch
+
+    def step(i):
+        j = i % n
+        x, y = data[j * batch:(j + 1) * batch], labels[j * batch:(j + 1) * batch]
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    for i in range(warmup):
+        step(i)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((us / steps, e.key, e.count / steps))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"torch profile batch {batch}: {total:.1f} us of GPU time a step (eager, float32, {steps} steps)")
+    for us, key, calls in rows[:25]:
+        print(f"torch profile batch {batch}: {us:9.1f} us  {calls:4.1f} calls  {key}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", default="64,256,1024")
     ap.add_argument("--steps", default="64:1500,256:600,1024:200")
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--modes", default="graph,eager,graph-tf32")
+    ap.add_argument("--profile", type=int, default=0, metavar="BATCH")
     a = ap.parse_args()
     steps = dict((int(k), int(v)) for k, v in (p.split(":") for p in a.steps.split(",")))
     dev = torch.device("cuda")
@@ -103,6 +143,9 @@ def main():
     data = torch.randn(60000, 1, 28, 28, device=dev)
     labels = torch.randint(0, 10, (60000,), device=dev)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
+    if a.profile:
+        profile(a.profile, a.warmup, data, labels)
+        return
     for b in (int(x) for x in a.batches.split(",")):
         n = steps.get(b, 300)
         for mode in a.modes.split(","):

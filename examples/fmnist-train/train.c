@@ -662,7 +662,7 @@ int train_run(const train_config *cfg, cohort_comm *comm) {
     else if (job.rank == 0) {
       train_progress_destroy(progress);
       progress = NULL;
-      if (cfg->profile && job.steps_run > 0) {
+      if (cfg->profile && job.steps_run > 0 && !job.gpu) { /* on the GPU: per layer, at the start (train_cuda.c) */
         double k = 1e3 / (double)job.steps_run;
         printf("profile: per step: data wait %.2f ms, forward+backward %.2f ms, allreduce %.2f ms (%.1f MB), "
                "update %.2f ms\n",

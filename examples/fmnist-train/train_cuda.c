@@ -128,6 +128,18 @@ static int start(train_job *job, struct train_gpu *gpu) {
   free(lr);
   if (rc != 0) return gpu_fail(job, "copying the learning-rate schedule to the GPU");
   if (send_order(job) != 0) return -1;
+  /* --profile: where a step's time goes on the GPU, before training (rank 0; the others wait for it at the first
+   * allreduce). Training is unchanged by it; a profile that cannot run says why and training goes on. */
+  if (cfg->profile && job->rank == 0) {
+    enum { PASSES = 20 };
+    char line[4096];
+    if (api->profile(gpu->net, cfg->batch, PASSES, line, sizeof line) == 0)
+      printf("profile: cuda, batch %d, %d passes of forward and backward as plain launches (no graph): %s\n",
+             cfg->batch, PASSES, line);
+    else
+      fprintf(stderr, "fmnist-train: --profile on the GPU: %s\n", api->last_error());
+    fflush(stdout);
+  }
 
   gpu->comm.ctx = job;
   gpu->comm.world = job->world;

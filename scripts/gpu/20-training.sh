@@ -6,7 +6,8 @@
 #   1. the GPU layer tests (ctest gpu.nn: layers vs the CPU, optimizer steps vs the CPU, 20 steps vs torch's numbers)
 #   2. a 30-step run on both devices: the mean loss and the parameters within float32's error (4 gamma(9216))
 #   3. checkpoints across devices: GPU 40 steps -> CPU resumes to 60, CPU 40 -> GPU to 60, against GPU 60 straight
-#   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each
+#   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each;
+#      4b. at batch 1024, each of cohort's layers (fmnist-train --profile) beside torch's operators (its profiler)
 #   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank; then the same under NVIDIA's
 #      Multi-Process Service where nvidia-cuda-mps-control is installed (gpu-check.sh's mps_start: a daemon of the
 #      check's own, stopped when the step ends).
@@ -142,6 +143,23 @@ for b in 64 256 1024; do
   elif [ "$c" = 0 ]; then bad "nn_cuda.speed_batch_$b: cohort's run failed (see $W/bench_c${b}_1.log)"
   else bad "nn_cuda.speed_batch_$b: ${r}x torch's graph, target ${target}x"; fi
 done
+
+echo "== 4b. where batch 1024's time goes: cohort's layers and torch's operators, each without a graph"
+# fmnist-train --profile times each layer's forward and backward with events between them; torch's profiler gives
+# each operator's own GPU time. Both eager, float32, the update left out of cohort's (it is in torch's table).
+FT --device cuda --batch 1024 --steps 2 --epochs 1 --quiet --profile --log-every 100000 "${DATA[@]}" \
+  >"$W/profile_c1024.log" 2>&1
+cat "$W/profile_c1024.log"
+line=$(grep -m1 "^profile: cuda" "$W/profile_c1024.log")
+if [ -n "$line" ]; then
+  echo "$line" | sed 's/: /:\n/2; s/; /\n/g' | sed 's/^/   [cohort 1024] /' | while IFS= read -r l; do report "$l"; done
+else
+  report "   [cohort 1024] no profile: $(grep -m2 -E 'profile|fmnist-train' "$W/profile_c1024.log" | tr '\n' ' ')"
+fi
+"$PYTHON" bench/torch_fmnist_cuda.py --profile 1024 >"$W/profile_t1024.log" 2>&1
+cat "$W/profile_t1024.log"
+grep "^torch profile" "$W/profile_t1024.log" | head -16 | sed 's/^torch profile batch 1024: /   [torch 1024] /' |
+  while IFS= read -r l; do report "$l"; done
 
 echo "== 5. 2 ranks sharing the GPU"
 timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --log-every 100000 \

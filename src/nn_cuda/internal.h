@@ -168,7 +168,19 @@ struct cohort__nnc_net {
   int graphs_n;
   nnc_graph graphs[NNC_MAX_GRAPHS];
   char description[1024];
+  /* While profile() runs: an event recorded after each layer's forward (mark NNC_MARK_FWD + i) and backward
+   * (NNC_MARK_BWD(net) + i); NULL otherwise. */
+  cudaEvent_t *marks;
 };
+
+/* profile()'s events: before the gather, after it, after each layer's forward, after the loss, after each layer's
+ * backward. */
+#define NNC_MARK_START 0
+#define NNC_MARK_GATHER 1
+#define NNC_MARK_FWD 2
+#define NNC_MARK_LOSS(net) (NNC_MARK_FWD + (net)->nlayers)
+#define NNC_MARK_BWD(net) (NNC_MARK_LOSS(net) + 1)
+#define NNC_MARKS(net) (NNC_MARK_BWD(net) + (net)->nlayers)
 
 /* ---- kernels.cu ---- */
 int nnc_gather(cudaStream_t s, const long long *order, const nnc_counters *c, const float *xs, const int32_t *ys,

@@ -323,7 +323,10 @@ int nnc_forward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int 
   for (int i = 0; i < net->nlayers; i++) {
     const nnc_layer *l = &net->layers[i];
     const float *in = input_of(net, i, x);
-    if (l->passthrough) continue;
+    if (l->passthrough) {
+      if (net->marks) NNC_CUDA(cudaEventRecord(net->marks[NNC_MARK_FWD + i], net->stream), "profiling: an event");
+      continue;
+    }
     switch (l->info.kind) {
     case COHORT_LAYER_CONV2D:
       NNC_TRY(conv_forward(net, l, &plan->conv[i], in, n));
@@ -340,6 +343,7 @@ int nnc_forward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int 
     default:
       return nnc_fail("%s: no forward on the GPU", where(l, "forward"));
     }
+    if (net->marks) NNC_CUDA(cudaEventRecord(net->marks[NNC_MARK_FWD + i], net->stream), "profiling: an event");
   }
   return 0;
 }
@@ -349,7 +353,10 @@ int nnc_backward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int
     const nnc_layer *l = &net->layers[i];
     const float *in = input_of(net, i, x);
     float *dx = input_grad_of(net, i);
-    if (l->passthrough) continue;
+    if (l->passthrough) {
+      if (net->marks) NNC_CUDA(cudaEventRecord(net->marks[NNC_MARK_BWD(net) + i], net->stream), "profiling: an event");
+      continue;
+    }
     switch (l->info.kind) {
     case COHORT_LAYER_CONV2D:
       NNC_TRY(conv_backward(net, l, &plan->conv[i], in, dx, n));
@@ -366,6 +373,7 @@ int nnc_backward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int
     default:
       return nnc_fail("%s: no backward on the GPU", where(l, "backward"));
     }
+    if (net->marks) NNC_CUDA(cudaEventRecord(net->marks[NNC_MARK_BWD(net) + i], net->stream), "profiling: an event");
   }
   return 0;
 }

@@ -513,6 +513,110 @@ static int synchronize(cohort__nnc_net *net) {
   return 0;
 }
 
+/* ---- where a step's time goes ---- */
+
+static const char *kind_name(cohort_layer_kind k) {
+  switch (k) {
+  case COHORT_LAYER_LINEAR:
+    return "linear";
+  case COHORT_LAYER_CONV2D:
+    return "conv2d";
+  case COHORT_LAYER_MAXPOOL2D:
+    return "maxpool2d";
+  case COHORT_LAYER_RELU:
+    return "relu";
+  case COHORT_LAYER_DROPOUT:
+    return "dropout";
+  case COHORT_LAYER_BATCHNORM2D:
+    return "batchnorm2d";
+  default:
+    return "flatten";
+  }
+}
+
+/* One pass of forward and backward with an event between the parts (the caller set net->marks). */
+static int profiled_pass(cohort__nnc_net *net, const nnc_plan *plan, int n) {
+  cudaEvent_t *m = net->marks;
+  NNC_CUDA(cudaEventRecord(m[NNC_MARK_START], net->stream), "profiling: an event");
+  NNC_TRY(
+      nnc_gather(net->stream, net->order, net->counters, net->train_x, net->train_y, net->per, n, net->x, net->labels));
+  NNC_CUDA(cudaEventRecord(m[NNC_MARK_GATHER], net->stream), "profiling: an event");
+  NNC_TRY(nnc_forward(net, plan, net->x, n));
+  NNC_TRY(nnc_softmax_xent(net->stream, nnc_logits(net), net->labels, n, net->desc.classes, nnc_dlogits(net),
+                           net->grads + net->count));
+  NNC_CUDA(cudaEventRecord(m[NNC_MARK_LOSS(net)], net->stream), "profiling: an event");
+  NNC_TRY(nnc_backward(net, plan, net->x, n));
+  return 0;
+}
+
+static double between(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0.0f;
+  return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? (double)ms * 1e3 : 0.0;
+}
+
+/* What profile() found: microseconds per pass of each part. */
+typedef struct nnc_profile {
+  double gather, loss, fwd[NNC_MAX_LAYERS], bwd[NNC_MAX_LAYERS];
+} nnc_profile;
+
+static void take_marks(const cohort__nnc_net *net, nnc_profile *p) {
+  cudaEvent_t *m = net->marks;
+  const int L = net->nlayers;
+  p->gather += between(m[NNC_MARK_START], m[NNC_MARK_GATHER]);
+  for (int i = 0; i < L; i++)
+    p->fwd[i] += between(m[i == 0 ? NNC_MARK_GATHER : NNC_MARK_FWD + i - 1], m[NNC_MARK_FWD + i]);
+  p->loss += between(m[NNC_MARK_FWD + L - 1], m[NNC_MARK_LOSS(net)]);
+  for (int i = L - 1; i >= 0; i--) /* backward runs from the last layer to the first */
+    p->bwd[i] += between(m[i == L - 1 ? NNC_MARK_LOSS(net) : NNC_MARK_BWD(net) + i + 1], m[NNC_MARK_BWD(net) + i]);
+}
+
+/* `steps` passes of forward and backward over `batch` images at the order's position, as plain launches (no graph)
+ * with an event between the parts, then one line per part into out. The passes write activations and gradients
+ * only: the parameters, the optimizer state, the position and the schedule stay as they were. */
+static int profile(cohort__nnc_net *net, int batch, int steps, char *out, size_t len) {
+  if (!net->train_x || !net->order_n) return nnc_fail("profiling before set_data and set_order");
+  if (batch < 1 || steps < 1 || (size_t)(net->cursor_h + batch) > net->order_n)
+    return nnc_fail("profiling %d steps of %d images at position %lld of an order of %zu", steps, batch, net->cursor_h,
+                    net->order_n);
+  nnc_plan *plan;
+  NNC_TRY(nnc_plan_get(net, batch, &plan));
+  const int nmarks = NNC_MARKS(net);
+  cudaEvent_t *marks = (cudaEvent_t *)calloc((size_t)nmarks, sizeof *marks);
+  if (!marks) return nnc_fail("profiling: out of memory");
+  int rc = 0, made = 0;
+  for (; made < nmarks && rc == 0; made++)
+    if (cudaEventCreate(&marks[made]) != cudaSuccess) rc = nnc_fail("profiling: cudaEventCreate failed");
+  nnc_profile p;
+  memset(&p, 0, sizeof p);
+  /* One pass first, not counted: cuBLAS and cuDNN start lazily. */
+  for (int s = -1; s < steps && rc == 0; s++) {
+    net->marks = marks;
+    rc = profiled_pass(net, plan, batch);
+    net->marks = NULL;
+    if (rc == 0 && cudaEventSynchronize(marks[NNC_MARK_BWD(net)]) != cudaSuccess)
+      rc = nnc_fail("profiling: the pass failed on the GPU: %s", cudaGetErrorString(cudaGetLastError()));
+    if (rc == 0 && s >= 0) take_marks(net, &p);
+  }
+  for (int i = 0; i < made; i++)
+    if (marks[i]) cudaEventDestroy(marks[i]);
+  free(marks);
+  if (rc != 0) return rc;
+  double total = p.gather + p.loss;
+  size_t at = (size_t)snprintf(out, len, "gather %.1f us", p.gather / steps);
+  for (int i = 0; i < net->nlayers; i++) {
+    const nnc_layer *l = &net->layers[i];
+    total += p.fwd[i] + p.bwd[i];
+    if (l->passthrough || at >= len) continue;
+    at += (size_t)snprintf(out + at, len - at, "; %s (%s) forward %.1f, backward %.1f us",
+                           l->info.name ? l->info.name : "?", kind_name(l->info.kind), p.fwd[i] / steps,
+                           p.bwd[i] / steps);
+  }
+  if (at < len)
+    snprintf(out + at, len - at, "; loss %.1f us; in all %.1f us a pass (%.0f img/s without the update)",
+             p.loss / steps, total / steps, total > 0 ? batch * steps / (total * 1e-6) : 0.0);
+  return 0;
+}
+
 static const cohort__nnc_api api = {
     COHORT__NNC_PLUGIN_VERSION,
     nnc_last_error,
@@ -534,6 +638,7 @@ static const cohort__nnc_api api = {
     take_loss,
     evaluate,
     synchronize,
+    profile,
 };
 
 extern "C" __attribute__((visibility("default"))) const cohort__nnc_api *cohort_nn_cuda_plugin_v1(void) { return &api; }

@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define COHORT__NNC_PLUGIN_VERSION 1
+#define COHORT__NNC_PLUGIN_VERSION 2
 #define COHORT__NNC_PLUGIN_FILE "libcohort_nn_cuda.so"
 #define COHORT__NNC_PLUGIN_ENTRY "cohort_nn_cuda_plugin_v1"
 /* The most parameter tensors a net may have (the optimizer's kernels take their table by value). */
@@ -124,6 +124,11 @@ typedef struct cohort__nnc_api {
   int (*evaluate)(cohort__nnc_net *net, size_t lo, size_t hi, int64_t *correct);
   /* Waits for everything queued. */
   int (*synchronize)(cohort__nnc_net *net);
+  /* Where a step's time goes: `steps` passes of forward and backward over `batch` images at the order's position,
+   * as plain launches (no graph) with an event between the parts, after one pass not counted; out gets one line:
+   * microseconds per pass of the gather, each layer's forward and backward, and the loss. The parameters, the
+   * optimizer state, the position and the schedule stay as they were. */
+  int (*profile)(cohort__nnc_net *net, int batch, int steps, char *out, size_t len);
 } cohort__nnc_api;
 
 typedef const cohort__nnc_api *(*cohort__nnc_entry_fn)(void);
