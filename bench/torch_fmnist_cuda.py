@@ -13,8 +13,10 @@ each with cuDNN's TF32 off (true float32, cohort's arithmetic) and, for the grap
 Prints one line per measurement:  torch <mode> batch B: X img/s (Y ms/step)
 
 --profile B runs 20 eager steps of batch B in true float32 under torch.profiler (CUDA activity) after the warm-up and
-prints each operator's own GPU time per step, most first: the anchor beside fmnist-train --device cuda --profile,
-which times each of cohort's layers the same way (without a graph, an event between the parts).
+prints each GPU kernel's time per step, most first (kernels only: an operator's row would count its kernels' time a
+second time, and torch 2's annotation rows span whole optimizer steps). Beside it, fmnist-train --device cuda
+--profile times each of cohort's layers from event to event, so its figures also hold the GPU's idle time between
+eager launches: small parts (gather, loss, ReLU, pooling) look slower there than their kernels are.
 """
 import argparse
 import time
@@ -114,8 +116,11 @@ def profile(batch, warmup, data, labels, steps=20):
         for i in range(steps):
             step(i)
         torch.cuda.synchronize()
+    from torch.autograd import DeviceType
     rows = []
     for e in prof.key_averages():
+        if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False):
+            continue  # the kernels themselves: an operator's row holds its kernels' time again
         us = getattr(e, "self_device_time_total", None)
         if us is None:
             us = getattr(e, "self_cuda_time_total", 0)
@@ -123,7 +128,8 @@ def profile(batch, warmup, data, labels, steps=20):
             rows.append((us / steps, e.key, e.count / steps))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
-    print(f"torch profile batch {batch}: {total:.1f} us of GPU time a step (eager, float32, {steps} steps)")
+    print(f"torch profile batch {batch}: {total:.1f} us of kernel time a step, the update's included (eager, float32,"
+          f" {steps} steps)")
     for us, key, calls in rows[:25]:
         print(f"torch profile batch {batch}: {us:9.1f} us  {calls:4.1f} calls  {key}")
 

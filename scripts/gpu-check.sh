@@ -91,7 +91,11 @@ mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null 2>&1 || { echo "no nvidia-cuda-mps-control on this host" >&2; return 1; }
   export CUDA_MPS_PIPE_DIRECTORY=$1/mps-pipe CUDA_MPS_LOG_DIRECTORY=$1/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed" >&2; return 1; }
+  nvidia-cuda-mps-control -d || {
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    echo "nvidia-cuda-mps-control -d failed" >&2
+    return 1
+  }
 }
 mps_stop() {
   echo quit | timeout -k 5 15 nvidia-cuda-mps-control || echo "MPS: quit failed or timed out ($?)"
@@ -118,6 +122,10 @@ for part in "${parts[@]}"; do
     pkill -9 -f -- "$BUILD/bin/|tests/python/|bench/torch_|bench/gpu_" 2>/dev/null
     sleep 1
   fi
+  # An MPS daemon of a part that was cut short (its own trap may not have run) would outlive it: quit it here.
+  for pipe in "$SCRATCH"/*/mps-pipe; do
+    [ -d "$pipe" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe timeout -k 2 10 nvidia-cuda-mps-control >/dev/null 2>&1
+  done
   report "   ($part: exit $rc, $(($(date +%s) - t0)) s)"
 done
 report "== done in $(($(date +%s) - START)) s: $(grep -c '^PASS' "$REPORT") passed, $(grep -c '^FAIL' "$REPORT") failed," \

@@ -128,8 +128,9 @@ static int start(train_job *job, struct train_gpu *gpu) {
   free(lr);
   if (rc != 0) return gpu_fail(job, "copying the learning-rate schedule to the GPU");
   if (send_order(job) != 0) return -1;
-  /* --profile: where a step's time goes on the GPU, before training (rank 0; the others wait for it at the first
-   * allreduce). Training is unchanged by it; a profile that cannot run says why and training goes on. */
+  /* --profile: where a step's time goes on the GPU, before training (rank 0; the others wait for it in the ranks'
+   * agreement that the GPU started). Training is unchanged by it; a profile that cannot run says why and training
+   * goes on. */
   if (cfg->profile && job->rank == 0) {
     enum { PASSES = 20 };
     char line[4096];

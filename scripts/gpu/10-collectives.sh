@@ -64,8 +64,10 @@ echo "$out" | grep -E "^(\[0\] )?(RESULT|round)" | sed "s/^/   /" | while IFS= r
 # has such processes share a GPU, and a user who runs ranks side by side on one GPU would run it.
 echo "=== bench torch_cuda_ddp under MPS"
 if mps_start "$SCRATCH/10-mps" 2>"$SCRATCH/mps_why"; then
+  trap mps_stop EXIT
   out=$(PYTHONUNBUFFERED=1 timeout -k 5 90 "$B/bin/cohortrun" -np 2 "$PYTHON" bench/torch_cuda_ddp.py 200 64 5 2>&1)
   mps_stop
+  trap - EXIT
   echo "$out"
   if mps_ran; then mps="an MPS server ran"; else mps="NO MPS server started"; fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# budget: 300
+# budget: 360
 # The training stack on CUDA (issue 34), one part of scripts/gpu-check.sh. From the repository root, with BUILD (built
 # with -DCOHORT_CUDA=ON), OUT, PYTHON (torch with CUDA), FMNIST_DIR and LD_LIBRARY_PATH set, and report()
 # exported. Every check reports PASS/FAIL/SKIP on its own: a failing step never stops the ones after it. Steps:
@@ -152,9 +152,10 @@ FT --device cuda --batch 1024 --steps 2 --epochs 1 --quiet --profile --log-every
 cat "$W/profile_c1024.log"
 line=$(grep -m1 "^profile: cuda" "$W/profile_c1024.log")
 if [ -n "$line" ]; then
+  ok "nn_cuda.profile"
   echo "$line" | sed 's/: /:\n/2; s/; /\n/g' | sed 's/^/   [cohort 1024] /' | while IFS= read -r l; do report "$l"; done
 else
-  report "   [cohort 1024] no profile: $(grep -m2 -E 'profile|fmnist-train' "$W/profile_c1024.log" | tr '\n' ' ')"
+  bad "nn_cuda.profile: no profile line: $(grep -m2 -E 'profile|fmnist-train' "$W/profile_c1024.log" | tr '\n' ' ')"
 fi
 "$PYTHON" bench/torch_fmnist_cuda.py --profile 1024 >"$W/profile_t1024.log" 2>&1
 cat "$W/profile_t1024.log"

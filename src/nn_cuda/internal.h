@@ -213,6 +213,8 @@ int nnc_plan_get(cohort__nnc_net *net, int n, nnc_plan **out);
 int nnc_forward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n);
 int nnc_backward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n);
 const float *nnc_logits(const cohort__nnc_net *net);
+/* "conv2d", "linear", ...: a layer kind's name, for messages. */
+const char *nnc_kind_name(cohort_layer_kind k);
 float *nnc_dlogits(const cohort__nnc_net *net);
 
 #endif

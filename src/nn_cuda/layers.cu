@@ -18,7 +18,7 @@
 
 #include "nn_cuda/internal.h"
 
-static const char *kind_name(cohort_layer_kind k) {
+const char *nnc_kind_name(cohort_layer_kind k) {
   switch (k) {
   case COHORT_LAYER_LINEAR:
     return "linear";
@@ -41,7 +41,7 @@ static const char *kind_name(cohort_layer_kind k) {
 /* A "what" string naming the layer, for error messages. */
 static const char *where(const nnc_layer *l, const char *what) {
   static __thread char buf[160];
-  snprintf(buf, sizeof buf, "%s (layer %s, %s)", what, l->info.name ? l->info.name : "?", kind_name(l->info.kind));
+  snprintf(buf, sizeof buf, "%s (layer %s, %s)", what, l->info.name ? l->info.name : "?", nnc_kind_name(l->info.kind));
   return buf;
 }
 
@@ -112,7 +112,7 @@ int nnc_layers_setup(cohort__nnc_net *net) {
     case COHORT_LAYER_BATCHNORM2D:
       return nnc_fail("layer %s (%s) does not run on cuda yet (the GPU runs conv2d, linear, relu, maxpool2d and "
                       "flatten): train this model with --device cpu",
-                      l->info.name, kind_name(l->info.kind));
+                      l->info.name, nnc_kind_name(l->info.kind));
     }
     /* The ReLU that follows a conv2d or linear layer is done by it. */
     if ((l->info.kind == COHORT_LAYER_CONV2D || l->info.kind == COHORT_LAYER_LINEAR) && i + 1 < d->nlayers &&

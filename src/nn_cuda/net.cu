@@ -515,25 +515,6 @@ static int synchronize(cohort__nnc_net *net) {
 
 /* ---- where a step's time goes ---- */
 
-static const char *kind_name(cohort_layer_kind k) {
-  switch (k) {
-  case COHORT_LAYER_LINEAR:
-    return "linear";
-  case COHORT_LAYER_CONV2D:
-    return "conv2d";
-  case COHORT_LAYER_MAXPOOL2D:
-    return "maxpool2d";
-  case COHORT_LAYER_RELU:
-    return "relu";
-  case COHORT_LAYER_DROPOUT:
-    return "dropout";
-  case COHORT_LAYER_BATCHNORM2D:
-    return "batchnorm2d";
-  default:
-    return "flatten";
-  }
-}
-
 /* One pass of forward and backward with an event between the parts (the caller set net->marks). */
 static int profiled_pass(cohort__nnc_net *net, const nnc_plan *plan, int n) {
   cudaEvent_t *m = net->marks;
@@ -593,8 +574,8 @@ static int profile(cohort__nnc_net *net, int batch, int steps, char *out, size_t
     net->marks = marks;
     rc = profiled_pass(net, plan, batch);
     net->marks = NULL;
-    if (rc == 0 && cudaEventSynchronize(marks[NNC_MARK_BWD(net)]) != cudaSuccess)
-      rc = nnc_fail("profiling: the pass failed on the GPU: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaError_t e = rc == 0 ? cudaEventSynchronize(marks[NNC_MARK_BWD(net)]) : cudaSuccess;
+    if (e != cudaSuccess) rc = nnc_fail("profiling: the pass failed on the GPU: %s", cudaGetErrorString(e));
     if (rc == 0 && s >= 0) take_marks(net, &p);
   }
   for (int i = 0; i < made; i++)
@@ -608,7 +589,7 @@ static int profile(cohort__nnc_net *net, int batch, int steps, char *out, size_t
     total += p.fwd[i] + p.bwd[i];
     if (l->passthrough || at >= len) continue;
     at += (size_t)snprintf(out + at, len - at, "; %s (%s) forward %.1f, backward %.1f us",
-                           l->info.name ? l->info.name : "?", kind_name(l->info.kind), p.fwd[i] / steps,
+                           l->info.name ? l->info.name : "?", nnc_kind_name(l->info.kind), p.fwd[i] / steps,
                            p.bwd[i] / steps);
   }
   if (at < len)

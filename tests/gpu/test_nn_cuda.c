@@ -466,6 +466,13 @@ TEST(cnn_against_torch_20_sgd_steps) {
   ASSERT_EQ(api->set_data(g.net, xs->data, labels, 160, NULL, NULL, 0), 0);
   ASSERT_EQ(api->set_schedule(g.net, lr, 20, 0), 0);
   ASSERT_EQ(api->set_order(g.net, order, 160, 0), 0);
+  /* --profile's passes first: the 20 steps below must come out as torch's all the same (profile() leaves the
+   * parameters, the optimizer state, the position and the loss sum alone). */
+  char line[4096];
+  ASSERT_EQ(api->profile(g.net, 8, 3, line, sizeof line), 0);
+  printf("profile: %s\n", line);
+  ASSERT_TRUE(strstr(line, "gather ") && strstr(line, "(conv2d) forward ") && strstr(line, "(linear) forward ") &&
+              strstr(line, "; in all "));
   float got[20];
   printf("the reference CNN against torch (nn_golden.py), 20 steps of SGD lr 0.05 momentum 0.9, batch 8:\n");
   for (int s = 0; s < 20; s++) {

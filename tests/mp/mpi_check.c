@@ -41,7 +41,6 @@ static int child_exits_cleanly(void) {
   }
   kill(pid, SIGKILL);
   waitpid(pid, &status, 0);
-  fprintf(stderr, "the forked child did not end within 10 s\n");
   return 0;
 }
 
@@ -97,7 +96,10 @@ int main(int argc, char **argv) {
     return st == COHORT_OK ? 3 : 1;
   } else if (!strcmp(mode, "fork")) {
     st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
-    if (st == COHORT_OK && !child_exits_cleanly()) st = COHORT_ERR_SYSTEM;
+    if (st == COHORT_OK && !child_exits_cleanly()) {
+      printf("rank %d: the forked child did not end with status 0 within 10 s\n", rank);
+      st = COHORT_ERR_SYSTEM;
+    }
     for (int i = 0; i < 11; i++)
       buf[i] = (float)(rank + 1);
     if (st == COHORT_OK) st = cohort_allreduce(comm, buf, buf, 11, COHORT_F32, COHORT_SUM);
