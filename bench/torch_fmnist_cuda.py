@@ -45,7 +45,8 @@ def make(dev):
     return net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 
 
-def eager(batch, steps, warmup, data, labels):
+def stepper(batch, data, labels):
+    """The eager training step on a fresh model: step(i) trains on the i-th batch of data (cycling through it)."""
     net, opt = make(data.device)
     n = data.shape[0] // batch
 
@@ -56,6 +57,11 @@ def eager(batch, steps, warmup, data, labels):
         F.cross_entropy(net(x), y).backward()
         opt.step()
 
+    return step
+
+
+def eager(batch, steps, warmup, data, labels):
+    step = stepper(batch, data, labels)
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
@@ -99,16 +105,7 @@ def graphed(batch, steps, warmup, data, labels):
 def profile(batch, warmup, data, labels, steps=20):
     from torch.profiler import ProfilerActivity, profile as torch_profile
     torch.backends.cudnn.allow_tf32 = False
-    net, opt = make(data.device)
-    n = data.shape[0] // batch
-
-    def step(i):
-        j = i % n
-        x, y = data[j * batch:(j + 1) * batch], labels[j * batch:(j + 1) * batch]
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(net(x), y).backward()
-        opt.step()
-
+    step = stepper(batch, data, labels)
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
