@@ -532,7 +532,9 @@ static int profiled_pass(cohort__nnc_net *net, const nnc_plan *plan, int n) {
 
 static double between(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0.0f;
-  return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? (double)ms * 1e3 : 0.0;
+  if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) return (double)ms * 1e3;
+  (void)cudaGetLastError(); /* the runtime keeps the error for the next cudaGetLastError: training's launch check */
+  return 0.0;
 }
 
 /* What profile() found: microseconds per pass of each part. */
@@ -581,7 +583,12 @@ static int profile(cohort__nnc_net *net, int batch, int steps, char *out, size_t
   for (int i = 0; i < made; i++)
     if (marks[i]) cudaEventDestroy(marks[i]);
   free(marks);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    /* Training goes on after a failed profile: a CUDA error of its own (an event, a launch) would otherwise stay as
+     * the runtime's last error and be reported by the next step's launch check (NNC_LAUNCHED) as that step's. */
+    (void)cudaGetLastError();
+    return rc;
+  }
   double total = p.gather + p.loss;
   size_t at = (size_t)snprintf(out, len, "gather %.1f us", p.gather / steps);
   for (int i = 0; i < net->nlayers; i++) {
