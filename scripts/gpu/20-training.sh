@@ -157,7 +157,8 @@ if [ -n "$line" ]; then
 else
   bad "nn_cuda.profile: no profile line: $(grep -m2 -E 'profile|fmnist-train' "$W/profile_c1024.log" | tr '\n' ' ')"
 fi
-"$PYTHON" bench/torch_fmnist_cuda.py --profile 1024 >"$W/profile_t1024.log" 2>&1
+timeout -k 5 90 "$PYTHON" bench/torch_fmnist_cuda.py --profile 1024 >"$W/profile_t1024.log" 2>&1 ||
+  report "   [torch 1024] no profile (exit $?): $(tail -1 "$W/profile_t1024.log")"
 cat "$W/profile_t1024.log"
 grep "^torch profile" "$W/profile_t1024.log" | head -16 | sed 's/^torch profile batch 1024: /   [torch 1024] /' |
   while IFS= read -r l; do report "$l"; done
