@@ -139,6 +139,11 @@ COHORT_API void *cohort_alloc(cohort_comm *comm, size_t bytes);
 COHORT_API void cohort_free(cohort_comm *comm, void *ptr);
 /* 1 when [ptr, ptr + bytes) lies in this rank's shared arena (collectives on it are zero copy), else 0. Any thread. */
 COHORT_API int cohort_in_arena(const cohort_comm *comm, const void *ptr, size_t bytes);
+/* The arena's addresses in this process, [*base, *base + *bytes), and 1; 0 (and NULL, 0) when the transport has
+ * none. A block still allocated when the communicator is destroyed stays mapped, and valid, until the process ends
+ * (torch's tensors outlive process groups: python/torch_ext/shared_alloc.cpp); its pages go back to /dev/shm when
+ * its holder calls madvise(MADV_REMOVE) on it. Any thread. */
+COHORT_API int cohort_arena_range(const cohort_comm *comm, void **base, size_t *bytes);
 
 /* Makes every later call on comm (on every rank) fail with COHORT_ERR_REMOTE naming this rank and reason. */
 COHORT_API void cohort_comm_abort(cohort_comm *comm, const char *reason);

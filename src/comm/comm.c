@@ -181,6 +181,15 @@ int cohort_in_arena(const cohort_comm *c, const void *ptr, size_t bytes) {
   return c && ptr && c->transport->ops->in_arena && c->transport->ops->in_arena(c->transport, ptr, bytes);
 }
 
+int cohort_arena_range(const cohort_comm *c, void **base, size_t *bytes) {
+  void *b = NULL;
+  size_t n = 0;
+  int ok = c && c->transport->ops->arena_range && c->transport->ops->arena_range(c->transport, &b, &n);
+  if (base) *base = ok ? b : NULL;
+  if (bytes) *bytes = ok ? n : 0;
+  return ok;
+}
+
 /* ---- in-process groups ---- */
 
 struct cohort_inproc_group {

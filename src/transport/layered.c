@@ -81,6 +81,11 @@ static int layered_in_arena(cohort__transport *t, const void *ptr, size_t bytes)
   return node->ops->in_arena(node, ptr, bytes);
 }
 
+static int layered_arena_range(cohort__transport *t, void **base, size_t *bytes) {
+  cohort__transport *node = layers(t)->node;
+  return node->ops->arena_range(node, base, bytes);
+}
+
 static void layered_destroy(cohort__transport *t) {
   if (!t) return;
   cohort__layers *l = layers(t);
@@ -104,6 +109,7 @@ static const cohort__transport_ops layered_ops = {
     .alloc = layered_alloc,
     .release = layered_release,
     .in_arena = layered_in_arena,
+    .arena_range = layered_arena_range,
     .layers = layered_layers,
     .progress = layered_progress,
 };

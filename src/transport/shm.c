@@ -563,7 +563,9 @@ void cohort__shm_destroy(cohort__transport *base) {
     if (pe->pidfd >= 0) close(pe->pidfd);
     cohort__link_free(&pe->l);
   }
-  if (t->me) munmap(t->me, t->me_len);
+  /* The arena stays mapped while blocks of it are out: their holders may outlive the communicator (torch's tensors,
+   * python/torch_ext/shared_alloc.cpp), and the mapping keeps the segment alive after its name and fd are gone. */
+  if (t->me) munmap(t->me, t->nblocks ? t->me->arena_offset : t->me_len);
   if (t->me_fd >= 0) close(t->me_fd);
   pthread_mutex_destroy(&t->arena_mu);
   free(t->blocks);
@@ -633,6 +635,14 @@ static int shm_in_arena(cohort__transport *base, const void *ptr, size_t bytes) 
   return t->me && cohort__shm_arena_offset(t, ptr, bytes) >= 0;
 }
 
+static int shm_arena_range(cohort__transport *base, void **at, size_t *bytes) {
+  shm_transport *t = (shm_transport *)base;
+  if (!t->me || !t->me->arena_bytes) return 0;
+  *at = cohort__shm_arena(t->me);
+  *bytes = t->me->arena_bytes;
+  return 1;
+}
+
 cohort_status cohort__shm_check_node_calls(cohort__transport *t) { return check_peer_node_calls((shm_transport *)t); }
 
 void cohort__shm_set_world_offset(cohort__transport *t, int world_offset) {
@@ -659,6 +669,7 @@ const cohort__transport_ops cohort__shm_ops = {
     .alloc = shm_alloc,
     .release = shm_release,
     .in_arena = shm_in_arena,
+    .arena_range = shm_arena_range,
     .poll = shm_poll,
     .progress = shm_progress,
 };

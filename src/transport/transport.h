@@ -99,6 +99,8 @@ typedef struct cohort__transport_ops {
   int (*release)(cohort__transport *t, void *ptr);
   /* Optional, any thread: 1 when [ptr, ptr + bytes) lies in that memory (a collective on it is zero copy). */
   int (*in_arena)(cohort__transport *t, const void *ptr, size_t bytes);
+  /* Optional, any thread: where that memory lies in this process (cohort_arena_range); 0 when there is none. */
+  int (*arena_range)(cohort__transport *t, void **base, size_t *bytes);
   /* Optional, the driving thread: looks at the peers without waiting for anything, and fails t (as a wait would)
    * when one died or aborted. For a thread that waits on something else meanwhile (the GPU paths' waits on the
    * device: src/gpu/gpu.c). */

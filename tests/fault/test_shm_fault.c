@@ -47,11 +47,13 @@
  * others allreduce: rank 0, waiting on its shm flags, hears of it through TCP (rank 3's abort) within 2 s.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,6 +284,39 @@ static void *kill_me_soon(void *arg) {
   return NULL;
 }
 
+/* arena_outlives: a block of the arena that is still allocated when the communicator is destroyed stays mapped and
+ * keeps its contents (torch's tensors outlive their process group: python/torch_ext/shared_alloc.cpp), and
+ * cohort_arena_range says where the arena lies; madvise(MADV_REMOVE) then gives the block's pages back (zeros). */
+static int arena_outlives(cohort_comm *c, int rank, int leftover) {
+  size_t n = 1 << 18, bytes = n * sizeof(float);
+  float *buf = cohort_alloc(c, bytes);
+  void *base = NULL;
+  size_t arena_bytes = 0;
+  cohort_status st = COHORT_OK;
+  if (!cohort_arena_range(c, &base, &arena_bytes) || (char *)buf < (char *)base ||
+      (char *)buf + bytes > (char *)base + arena_bytes || !cohort_in_arena(c, buf, bytes))
+    st = cohort__error(COHORT_ERR_INTERNAL, "block %p not within the arena's range %p + %zu", (void *)buf, base,
+                       arena_bytes);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = (float)(rank + 1);
+  if (st == COHORT_OK) st = cohort_allreduce(c, buf, buf, n, COHORT_F32, COHORT_SUM); /* zero copy */
+  char transport[32];
+  snprintf(transport, sizeof transport, "%s", cohort_transport_name(c));
+  float want = (float)(cohort_size(c) * (cohort_size(c) + 1) / 2);
+  if (st == COHORT_OK) st = cohort_barrier(c); /* nobody reads buf in place any more */
+  cohort_comm_destroy(c);
+  for (size_t i = 0; i < n && st == COHORT_OK; i++) /* a fault here (the arena unmapped) kills the rank */
+    if (buf[i] != want)
+      st = cohort__error(COHORT_ERR_INTERNAL, "after destroy: element %zu is %g, expected %g", i, buf[i], want);
+  buf[n - 1] = -1.0f; /* still writable */
+  if (st == COHORT_OK && madvise(buf, bytes, MADV_REMOVE) != 0)
+    st = cohort__error(COHORT_ERR_SYSTEM, "madvise(MADV_REMOVE) of the block: %s", strerror(errno));
+  if (st == COHORT_OK && (buf[0] != 0.0f || buf[n - 1] != 0.0f))
+    st = cohort__error(COHORT_ERR_INTERNAL, "after MADV_REMOVE the block reads %g, not 0", buf[0]);
+  result(rank, st, transport, leftover, st == COHORT_OK ? "" : cohort_last_error());
+  return 0;
+}
+
 static int child(const char *mode) {
   int rank = atoi(getenv("RANK"));
   const char *per_node = getenv("TEST_RANKS_PER_NODE"), *victim_env = getenv("TEST_VICTIM");
@@ -308,6 +343,7 @@ static int child(const char *mode) {
     return 0;
   }
   int leftover = shm_entries_of((int)getpid());
+  if (!strcmp(mode, "arena_outlives")) return arena_outlives(c, rank, leftover);
   size_t n = 1 << 18;
   /* killed_zc: the buffer from cohort_alloc on every rank, so that the survivors wait in the zero-copy allreduce. */
   int arena_buf = !strcmp(mode, "small_rings") || !strcmp(mode, "killed_zc");
@@ -593,6 +629,8 @@ TEST(zero_copy_allreduce_is_bitwise_the_reference) {
   check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=65536;TEST_EXPECT_ARENA=0");
   check_exact("exact_zc", 2, "COHORT_SHM_ARENA_BYTES=0;TEST_EXPECT_ARENA=0");
 }
+
+TEST(arena_block_outlives_its_communicator) { check_exact("arena_outlives", 2, ""); }
 
 TEST(node_allreduce_is_bitwise_the_reference_on_every_rank) {
   for (int size = 2; size <= 3; size++) {
@@ -928,6 +966,7 @@ int main(int argc, char **argv) {
       TEST_CASE(a_broadcast_against_the_node_allreduce_fails_on_every_rank),
       TEST_CASE(node_allreduce_is_bitwise_the_reference_on_every_rank),
       TEST_CASE(zero_copy_allreduce_is_bitwise_the_reference),
+      TEST_CASE(arena_block_outlives_its_communicator),
       TEST_CASE(auto_transport_follows_the_host_identity),
       TEST_CASE(abort_reaches_every_rank_with_its_reason),
       TEST_CASE(silent_peer_times_out_naming_it),
