@@ -95,6 +95,7 @@ _SIGNATURES = {
     "cohort_alloc": (c_void_p, [c_void_p, c_size_t]),
     "cohort_free": (None, [c_void_p, c_void_p]),
     "cohort_in_arena": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "cohort_arena_range": (c_int, [c_void_p, ctypes.POINTER(c_void_p), ctypes.POINTER(c_size_t)]),
     "cohort_comm_abort": (None, [c_void_p, c_char_p]),
     "cohort_comm_split": (c_int, [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p)]),
     "cohort_comm_dup": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),

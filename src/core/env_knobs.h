@@ -56,6 +56,9 @@
   X(COHORT_CUDA_LIBRARY, cuda_library, STR, ANY, "", "path of libcohort_cuda.so (the device collectives); default: beside libcohort, then the linker's path") \
   X(COHORT_ELASTIC_DIR, elastic_dir, STR, ANY, "", "cohort.torch's hvd.elastic: the directory where rank 0 keeps the last commit for the next generation; empty: a directory of the temporary directory named after the job") \
   X(COHORT_TORCH_EXT, torch_ext, CHOICE, ONE_OF("0,1"), "1", "the torch.distributed backend \"cohort\": 1 uses its C++ half (cohort.torch._c10d) where it was built; 0 runs the backend in Python alone") \
+  X(COHORT_TORCH_ARENA, torch_arena, CHOICE, ONE_OF("0,1"), "1", "the torch.distributed backend \"cohort\": 1 puts torch's CPU tensors of at least COHORT_TORCH_ARENA_MIN_BYTES made after the first group of the whole world in its shared arena (zero copy in the collectives); 0 leaves torch's allocator alone") \
+  X(COHORT_TORCH_ARENA_MIN_BYTES, torch_arena_min_bytes, INT, RANGE(1, 1L << 44), "1048576", "with COHORT_TORCH_ARENA=1, the smallest CPU tensor placed in the arena") \
+  X(COHORT_TORCH_ARENA_KEEP_BYTES, torch_arena_keep_bytes, INT, RANGE(0, 1L << 44), "268435456", "with COHORT_TORCH_ARENA=1, bytes of freed tensors kept in the arena for the next tensor of the same size") \
   X(COHORT_KERNELS, kernels, CHOICE, ONE_OF("auto,reference,onednn"), "auto", "the kernels a new model runs on (cohort_model_set_kernels overrides): onednn (oneDNN's JIT kernels, by the CPU's features), reference (im2col + OpenBLAS, the readable oracle), or auto (onednn where libcohort was built with it and oneDNN runs a wider SIMD family than OpenBLAS, e.g. AVX-512 under OPENBLAS_CORETYPE=Haswell, or both run AVX-512; else reference)") \
   X(COHORT_LOG_LEVEL, log_level, CHOICE, ONE_OF("error,warn,info,debug"), "warn", "error, warn, info or debug")
 

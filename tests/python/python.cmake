@@ -269,6 +269,26 @@ if(COHORT_MPI_PC AND COHORT_MPIRUN)
   endforeach()
 endif()
 
+# Large CPU tensors in the backend's shared arena (test_torch_arena.py): torch's CPU allocator on the arena, at 2 and
+# 3 ranks over shm with a 32 MiB arena and an 8 MiB keep (so that the arena fills and freed blocks are trimmed), and
+# at 2 ranks where it must stay out of the way: COHORT_TORCH_ARENA=0, and the tcp transport (no arena).
+foreach(variant np2 np3 off tcp)
+  set(ranks 2)
+  set(extra "")
+  if(variant STREQUAL "np3")
+    set(ranks 3)
+  elseif(variant STREQUAL "off")
+    set(extra "COHORT_TORCH_ARENA=0")
+  elseif(variant STREQUAL "tcp")
+    set(extra "COHORT_TRANSPORT=tcp")
+  endif()
+  add_test(NAME python.torch_arena.${variant} COMMAND $<TARGET_FILE:cohortrun> -np ${ranks} ${COHORT_PYTHON}
+           ${CMAKE_CURRENT_LIST_DIR}/test_torch_arena.py)
+  set_tests_properties(python.torch_arena.${variant} PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "arena ok" FAIL_REGULAR_EXPRESSION "Traceback|AssertionError"
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_ARENA=${COHORT_TORCH_EXT_BUILT};COHORT_SHM_ARENA_BYTES=33554432;COHORT_TORCH_ARENA_KEEP_BYTES=8388608;${extra}")
+endforeach()
+
 # shutdown() then init() 20 times in the same 2 processes, over each transport (test_reinit.py); a hang fails on
 # the TIMEOUT.
 foreach(tr shm tcp)

@@ -32,6 +32,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _create_wor
 import cohort as _core
 from cohort import _lib
 from cohort._lib import lib as _c
+from cohort.torch import _arena
 from cohort.torch._tensors import _cuda_direct  # asked once a process: it loads the CUDA plugin
 
 BACKEND_NAME = "cohort"
@@ -653,6 +654,10 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         self._comm, self.rendezvous = _meet(store, rank, size, timeout, default_group)
         if _EXT:
             self._bind_comm(self._comm.value, ctypes.cast(_c.cohort_allreduce, ctypes.c_void_p).value)
+        # Large CPU tensors made from now on live in this group's shared arena, where the collectives on them are
+        # zero copy (_arena.py): the first group of the whole world takes it (a subgroup's arena serves only it).
+        if default_group or size == dist.get_world_size():
+            _arena.attach(self._comm)
         self._lock = threading.Lock()
         self._completer = _Completer(f"pg{rank}of{size}")
         self._closed = False
@@ -682,6 +687,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         for h in held:
             h.future.set_result(_Failed(RuntimeError(f"cohort backend: {h.what}: the process group was destroyed "
                                                      f"before the operation started")))
+        _arena.detach(self._comm)
         _c.cohort_comm_destroy(self._comm)
         self._comm = None
 

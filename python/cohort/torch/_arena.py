@@ -1,0 +1,103 @@
+"""Large CPU tensors in the shared arena: torch's CPU allocator lent a communicator's arena (cohort_alloc), so that
+the collectives on them are zero copy (python/torch_ext/shared_alloc.cpp says how, docs/torch.md when).
+
+The first to come attaches its communicator, and detaches it before destroying it: cohort.torch.init (hvd.init) the
+job's, or the backend "cohort" its first group of the whole world (_backend.py).
+COHORT_TORCH_ARENA=0 leaves torch's allocator alone; COHORT_TORCH_ARENA_MIN_BYTES (default 1 MiB) is the smallest
+tensor placed there, COHORT_TORCH_ARENA_KEEP_BYTES (default 256 MiB) how much freed memory is kept for reuse.
+Both are read when a communicator is attached."""
+import ctypes
+import os
+
+import torch
+
+import cohort as _core
+from cohort._lib import lib as _c
+
+
+def _load():
+    """cohort.torch._shared_alloc, or None where it was not built or was built for another torch (its C++ calls are
+    that torch's: python/CMakeLists.txt builds it with the backend's C++ half)."""
+    try:
+        from cohort import _config
+    except ImportError:
+        return None
+    built_for = getattr(_config, "TORCH_EXT_FOR", None)
+    if not built_for or built_for.split(".")[:2] != torch.__version__.split(".")[:2]:
+        return None
+    try:
+        from cohort.torch import _shared_alloc
+    except ImportError:
+        return None
+    return _shared_alloc
+
+
+_MODULE = _load()
+
+
+def _bytes_from_env(name, default):
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name}={text!r}: expected a number of bytes (an integer >= 0)")
+    return value
+
+
+def why_not():
+    """None when attach() would lend the allocator an arena, else the reason it would not (before any arena)."""
+    if os.environ.get("COHORT_TORCH_ARENA", "1") == "0":
+        return "COHORT_TORCH_ARENA=0"
+    if _MODULE is None:
+        return f"cohort.torch._shared_alloc is not built for torch {torch.__version__}"
+    return None
+
+
+def attach(comm):
+    """Lends torch's CPU allocator comm's arena; False (and nothing changed) where comm's transport has none, where
+    another communicator has it, after 64 communicators have had it in this process, or where why_not() says why
+    not."""
+    if why_not() is not None:
+        return False
+    base, nbytes = ctypes.c_void_p(), ctypes.c_size_t()
+    if not _c.cohort_arena_range(comm, ctypes.byref(base), ctypes.byref(nbytes)) or not nbytes.value:
+        return False
+    if _MODULE.stats()["attached"]:
+        return False
+    min_bytes = _bytes_from_env("COHORT_TORCH_ARENA_MIN_BYTES", 1 << 20)
+    keep_bytes = _bytes_from_env("COHORT_TORCH_ARENA_KEEP_BYTES", 256 << 20)
+    fn = ctypes.c_void_p
+    return _MODULE.attach(comm.value, base.value, base.value + nbytes.value, ctypes.cast(_c.cohort_alloc, fn).value,
+                          ctypes.cast(_c.cohort_free, fn).value, ctypes.cast(_c.cohort_in_arena, fn).value,
+                          max(min_bytes, 1), keep_bytes)
+
+
+def _on_destroy(comm, phase):
+    if phase == "destroy":
+        detach(comm)
+
+
+_core._comm_hooks.append(_on_destroy)  # cohort.shutdown() (hvd.shutdown) destroys the job's communicator
+
+
+def detach(comm):
+    """Before comm is destroyed: no more tensors from its arena. Those still alive stay valid (the arena stays mapped
+    while any is); returns how many there are."""
+    return _MODULE.detach(comm.value) if _MODULE is not None and comm else 0
+
+
+def stats():
+    """What the allocator holds in this process: attached, live_blocks/live_bytes (tensors in the arena now),
+    kept_blocks/kept_bytes (freed, kept for reuse), reused, fresh (blocks taken from the kept ones, from the arena),
+    full (allocations left to torch's allocator because the arena was full), min_bytes, keep_bytes. None where the
+    module is absent."""
+    return _MODULE.stats() if _MODULE is not None else None
+
+
+def in_arena(tensor):
+    """True when tensor's memory lies in an arena this process attached (zero copy in the collectives)."""
+    return _MODULE is not None and bool(_MODULE.is_arena(tensor.data_ptr()))

@@ -1,0 +1,137 @@
+"""Large CPU tensors in the shared arena (python/cohort/torch/_arena.py, python/torch_ext/shared_alloc.cpp), under
+cohortrun at 2 or 3 ranks with a small arena (COHORT_SHM_ARENA_BYTES) and keep (COHORT_TORCH_ARENA_KEEP_BYTES), so
+that "full" and the trimming happen:
+
+  - where the allocator is expected (COHORT_TEST_ARENA=1), tensors of at least COHORT_TORCH_ARENA_MIN_BYTES made after
+    init_process_group lie in the arena, smaller ones and earlier ones do not; elsewhere none does, and stats() or
+    the transport says why;
+  - all_reduce on them is right, all in the arena, mixed with ordinary memory across ranks, and beyond a full arena;
+  - a freed block serves the next tensor of its size; kept bytes stay under the keep; a full arena gives torch's
+    memory and the kept blocks back;
+  - a forked child gets private copies of the parent's tensors (its writes do not reach the parent) and allocates
+    from torch's allocator;
+  - tensors outlive destroy_process_group: still readable and writable, then freed.
+Prints "arena ok" at the end; any failed check raises.
+"""
+import gc
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import cohort.torch  # noqa: F401 (registers the backend "cohort")
+from cohort.torch import _arena
+
+MiB = 1 << 20
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(f"rank {os.environ.get('RANK')}: {what}")
+
+
+before = torch.ones(MiB)  # 4 MiB, made before the group: torch's memory
+check(not _arena.in_arena(before), "a tensor made before init_process_group is in an arena")
+dist.init_process_group("cohort")
+r, n = dist.get_rank(), dist.get_world_size()
+pg = dist.distributed_c10d._get_default_group()
+want = os.environ["COHORT_TEST_ARENA"] == "1" and os.environ.get("COHORT_TORCH_ARENA", "1") == "1" \
+    and pg.transport() == "shm"
+stats = _arena.stats()
+if not want:
+    t = torch.ones(MiB)
+    check(not _arena.in_arena(t), "a tensor is in the arena where no allocator was expected")
+    check(stats is None or not stats["attached"], f"attached where not expected: {stats}")
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full_like(t, n)), "all_reduce")
+    print(f"arena ok (not expected here: module {stats is not None}, COHORT_TORCH_ARENA="
+          f"{os.environ.get('COHORT_TORCH_ARENA', '1')}, transport {pg.transport()})", flush=True)
+    sys.exit(0)
+
+check(stats["attached"] and stats["installed"], f"stats after init: {stats}")
+min_bytes, keep = stats["min_bytes"], stats["keep_bytes"]
+check(min_bytes == int(os.environ.get("COHORT_TORCH_ARENA_MIN_BYTES", MiB)), f"min_bytes {min_bytes}")
+
+# Placement by size.
+small = torch.ones(min_bytes // 4 - 1)
+exact = torch.ones(min_bytes // 4)
+big = torch.full((4 * MiB // 4,), float(r + 1))
+check(not _arena.in_arena(small), f"a tensor of {small.numel() * 4} bytes (below {min_bytes}) is in the arena")
+check(_arena.in_arena(exact), f"a tensor of exactly {min_bytes} bytes is not in the arena")
+check(_arena.in_arena(big), "a 4 MiB tensor is not in the arena")
+check(big.data_ptr() % 4096 == 0, "an arena tensor is not page-aligned")
+
+# all_reduce: every rank in the arena (zero copy), then one rank from torch's memory (rank 0 staged, the rest zero
+# copy), sum and average; values exact (small integers).
+total = n * (n + 1) / 2
+dist.all_reduce(big)
+check(torch.equal(big, torch.full_like(big, total)), f"all_reduce in the arena: {big[:4]}")
+mixed = before.fill_(r + 1) if r == 0 else torch.full((MiB,), float(r + 1))
+check(_arena.in_arena(mixed) == (r != 0), "the mixed case's placement")
+dist.all_reduce(mixed, op=dist.ReduceOp.AVG if hasattr(dist.ReduceOp, "AVG") else dist.ReduceOp.SUM)
+want_mixed = total / n if hasattr(dist.ReduceOp, "AVG") else total
+check(torch.allclose(mixed, torch.full_like(mixed, want_mixed), rtol=0, atol=1e-6), f"mixed all_reduce: {mixed[:4]}")
+
+# Reuse: the block of a freed tensor serves the next tensor of the same page-rounded size.
+addr = big.data_ptr()
+s0 = _arena.stats()
+del big
+again = torch.empty(4 * MiB // 4)
+s1 = _arena.stats()
+check(again.data_ptr() == addr and s1["reused"] == s0["reused"] + 1, f"reuse: {s0} -> {s1}")
+del again
+
+# The keep: freed blocks beyond it go back to the arena.
+many = [torch.empty(3 * MiB // 4) for _ in range(6)]
+del many
+s2 = _arena.stats()
+check(s2["kept_bytes"] <= keep, f"kept {s2['kept_bytes']} bytes, more than the keep {keep}")
+check(s2["kept_blocks"] >= 1, f"nothing kept: {s2}")
+
+# A full arena: the rest comes from torch's allocator; kept blocks are given back before that; the values hold.
+arena_bytes = int(os.environ["COHORT_SHM_ARENA_BYTES"])
+blocks = [torch.full((2 * MiB // 4,), float(i)) for i in range(arena_bytes // (2 * MiB) + 4)]
+inside = sum(_arena.in_arena(b) for b in blocks)
+s3 = _arena.stats()
+check(0 < inside < len(blocks), f"{inside} of {len(blocks)} 2 MiB tensors in an arena of {arena_bytes} bytes")
+check(s3["full"] > s2["full"] and s3["kept_bytes"] == 0, f"after filling the arena: {s3}")
+check(all(torch.equal(b, torch.full_like(b, float(i))) for i, b in enumerate(blocks)), "values beyond a full arena")
+last = blocks[-1]
+dist.all_reduce(last)
+check(torch.equal(last, torch.full_like(last, float(len(blocks) - 1) * n)), "all_reduce of torch's memory")
+del blocks, last
+
+# fork: the child's inherited tensors are private copies; it allocates from torch's allocator.
+shared = torch.full((2 * MiB // 4,), 5.0)
+check(_arena.in_arena(shared), "the tensor before the fork is not in the arena")
+pid = os.fork()
+if pid == 0:
+    ok = torch.equal(shared, torch.full_like(shared, 5.0))
+    shared.fill_(-1.0)  # must not reach the parent
+    fresh = torch.ones(4 * MiB // 4)
+    ok = ok and not _arena.stats()["attached"] and not _arena.in_arena(fresh) and float(fresh.sum()) == MiB
+    del shared  # the child's copy is unmapped
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+check(os.waitstatus_to_exitcode(status) == 0, f"the forked child's checks failed: status {status}")
+check(torch.equal(shared, torch.full_like(shared, 5.0)), "the child's write reached the parent's tensor")
+dist.all_reduce(shared)
+check(torch.equal(shared, torch.full_like(shared, 5.0 * n)), "all_reduce after the fork")
+
+# Tensors outlive the group: readable, writable, then freed.
+alive = torch.full((4 * MiB // 4,), float(r))
+check(_arena.in_arena(alive), "the last tensor is not in the arena")
+del pg  # the group closes (and its communicator goes) when torch and we let it go
+dist.destroy_process_group()
+gc.collect()
+s4 = _arena.stats()
+check(not s4["attached"] and s4["kept_blocks"] == 0 and s4["live_blocks"] >= 2, f"after destroy: {s4}")
+check(torch.equal(alive, torch.full_like(alive, float(r))), "a tensor read after destroy_process_group")
+alive.add_(1.0)
+check(float(alive.sum()) == (r + 1) * MiB, "a tensor written after destroy_process_group")
+after = torch.ones(4 * MiB // 4)
+check(not _arena.in_arena(after), "a tensor made after destroy_process_group is in the arena")
+del alive, shared, exact, mixed
+check(_arena.stats()["live_blocks"] == 0, f"blocks left after freeing every tensor: {_arena.stats()}")
+print(f"arena ok (rank {r} of {n}, {s3['fresh']} fresh, {s3['reused']} reused, {s3['full']} full)", flush=True)
