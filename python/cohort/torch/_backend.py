@@ -171,8 +171,12 @@ class _OnStream:
         self.ptr = ctypes.c_void_p(self.stream.cuda_stream)
 
     def finish(self, fn):
+        # On the stream's device first: torch.cuda.stream() alone, on a completer thread (current device 0), switches
+        # to the stream's device and back to device 0 with cudaSetDevice, which since CUDA 12 creates device 0's
+        # primary context: every rank of a multi-GPU host would hold one on GPU 0. torch.cuda.device restores the
+        # previous device only where it has a context already.
         def run():
-            with torch.cuda.stream(self.stream):
+            with torch.cuda.device(self.stream.device), torch.cuda.stream(self.stream):
                 return fn()
         return run
 

@@ -56,6 +56,8 @@ class CudaEngine:
                 self._broadcast(t)
         self.buckets = []
         self.bucket_of = {}
+        self.views = {}  # each parameter's .grad: its view into its bucket
+        self._seen = set()  # the parameters that got a gradient since the last synchronized backward
         self._make_buckets(bucket_bytes)
         self.sync = True
         self.in_backward = False
@@ -125,6 +127,7 @@ class CudaEngine:
                     if p.grad is not None:
                         view.copy_(p.grad)
                     p.grad = view
+                    self.views[i] = view
                     off += p.numel()
                     self.bucket_of[i] = len(self.buckets)
                 self.buckets.append(b)
@@ -147,14 +150,10 @@ class CudaEngine:
         g = p.grad
         if g is not None and not (flat_view_ptr <= g.data_ptr() < flat_view_ptr + b.flat.numel() * b.flat.element_size()):
             with torch.no_grad():  # autograd made a fresh gradient (set_to_none, or out of place): into the bucket
-                off = 0
-                for j in b.members:
-                    if j == i:
-                        break
-                    off += self.params[j][1].numel()
-                view = b.flat[off:off + p.numel()].view(p.shape)
+                view = self.views[i]
                 view.copy_(g)
                 p.grad = view
+        self._seen.add(i)
         b.pending -= 1
         if b.pending == 0 and self.sync:
             self._start(b)
@@ -163,6 +162,22 @@ class CudaEngine:
         self.in_backward = False
         first_error = None
         if self.sync:
+            # A parameter that got no gradient here (unused on this rank) adds zero to the average, and its .grad is
+            # the average afterwards, as for the others (torch DDP's find_unused_parameters, and the CPU engine). After
+            # zero_grad(set_to_none=True), torch 2's default, its part of the bucket held the last step's average:
+            # that was averaged in, and the rank kept .grad None while the others stepped the parameter.
+            if len(self._seen) != len(self.params):
+                with torch.no_grad():
+                    for i, (_, p) in enumerate(self.params):
+                        if i in self._seen:
+                            continue
+                        view = self.views[i]
+                        if p.grad is None:
+                            view.zero_()
+                        elif p.grad.data_ptr() != view.data_ptr():
+                            view.copy_(p.grad)
+                        p.grad = view
+            self._seen = set()
             for b in self.buckets:  # unused parameters: their buckets go now (the same buckets on every rank)
                 if b.work is None:
                     self._start(b)
