@@ -194,8 +194,14 @@ def dist_allreduce(rank, world, maxmb):
 def dist_ddp(hvd, rank, world, model_name, rounds, steps, batch):
     """torch DDP on "cohort" against torch DDP on gloo and cohort.torch's DDP, as interleaved() does. The default
     group is gloo and the cohort group a new_group (met through torch's store): a default group on "cohort" beside
-    hvd.init() fails today under cohortrun (both join cohortrun's rendezvous with the same run id)."""
+    hvd.init() fails today under cohortrun (both join cohortrun's rendezvous with the same run id).
+    torch's large CPU tensors (DDP's buckets among them) go to the arena of the "cohort" group, as in a program that
+    uses the backend alone: hvd.init() lent torch's allocator its own communicator's arena first, which the group's
+    collectives would stage (cohort.torch's DDP keeps its buckets in that arena through its engine either way).
+    COHORT_TORCH_ARENA=0 keeps torch's allocator for every copy."""
     import torch.distributed as dist
+    from cohort.torch import _arena
+    _arena.detach(hvd._core._get_comm())
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     gloo, coh = None, dist.new_group(backend="cohort")
     torch.set_num_threads(1)
