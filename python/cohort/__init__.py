@@ -427,10 +427,12 @@ class _ArenaPool:
     def _give_back(self, size, addr):
         if self.alive:
             self.returned.append((size, addr))
+        else:  # its communicator is gone: the arena stays mapped while blocks are out, and this one's pages go back
+            _libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(size), _MADV_REMOVE)
 
     def drop(self):
-        """Before the communicator is destroyed: frees the kept blocks. A block still in use is never freed (the
-        arena goes with the communicator) and is not taken back."""
+        """Before the communicator is destroyed: frees the kept blocks. A block still in use stays valid (the shm
+        transport keeps its arena mapped while blocks are out) and gives its pages back when its last view dies."""
         with self.lock:
             self.alive = False
             self._file_returned()
@@ -440,6 +442,8 @@ class _ArenaPool:
 
 
 _arena_pools = {}  # communicator address -> _ArenaPool
+_libc = ctypes.CDLL(None, use_errno=True)
+_MADV_REMOVE = 9  # linux/mman.h
 
 
 def _arena_buffer(comm, nbytes):

@@ -13,7 +13,8 @@
  *   - An allocation of at least min_bytes, while attached, in the process that attached, takes a block of the arena:
  *     first from the blocks freed earlier with the same page-rounded size (a fresh block costs a reservation in
  *     /dev/shm and a page fault per page: torch allocates the same sizes step after step), else from cohort_alloc.
- *     Anything else, or an arena that is full or absent, goes to the allocator that was there before (torch's).
+ *     Anything else, or an arena that is full or absent, goes to the allocator that was there before (torch's), and
+ *     so does a fresh block that would leave less than a quarter of /dev/shm free (room_in_dev_shm).
  *   - A freed block is kept for reuse while the kept blocks stay under keep_bytes (the least recently freed go
  *     first); the rest go back to the arena (cohort_free), which gives their pages back to /dev/shm.
  *   - detach() (before the communicator is destroyed) gives the kept blocks back. Blocks still in use stay valid:
@@ -26,6 +27,7 @@
  */
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 
 #include <cstring>
 #include <unistd.h>
@@ -137,6 +139,18 @@ void trim_kept(State &s, size_t limit) {
 
 void free_block(void *p);
 
+/* Whether /dev/shm, where the arena's pages are reserved, can spare `bytes` and keep a quarter of its size (at least
+ * 256 MiB) free for others: torch's DataLoader workers pass their batches through it, and a container's /dev/shm is
+ * often small (Docker's default is 64 MiB, where the allocator then stays out of the way). True when it cannot be
+ * told (cohort_alloc's own reservation still fails cleanly on a full /dev/shm). */
+bool room_in_dev_shm(size_t bytes) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0) return true;
+  uint64_t size = static_cast<uint64_t>(v.f_blocks) * v.f_frsize, free = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+  uint64_t reserve = size / 4 > (256u << 20) ? size / 4 : (256u << 20);
+  return free >= reserve && free - reserve >= bytes;
+}
+
 /* Under the lock: a block of `bytes` (page-rounded) from the kept ones or the arena, or null. */
 void *take_block(State &s, size_t bytes) {
   for (size_t i = s.kept.size(); i-- > 0;) {
@@ -148,7 +162,7 @@ void *take_block(State &s, size_t bytes) {
     return p;
   }
   for (int attempt = 0; attempt < 2; attempt++) {
-    void *p = s.alloc(s.comm, bytes);
+    void *p = room_in_dev_shm(bytes) ? s.alloc(s.comm, bytes) : nullptr;
     if (p && s.in_arena(s.comm, p, bytes)) {
       s.fresh++;
       return p;

@@ -10,7 +10,9 @@ that "full" and the trimming happen:
     memory and the kept blocks back;
   - a forked child gets private copies of the parent's tensors (its writes do not reach the parent) and allocates
     from torch's allocator;
-  - tensors outlive destroy_process_group: still readable and writable, then freed.
+  - tensors outlive destroy_process_group: still readable and writable, then freed;
+  - on a 64 MiB /dev/shm (COHORT_TEST_SMALL_SHM=1, a tmpfs mounted in a mount namespace of its own) it stays out of
+    the way: no tensor in the arena, everything right.
 Prints "arena ok" at the end; any failed check raises.
 """
 import gc
@@ -50,6 +52,18 @@ if not want:
     sys.exit(0)
 
 check(stats["attached"] and stats["installed"], f"stats after init: {stats}")
+if os.environ.get("COHORT_TEST_SMALL_SHM") == "1":
+    # A container's /dev/shm (64 MiB here): the allocator keeps a quarter of it, and at least 256 MiB, for others
+    # (DataLoader workers pass batches there), so every tensor comes from torch's allocator; nothing breaks.
+    ts = [torch.full((4 * MiB // 4,), float(r + 1)) for _ in range(4)]
+    s1 = _arena.stats()
+    check(not any(_arena.in_arena(t) for t in ts), "a tensor in the arena on a 64 MiB /dev/shm")
+    check(s1["full"] >= 4 and s1["fresh"] == 0 and s1["live_blocks"] == 0, f"stats on a 64 MiB /dev/shm: {s1}")
+    for t in ts:
+        dist.all_reduce(t)
+        check(torch.equal(t, torch.full_like(t, n * (n + 1) / 2)), "all_reduce on a 64 MiB /dev/shm")
+    print(f"arena ok (64 MiB /dev/shm: {s1['full']} tensors left to torch's allocator)", flush=True)
+    sys.exit(0)
 min_bytes, keep = stats["min_bytes"], stats["keep_bytes"]
 check(min_bytes == int(os.environ.get("COHORT_TORCH_ARENA_MIN_BYTES", MiB)), f"min_bytes {min_bytes}")
 
