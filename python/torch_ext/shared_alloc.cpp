@@ -34,6 +34,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <pybind11/pybind11.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <cstdint>
@@ -175,9 +176,18 @@ void *take_block(State &s, size_t bytes) {
   return nullptr;
 }
 
+/* torch 2.3 made allocate() non-const and copy_data() a pure virtual of the allocator. */
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define COHORT_ALLOCATE_CONST
+#define COHORT_ALLOCATOR_COPIES 1
+#else
+#define COHORT_ALLOCATE_CONST const
+#define COHORT_ALLOCATOR_COPIES 0
+#endif
+
 class ArenaAllocator final : public c10::Allocator {
 public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) COHORT_ALLOCATE_CONST override {
     State &s = state();
     if (n >= s.min_bytes && s.owner.load(std::memory_order_relaxed) == getpid()) {
       size_t bytes = (n + kPage - 1) / kPage * kPage;
@@ -193,6 +203,9 @@ public:
   }
   /* Every pointer this allocator hands out (its own or torch's) is freed by free_block, so raw_allocate works. */
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+#if COHORT_ALLOCATOR_COPIES
+  void copy_data(void *dest, const void *src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
 };
 
 ArenaAllocator the_allocator;

@@ -286,7 +286,7 @@ foreach(variant np2 np3 off tcp)
            ${CMAKE_CURRENT_LIST_DIR}/test_torch_arena.py)
   set_tests_properties(python.torch_arena.${variant} PROPERTIES LABELS "python;mp" TIMEOUT 120
                        PASS_REGULAR_EXPRESSION "arena ok" FAIL_REGULAR_EXPRESSION "Traceback|AssertionError"
-                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_ARENA=${COHORT_TORCH_EXT_BUILT};COHORT_SHM_ARENA_BYTES=33554432;COHORT_TORCH_ARENA_KEEP_BYTES=8388608;${extra}")
+                       ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_ARENA=${COHORT_TORCH_ALLOC_EXPECTED};COHORT_SHM_ARENA_BYTES=33554432;COHORT_TORCH_ARENA_KEEP_BYTES=8388608;${extra}")
 endforeach()
 # The same on a /dev/shm of 64 MiB, as containers often have: a tmpfs mounted over /dev/shm in a mount namespace of
 # the job's own (unshare -m; skipped where that is not allowed), the default 1 GiB arena.
@@ -295,7 +295,7 @@ allowed here'; exit 77; }; exec unshare -m sh -c 'mount -t tmpfs -o size=64m tmp
 \"$1\" \"$2\"' $<TARGET_FILE:cohortrun> ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_torch_arena.py")
 set_tests_properties(python.torch_arena.small_shm PROPERTIES LABELS "python;mp" TIMEOUT 120 SKIP_RETURN_CODE 77
                      PASS_REGULAR_EXPRESSION "arena ok" FAIL_REGULAR_EXPRESSION "Traceback|AssertionError"
-                     ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_ARENA=${COHORT_TORCH_EXT_BUILT};COHORT_TEST_SMALL_SHM=1")
+                     ENVIRONMENT "${COHORT_PY_ENV};COHORT_TEST_ARENA=${COHORT_TORCH_ALLOC_EXPECTED};COHORT_TEST_SMALL_SHM=1")
 
 # shutdown() then init() 20 times in the same 2 processes, over each transport (test_reinit.py); a hang fails on
 # the TIMEOUT.

@@ -16,13 +16,13 @@ from cohort._lib import lib as _c
 
 
 def _load():
-    """cohort.torch._shared_alloc, or None where it was not built or was built for another torch (its C++ calls are
-    that torch's: python/CMakeLists.txt builds it with the backend's C++ half)."""
+    """cohort.torch._shared_alloc, or None where it was not built (python/CMakeLists.txt: under torch 1.13 with the
+    rest, under another torch on request) or was built for another torch (its C++ calls are that torch's)."""
     try:
         from cohort import _config
     except ImportError:
         return None
-    built_for = getattr(_config, "TORCH_EXT_FOR", None)
+    built_for = getattr(_config, "TORCH_ALLOC_FOR", None)
     if not built_for or built_for.split(".")[:2] != torch.__version__.split(".")[:2]:
         return None
     try:
