@@ -51,15 +51,18 @@ using free_fn = void (*)(void *comm, void *ptr);
 using in_arena_fn = int (*)(const void *comm, const void *ptr, size_t bytes);
 
 constexpr size_t kPage = 4096;
-constexpr int kMaxArenas = 64; /* arenas attached in one process's life (one per init after a shutdown) */
+constexpr int kMaxArenas = 64; /* arenas with blocks in use at once (one per init after a shutdown) */
 
 struct Block {
   size_t bytes;       /* page-rounded */
   uint64_t attach_id; /* the attachment it came from: an older one's arena is gone or going */
+  int slot;           /* its arena's entry in State::arenas */
+  pid_t pid;          /* the process that took it: in another (a forked child), it is a private copy */
 };
 
 struct Range {
   std::atomic<uintptr_t> lo{0}, hi{0};
+  size_t nlive = 0; /* under the lock: blocks of this arena in use; none, and detached: the entry may be reused */
 };
 
 struct State {
@@ -76,8 +79,13 @@ struct State {
   std::unordered_map<void *, Block> live;      /* handed out */
   std::vector<std::pair<void *, size_t>> kept; /* freed, kept for reuse: least recently freed first */
   size_t kept_bytes = 0;
-  Range arenas[kMaxArenas]; /* the address ranges of every arena attached: frees are told apart without the lock */
+  /* The address ranges of the arenas attached, the current one and those whose blocks are still in use: frees are
+   * told apart without the lock. A range may name memory that is no longer an arena (unmapped when its
+   * communicator was destroyed with no block out, then mapped again by anyone, torch's allocator included): an
+   * address is a block only when `live` has it. */
+  Range arenas[kMaxArenas];
   std::atomic<int> narenas{0};
+  int slot = -1; /* the current attachment's entry */
   /* Counters (stats()): blocks taken from the kept ones, from cohort_alloc, and allocations left to torch's
    * allocator although large enough, because the arena was full. */
   uint64_t reused = 0, fresh = 0, full = 0;
@@ -194,7 +202,8 @@ public:
       std::lock_guard<std::mutex> hold(s.mu);
       if (s.comm) {
         if (void *p = take_block(s, bytes)) {
-          s.live.emplace(p, Block{bytes, s.attach_id});
+          s.live.emplace(p, Block{bytes, s.attach_id, s.slot, getpid()});
+          s.arenas[s.slot].nlive++;
           return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
         }
       }
@@ -217,12 +226,17 @@ void free_block(void *p) {
     s.prev_raw_deleter(p);
     return;
   }
-  std::lock_guard<std::mutex> hold(s.mu);
+  std::unique_lock<std::mutex> hold(s.mu);
   auto it = s.live.find(p);
-  if (it == s.live.end()) return; /* cannot happen: only this allocator hands out arena pointers */
+  if (it == s.live.end()) { /* torch's memory, where an arena that is gone was (see State::arenas) */
+    hold.unlock();
+    s.prev_raw_deleter(p);
+    return;
+  }
   Block b = it->second;
   s.live.erase(it);
-  if (s.owner.load(std::memory_order_relaxed) != getpid()) { /* a forked child: its private copy (see below) */
+  s.arenas[b.slot].nlive--;
+  if (b.pid != getpid()) { /* a forked child: its private copy (see private_copies_in_child) */
     munmap(p, b.bytes);
     return;
   }
@@ -242,22 +256,26 @@ bool attach(uintptr_t comm, uintptr_t lo, uintptr_t hi, uintptr_t alloc, uintptr
   State &s = state();
   std::lock_guard<std::mutex> hold(s.mu);
   if (s.comm && s.owner.load() == getpid()) return false; /* another communicator has it */
-  if (s.owner.load() != getpid()) { /* first attach, or a forked child's: its inherited blocks are the parent's */
-    s.live.clear();
-    s.kept.clear();
+  if (s.owner.load() != getpid()) { /* first attach, or a forked child's: its kept blocks are the parent's */
+    s.kept.clear(); /* (its live ones are its private copies: they stay in `live`, to be unmapped when freed) */
     s.kept_bytes = 0;
   }
-  int n = s.narenas.load();
-  if (n == kMaxArenas) return false; /* many shutdown()/init() rounds: the later ones do without */
+  /* An entry whose blocks have all been freed is reused: a free that reads it while it changes may take an address
+   * for an arena's, and then finds it is not in `live`. */
+  int n = s.narenas.load(), slot = 0;
+  while (slot < n && s.arenas[slot].nlive)
+    slot++;
+  if (slot == kMaxArenas) return false; /* as many arenas with tensors still alive: this one does without */
   if (!s.prev) {
     s.prev = c10::GetCPUAllocator();
     s.prev_raw_deleter = s.prev->raw_deleter();
     TORCH_CHECK(s.prev_raw_deleter, "cohort: torch's CPU allocator has no raw deleter");
     c10::SetCPUAllocator(&the_allocator, /*priority=*/100);
   }
-  s.arenas[n].lo.store(lo);
-  s.arenas[n].hi.store(hi);
-  s.narenas.store(n + 1, std::memory_order_release);
+  s.arenas[slot].lo.store(lo);
+  s.arenas[slot].hi.store(hi);
+  if (slot == n) s.narenas.store(n + 1, std::memory_order_release);
+  s.slot = slot;
   s.comm = reinterpret_cast<void *>(comm);
   s.alloc = reinterpret_cast<alloc_fn>(alloc);
   s.release = reinterpret_cast<free_fn>(release);
@@ -307,5 +325,16 @@ PYBIND11_MODULE(_shared_alloc, m) {
   m.def("attach", &attach);
   m.def("detach", &detach);
   m.def("stats", &stats);
-  m.def("is_arena", [](uintptr_t p) { return in_some_arena(state(), reinterpret_cast<void *>(p)); });
+  m.def("is_arena", [](uintptr_t p) {
+    State &s = state();
+    if (!in_some_arena(s, reinterpret_cast<void *>(p))) return false;
+    std::lock_guard<std::mutex> hold(s.mu);
+    for (auto &kv : s.live) /* a block in use (a view's address lies inside one) */
+      if (p >= reinterpret_cast<uintptr_t>(kv.first) && p < reinterpret_cast<uintptr_t>(kv.first) + kv.second.bytes)
+        return true;
+    return false;
+  });
+  /* For the tests: torch's raw interface (c10::Allocator::raw_allocate/raw_deallocate, oneDNN's scratch memory). */
+  m.def("_raw_allocate", [](size_t n) { return reinterpret_cast<uintptr_t>(c10::GetCPUAllocator()->raw_allocate(n)); });
+  m.def("_raw_deallocate", [](uintptr_t p) { c10::GetCPUAllocator()->raw_deallocate(reinterpret_cast<void *>(p)); });
 }

@@ -15,6 +15,7 @@ that "full" and the trimming happen:
     the way: no tensor in the arena, everything right.
 Prints "arena ok" at the end; any failed check raises.
 """
+import ctypes
 import gc
 import os
 import sys
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 import cohort.torch  # noqa: F401 (registers the backend "cohort")
+from cohort._lib import lib as _c
 from cohort.torch import _arena
 
 MiB = 1 << 20
@@ -151,4 +153,42 @@ after = torch.ones(4 * MiB // 4)
 check(not _arena.in_arena(after), "a tensor made after destroy_process_group is in the arena")
 del alive, shared, exact, mixed
 check(_arena.stats()["live_blocks"] == 0, f"blocks left after freeing every tensor: {_arena.stats()}")
-print(f"arena ok (rank {r} of {n}, {s3['fresh']} fresh, {s3['reused']} reused, {s3['full']} full)", flush=True)
+
+# A second group destroyed with no tensor of its arena alive: its arena is unmapped, and torch's allocator may map
+# memory at those addresses later. Such memory is torch's: not "in the arena", and freed by torch's allocator (the
+# raw interface, oneDNN's scratch memory, goes through this allocator's raw deleter), not leaked.
+dist.init_process_group("cohort")
+dist.barrier()  # every rank is past init's barrier on rank 0's store before rank 0 may end
+pg = dist.distributed_c10d._get_default_group()
+lo, nbytes = ctypes.c_void_p(), ctypes.c_size_t()
+check(_c.cohort_arena_range(pg._comm, ctypes.byref(lo), ctypes.byref(nbytes)) and nbytes.value, "the second arena")
+lo, hi = lo.value, lo.value + nbytes.value
+check(_arena.stats()["attached"], f"the second group is not attached: {_arena.stats()}")
+del pg
+dist.destroy_process_group()
+gc.collect()
+check(_arena.stats()["live_blocks"] == 0, f"blocks left: {_arena.stats()}")
+
+
+def mapped(addr):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            a, b = (int(x, 16) for x in line.split()[0].split("-"))
+            if a <= addr < b:
+                return True
+    return False
+
+
+landed = 0
+for size in (2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 24 * MiB):
+    t = torch.empty(size // 4)
+    check(not _arena.in_arena(t), f"torch's memory at {t.data_ptr():#x}, where an unmapped arena was, is in the arena")
+    addr = _arena._MODULE._raw_allocate(size)
+    check(not _arena._MODULE.is_arena(addr), f"raw memory at {addr:#x}, where an unmapped arena was, is in the arena")
+    inside = lo <= addr < hi
+    landed += inside
+    _arena._MODULE._raw_deallocate(addr)
+    check(not (inside and mapped(addr)), f"raw memory of {size} bytes at {addr:#x} (in the unmapped arena) leaked")
+    del t
+print(f"arena ok (rank {r} of {n}, {s3['fresh']} fresh, {s3['reused']} reused, {s3['full']} full, "
+      f"{landed} raw blocks where an unmapped arena was)", flush=True)

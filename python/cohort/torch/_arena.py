@@ -59,8 +59,8 @@ def why_not():
 
 def attach(comm):
     """Lends torch's CPU allocator comm's arena; False (and nothing changed) where comm's transport has none, where
-    another communicator has it, after 64 communicators have had it in this process, or where why_not() says why
-    not."""
+    another communicator has it, while tensors of 64 earlier arenas are still alive in this process, or where
+    why_not() says why not."""
     if why_not() is not None:
         return False
     base, nbytes = ctypes.c_void_p(), ctypes.c_size_t()
