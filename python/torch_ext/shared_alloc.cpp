@@ -22,7 +22,9 @@
  *     freed, gives its pages back itself (madvise MADV_REMOVE) and is never handed out again.
  *   - A forked child (DataLoader workers) would share the parent's arena pages (MAP_SHARED): its inherited tensors
  *     are made private copies when it starts (private_copies_in_child), it allocates from torch's allocator only
- *     (the test is the pid) and it frees those copies by unmapping them.
+ *     (the test is the pid) and it frees those copies by unmapping them. The copies are made in the child after
+ *     fork() returned, not at the fork's instant: what the parent's other threads (or a peer's zero-copy collective)
+ *     write meanwhile may show in them, where fork()'s copy-on-write shows the memory as it was.
  * Thread-safety: torch allocates and frees on any thread; one mutex guards the state.
  */
 #include <pthread.h>
@@ -169,6 +171,11 @@ void *take_block(State &s, size_t bytes) {
     s.kept_bytes -= bytes;
     s.reused++;
     return p;
+  }
+  const Range &arena = s.arenas[s.slot];
+  if (bytes > arena.hi.load(std::memory_order_relaxed) - arena.lo.load(std::memory_order_relaxed)) {
+    s.full++; /* larger than the whole arena: no use giving the kept blocks back for it */
+    return nullptr;
   }
   for (int attempt = 0; attempt < 2; attempt++) {
     void *p = room_in_dev_shm(bytes) ? s.alloc(s.comm, bytes) : nullptr;

@@ -108,8 +108,15 @@ s2 = _arena.stats()
 check(s2["kept_bytes"] <= keep, f"kept {s2['kept_bytes']} bytes, more than the keep {keep}")
 check(s2["kept_blocks"] >= 1, f"nothing kept: {s2}")
 
-# A full arena: the rest comes from torch's allocator; kept blocks are given back before that; the values hold.
+# A tensor larger than the whole arena goes to torch's allocator at once, without giving the kept blocks back.
 arena_bytes = int(os.environ["COHORT_SHM_ARENA_BYTES"])
+huge = torch.ones(arena_bytes // 4 + MiB)
+s_huge = _arena.stats()
+check(not _arena.in_arena(huge) and s_huge["kept_bytes"] == s2["kept_bytes"] and s_huge["full"] == s2["full"] + 1,
+      f"a tensor larger than the arena: {s2} -> {s_huge}")
+del huge
+
+# A full arena: the rest comes from torch's allocator; kept blocks are given back before that; the values hold.
 blocks = [torch.full((2 * MiB // 4,), float(i)) for i in range(arena_bytes // (2 * MiB) + 4)]
 inside = sum(_arena.in_arena(b) for b in blocks)
 s3 = _arena.stats()
