@@ -215,9 +215,13 @@ public:
         }
       }
     }
-    return s.prev->allocate(n);
+    /* torch's memory, with free_block as its deleter too: raw_deleter()'s contract is that every DataPtr from
+     * allocate() carries it (free_block passes torch's memory on to torch's raw deleter). */
+    c10::DataPtr theirs = s.prev->allocate(n);
+    if (theirs.get() != theirs.get_context() || theirs.get_deleter() != s.prev_raw_deleter) return theirs;
+    void *p = theirs.release_context();
+    return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
   }
-  /* Every pointer this allocator hands out (its own or torch's) is freed by free_block, so raw_allocate works. */
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
 #if COHORT_ALLOCATOR_COPIES
   void copy_data(void *dest, const void *src, std::size_t count) const override { default_copy_data(dest, src, count); }
