@@ -484,6 +484,9 @@ class DistributedDataParallel(torch.nn.Module):
 
     def ddp_stats(self):
         """The engine's statistics (cohort_ddp_stats): steps, compute_s, comm_s, exposed_comm_s, ..."""
+        if not hasattr(self._engine, "stats"):
+            raise NotImplementedError("DistributedDataParallel.ddp_stats(): not available for a module on CUDA yet "
+                                      "(the C engine's statistics cover CPU modules; docs/gpu.md)")
         return self._engine.stats()
 
     def close(self):
