@@ -91,6 +91,11 @@ struct State {
   /* Counters (stats()): blocks taken from the kept ones, from cohort_alloc, and allocations left to torch's
    * allocator although large enough, because the arena was full. */
   uint64_t reused = 0, fresh = 0, full = 0;
+  /* The smallest size the arena could not serve since memory last went back to it: a block as large goes to torch's
+   * allocator at once, where trying would cost a failed search (and cohort_alloc's malloc) each time; one in 64
+   * tries anyway, since other users of the arena (the DDP engine, cohort's own pools) free without telling us. */
+  size_t full_from = SIZE_MAX;
+  uint64_t skipped = 0;
 };
 
 void lock_for_fork();
@@ -146,6 +151,7 @@ void trim_kept(State &s, size_t limit) {
     drop++;
   }
   s.kept.erase(s.kept.begin(), s.kept.begin() + static_cast<std::ptrdiff_t>(drop));
+  if (drop) s.full_from = SIZE_MAX;
 }
 
 void free_block(void *p);
@@ -177,6 +183,10 @@ void *take_block(State &s, size_t bytes) {
     s.full++; /* larger than the whole arena: no use giving the kept blocks back for it */
     return nullptr;
   }
+  if (bytes >= s.full_from && ++s.skipped % 64 != 0) {
+    s.full++;
+    return nullptr;
+  }
   for (int attempt = 0; attempt < 2; attempt++) {
     void *p = room_in_dev_shm(bytes) ? s.alloc(s.comm, bytes) : nullptr;
     if (p && s.in_arena(s.comm, p, bytes)) {
@@ -184,9 +194,12 @@ void *take_block(State &s, size_t bytes) {
       return p;
     }
     if (p) s.release(s.comm, p); /* cohort_alloc fell back to malloc: the arena is full */
-    if (s.kept.empty()) break;
-    trim_kept(s, 0); /* the kept blocks may be what fills it */
+    /* The kept blocks may be what fills it; giving them back helps only where they could hold this one (else the
+     * next tensors of their sizes would take fresh blocks again, or none). */
+    if (s.kept_bytes < bytes) break;
+    trim_kept(s, 0);
   }
+  if (bytes < s.full_from) s.full_from = bytes;
   s.full++;
   return nullptr;
 }
@@ -294,6 +307,7 @@ bool attach(uintptr_t comm, uintptr_t lo, uintptr_t hi, uintptr_t alloc, uintptr
   s.min_bytes = min_bytes;
   s.keep_bytes = keep_bytes;
   s.attach_id++;
+  s.full_from = SIZE_MAX;
   s.owner.store(getpid());
   return true;
 }

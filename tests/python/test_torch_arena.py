@@ -126,7 +126,17 @@ check(all(torch.equal(b, torch.full_like(b, float(i))) for i, b in enumerate(blo
 last = blocks[-1]
 dist.all_reduce(last)
 check(torch.equal(last, torch.full_like(last, float(len(blocks) - 1) * n)), "all_reduce of torch's memory")
-del blocks, last
+# In a full arena a freed block is kept, and a larger tensor, which the kept blocks could not hold, does not take them
+# back from the arena (the next tensor of their size reuses them instead of going to torch's allocator).
+first = next(i for i, b in enumerate(blocks) if _arena.in_arena(b))
+del blocks[first]
+s4 = _arena.stats()
+larger = torch.empty(4 * MiB // 4)
+s5 = _arena.stats()
+check(not _arena.in_arena(larger) and s5["kept_bytes"] == s4["kept_bytes"] == 2 * MiB, f"a full arena: {s4} -> {s5}")
+again2 = torch.empty(2 * MiB // 4)
+check(_arena.in_arena(again2) and _arena.stats()["reused"] == s5["reused"] + 1, "the kept block was not reused")
+del blocks, last, larger, again2
 
 # fork: the child's inherited tensors are private copies; it allocates from torch's allocator.
 shared = torch.full((2 * MiB // 4,), 5.0)
