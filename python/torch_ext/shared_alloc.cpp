@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 
+#include <cstdio>
 #include <cstring>
 #include <unistd.h>
 
@@ -96,6 +97,7 @@ struct State {
    * tries anyway, since other users of the arena (the DDP engine, cohort's own pools) free without telling us. */
   size_t full_from = SIZE_MAX;
   uint64_t skipped = 0;
+  bool warned_full = false;
 };
 
 void lock_for_fork();
@@ -187,8 +189,10 @@ void *take_block(State &s, size_t bytes) {
     s.full++;
     return nullptr;
   }
+  bool room = true;
   for (int attempt = 0; attempt < 2; attempt++) {
-    void *p = room_in_dev_shm(bytes) ? s.alloc(s.comm, bytes) : nullptr;
+    room = room_in_dev_shm(bytes);
+    void *p = room ? s.alloc(s.comm, bytes) : nullptr;
     if (p && s.in_arena(s.comm, p, bytes)) {
       s.fresh++;
       return p;
@@ -200,6 +204,21 @@ void *take_block(State &s, size_t bytes) {
     trim_kept(s, 0);
   }
   if (bytes < s.full_from) s.full_from = bytes;
+  if (!s.warned_full) { /* once per attachment: what happened, and what to do about it */
+    s.warned_full = true;
+    uintptr_t size = arena.hi.load(std::memory_order_relaxed) - arena.lo.load(std::memory_order_relaxed);
+    if (room)
+      fprintf(stderr,
+              "cohort W: the shared arena (%zu MiB a rank, COHORT_SHM_ARENA_BYTES) is full: CPU tensors of %zu MiB "
+              "and more made from now on come from torch's allocator and are staged in the collectives, not zero "
+              "copy; a larger COHORT_SHM_ARENA_BYTES (only address space until used) keeps them in it\n",
+              static_cast<size_t>(size >> 20), bytes >> 20);
+    else
+      fprintf(stderr,
+              "cohort W: /dev/shm has too little room for the shared arena's tensors (it keeps a quarter of its size, "
+              "and at least 256 MiB, for others): CPU tensors come from torch's allocator and are staged in the "
+              "collectives, not zero copy; a larger /dev/shm (docker run --shm-size) gives them room\n");
+  }
   s.full++;
   return nullptr;
 }
@@ -308,6 +327,7 @@ bool attach(uintptr_t comm, uintptr_t lo, uintptr_t hi, uintptr_t alloc, uintptr
   s.keep_bytes = keep_bytes;
   s.attach_id++;
   s.full_from = SIZE_MAX;
+  s.warned_full = false;
   s.owner.store(getpid());
   return true;
 }

@@ -16,6 +16,7 @@ that "full" and the trimming happen:
 Prints "arena ok" at the end; any failed check raises.
 """
 import ctypes
+import contextlib
 import gc
 import os
 import sys
@@ -28,6 +29,26 @@ from cohort._lib import lib as _c
 from cohort.torch import _arena
 
 MiB = 1 << 20
+
+
+@contextlib.contextmanager
+def stderr_to(path):
+    """Points file descriptor 2 at path while the block runs (the allocator's warnings are C's stderr); yields a
+    function that returns what was written there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    text = []
+    try:
+        yield lambda: text[0]
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        with open(path) as f:
+            text.append(f.read())
+        os.unlink(path)
 
 
 def check(cond, what):
@@ -60,7 +81,10 @@ check(stats["attached"] and stats["installed"], f"stats after init: {stats}")
 if os.environ.get("COHORT_TEST_SMALL_SHM") == "1":
     # A container's /dev/shm (64 MiB here): the allocator keeps a quarter of it, and at least 256 MiB, for others
     # (DataLoader workers pass batches there), so every tensor comes from torch's allocator; nothing breaks.
-    ts = [torch.full((4 * MiB // 4,), float(r + 1)) for _ in range(4)]
+    with stderr_to(f"/tmp/cohort-arena-{os.getpid()}.err") as said:
+        ts = [torch.full((4 * MiB // 4,), float(r + 1)) for _ in range(4)]
+    check("/dev/shm has too little room" in said() and said().count("cohort W:") == 1,
+          f"the warning of a small /dev/shm, once: {said()!r}")
     s1 = _arena.stats()
     check(not any(_arena.in_arena(t) for t in ts), "a tensor in the arena on a 64 MiB /dev/shm")
     check(s1["full"] >= 4 and s1["fresh"] == 0 and s1["live_blocks"] == 0, f"stats on a 64 MiB /dev/shm: {s1}")
@@ -117,7 +141,10 @@ check(not _arena.in_arena(huge) and s_huge["kept_bytes"] == s2["kept_bytes"] and
 del huge
 
 # A full arena: the rest comes from torch's allocator; kept blocks are given back before that; the values hold.
-blocks = [torch.full((2 * MiB // 4,), float(i)) for i in range(arena_bytes // (2 * MiB) + 4)]
+with stderr_to(f"/tmp/cohort-arena-{os.getpid()}.err") as said:
+    blocks = [torch.full((2 * MiB // 4,), float(i)) for i in range(arena_bytes // (2 * MiB) + 4)]
+check("the shared arena (32 MiB a rank, COHORT_SHM_ARENA_BYTES) is full" in said() and said().count("cohort W:") == 1,
+      f"the warning of a full arena, once: {said()!r}")
 inside = sum(_arena.in_arena(b) for b in blocks)
 s3 = _arena.stats()
 check(0 < inside < len(blocks), f"{inside} of {len(blocks)} 2 MiB tensors in an arena of {arena_bytes} bytes")
