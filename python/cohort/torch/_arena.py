@@ -7,6 +7,7 @@ COHORT_TORCH_ARENA=0 leaves torch's allocator alone; COHORT_TORCH_ARENA_MIN_BYTE
 tensor placed there, COHORT_TORCH_ARENA_KEEP_BYTES (default 256 MiB) how much freed memory is kept for reuse.
 Both are read when a communicator is attached."""
 import ctypes
+import importlib
 import os
 
 import torch
@@ -15,24 +16,25 @@ import cohort as _core
 from cohort._lib import lib as _c
 
 
-def _load():
-    """cohort.torch._shared_alloc, or None where it was not built (python/CMakeLists.txt: under torch 1.13 with the
-    rest, under another torch on request) or was built for another torch (its C++ calls are that torch's)."""
+def built_module(name, built_for_key):
+    """cohort.torch.<name>, a C++ module of the package, or None where CMake did not build it or built it for another
+    torch than this one (_config.<built_for_key> names that torch; its C++ calls and class layouts are that torch's,
+    so such a module must not even load)."""
     try:
         from cohort import _config
     except ImportError:
         return None
-    built_for = getattr(_config, "TORCH_ALLOC_FOR", None)
+    built_for = getattr(_config, built_for_key, None)
     if not built_for or built_for.split(".")[:2] != torch.__version__.split(".")[:2]:
         return None
     try:
-        from cohort.torch import _shared_alloc
+        return importlib.import_module(f"cohort.torch.{name}")
     except ImportError:
         return None
-    return _shared_alloc
 
 
-_MODULE = _load()
+# Built under torch 1.13 with the rest, under another torch on request (python/CMakeLists.txt).
+_MODULE = built_module("_shared_alloc", "TORCH_ALLOC_FOR")
 
 
 def _bytes_from_env(name, default):

@@ -45,20 +45,7 @@ def _load_extension():
     dist.all_reduce goes from torch's front end into C without running any of it."""
     if os.environ.get("COHORT_TORCH_EXT", "1") == "0":
         return None
-    try:
-        from cohort import _config  # written by CMake: the torch the module was built against, or None
-    except ImportError:
-        return None
-    built_for = getattr(_config, "TORCH_EXT_FOR", None)
-    # Compared before the import: a module built for another torch must not even load (its C++ calls, and the class
-    # layout it derives from, are that torch's).
-    if not built_for or built_for.split(".")[:2] != torch.__version__.split(".")[:2]:
-        return None
-    try:
-        from cohort.torch import _c10d
-    except ImportError:
-        return None
-    return _c10d
+    return _arena.built_module("_c10d", "TORCH_EXT_FOR")
 
 
 _EXT = _load_extension()
