@@ -31,12 +31,13 @@ void cohort__shm_host_identity(const char *node_id, char *out, size_t len);
  * each, 64 ranks on one host took 15.75 GiB of memory (and 10 s of cohort_init on 2 cores to reserve it); auto
  * keeps that to 32 MiB per rank (2 GiB at 64 ranks) while up to 9 ranks keep the 4 MiB rings. */
 long cohort__shm_auto_ring_bytes(int size);
+long cohort__shm_auto_arena_bytes(int size);
 
 typedef struct cohort__shm_options {
   long ring_bytes;     /* COHORT_SHM_RING_BYTES; -1: auto (cohort__shm_auto_ring_bytes) */
   long chunk_bytes;    /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
   long small_bytes;    /* COHORT_SHM_SMALL_BYTES: 0 to COHORT__SHM_SMALL_BYTES */
-  long arena_bytes;    /* COHORT_SHM_ARENA_BYTES */
+  long arena_bytes;    /* COHORT_SHM_ARENA_BYTES; -1: auto (cohort__shm_auto_arena_bytes) */
   double op_timeout_s; /* COHORT_OP_TIMEOUT */
   long spin_us;        /* how long a waiting rank polls before it sleeps on its futex */
   const char *node_id; /* COHORT_NODE_ID */

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,6 +37,19 @@ long cohort__shm_auto_ring_bytes(int size) {
   long ring = size > 1 ? per_rank / (size - 1) : most;
   ring = ring > most ? most : ring < least ? least : ring;
   return ring / PAGE * PAGE;
+}
+
+/* The arena is address space until cohort_alloc hands a block out and reserves its pages (falling back to malloc
+ * when /dev/shm has no room), so a large one costs nothing unused. A fixed 1 GiB filled up under one model of about
+ * 60 M parameters (its parameters, gradients, optimizer state and DDP's buckets all pass through torch's allocator),
+ * and from then on every collective staged its data again. So the ranks of a host share out all of /dev/shm. */
+long cohort__shm_auto_arena_bytes(int size) {
+  const uint64_t least = 1ull << 30, most = 1ull << 44;
+  struct statvfs fs;
+  uint64_t shm = statvfs("/dev/shm", &fs) == 0 ? (uint64_t)fs.f_blocks * fs.f_frsize : 0;
+  uint64_t arena = shm / (uint64_t)(size > 1 ? size : 1);
+  arena = arena < least ? least : arena > most ? most : arena;
+  return (long)(arena / PAGE * PAGE);
 }
 
 /* The ring that producer writes into, in the segment of its owner. */
@@ -230,7 +244,8 @@ static cohort_status create_own(shm_transport *t, uint64_t ring_bytes, uint64_t 
 cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohort__store *store, int64_t deadline_ns,
                                      const cohort__shm_options *opt, cohort__transport **out) {
   long ring_bytes = opt->ring_bytes < 0 ? cohort__shm_auto_ring_bytes(size) : opt->ring_bytes;
-  long chunk_bytes = opt->chunk_bytes, arena_bytes = opt->arena_bytes;
+  long chunk_bytes = opt->chunk_bytes;
+  long arena_bytes = opt->arena_bytes < 0 ? cohort__shm_auto_arena_bytes(size) : opt->arena_bytes;
   if (opt->small_bytes < 0 || (uint64_t)opt->small_bytes > COHORT__SHM_SMALL_BYTES)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_SMALL_BYTES=%ld is not between 0 and %llu", opt->small_bytes,
                          (unsigned long long)COHORT__SHM_SMALL_BYTES);
