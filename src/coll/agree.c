@@ -36,6 +36,7 @@
  * rd allreduce (docs/performance.md has the measurements).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -242,10 +243,55 @@ static cohort_status join_verdict(cohort__coll_ctx *ctx, const cohort__signature
   return COHORT_OK;
 }
 
+static uint64_t mix64(uint64_t x) { /* splitmix64's finalizer */
+  x ^= x >> 30;
+  x *= UINT64_C(0xbf58476d1ce4e5b9);
+  x ^= x >> 27;
+  x *= UINT64_C(0x94d049bb133111eb);
+  return x ^ (x >> 31);
+}
+
+static uint64_t pair_hash(int sender, int receiver, size_t count) {
+  return mix64(mix64(mix64(UINT64_C(0x9e3779b97f4a7c15) + (uint64_t)(uint32_t)sender) ^ (uint64_t)(uint32_t)receiver) ^
+               (uint64_t)count);
+}
+
+uint64_t cohort__peer_counts_balance(int me, int n, const size_t *send_counts, const size_t *recv_counts) {
+  uint64_t b = 0;
+  for (int j = 0; j < n; j++)
+    if (j != me) b += pair_hash(me, j, send_counts[j]) - pair_hash(j, me, recv_counts[j]);
+  return b;
+}
+
+/* The call the exchanges' frames carry: "internal", under the real call's number, the same on every rank. */
+static cohort__call wire_of(const cohort__coll_ctx *ctx, uint32_t seq) {
+  return cohort__call_make(seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM, COHORT__ALGO_DISSEMINATION, -1,
+                           (uint64_t)ctx->size * sizeof(cohort__signature), 0);
+}
+
+/* Every rank's record (one signature's size) to every rank, the way the signatures travel; nothing rides on it. */
+static cohort_status allgather_records(cohort__coll_ctx *ctx, const cohort__call *wire, const cohort__signature *mine,
+                                       cohort__signature *all) {
+  cohort__transport *t = ctx->t;
+  int n = ctx->size, r = ctx->rank;
+  if (t->ops->agree) return t->ops->agree(t, mine, sizeof *mine, all, NULL, 0);
+  all[r] = *mine;
+  if (pow2(n)) return doubling(ctx, wire, all, NULL);
+  cohort__signature rstack[STACK_RANKS], *rel = rstack;
+  if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 0, (size_t)n * sizeof *rel)))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  rel[0] = *mine;
+  COHORT_CHECK(bruck(t, r, n, rel));
+  for (int q = 0; q < n; q++)
+    all[q] = rel[(q - r + n) % n];
+  return COHORT_OK;
+}
+
 cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
                                       const cohort__coll_args *ride, int *done) {
   ctx->refused = 0;
   ctx->joined = 0;
+  ctx->unbalanced = 0;
   *done = 0;
   int n = ctx->size, r = ctx->rank;
   if (n == 1 || !ctx->call_check) return COHORT_OK;
@@ -253,8 +299,7 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
   if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort__transport *t = ctx->t;
-  cohort__call wire = cohort__call_make(mine->call.seq, COHORT__COLL_INTERNAL, COHORT_U8, COHORT_SUM,
-                                        COHORT__ALGO_DISSEMINATION, -1, (uint64_t)n * sizeof *all, 0);
+  cohort__call wire = wire_of(ctx, mine->call.seq);
   t->ops->set_call(t, &wire);
   cohort_status st = COHORT_OK;
   const cohort__coll_args *a = NULL; /* the allreduce that rides on the frames */
@@ -279,19 +324,17 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
       if (bytes) memcpy(f.acc, a->sendbuf, bytes);
     }
     st = doubling(ctx, &wire, all, a ? &f : NULL);
-  } else { /* Bruck's order, relative to us: rel[i] is rank (r + i) % n's; rotated into all afterwards */
-    cohort__signature rstack[STACK_RANKS], *rel = rstack;
-    if (n > STACK_RANKS && !(rel = cohort__coll_scratch(ctx, 0, (size_t)n * sizeof *rel)))
-      return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-    rel[0] = *mine;
-    st = bruck(t, r, n, rel);
-    for (int q = 0; st == COHORT_OK && q < n; q++)
-      all[q] = rel[(q - r + n) % n];
+  } else { /* Bruck's order (nothing rides on it) */
+    st = allgather_records(ctx, &wire, mine, all);
   }
   if (st != COHORT_OK) return name_the_call(st, &wire, &mine->call);
-  for (int q = 0; q < n; q++)
+  uint64_t balance = 0;
+  for (int q = 0; q < n; q++) {
     ctx->joined += all[q].call.coll == COHORT__COLL_JOIN;
+    balance += all[q].balance;
+  }
   COHORT_CHECK(ctx->joined ? join_verdict(ctx, all) : verdict(ctx, all));
+  ctx->unbalanced = balance != 0;
   if (a && !ctx->joined) { /* agreed: the fused allreduce's result, into recvbuf only now */
     if (!f.live) return cohort__error(COHORT_ERR_INTERNAL, "the fused allreduce stopped though the ranks agree");
     size_t bytes = a->count * cohort_dtype_size(a->dtype);
@@ -305,4 +348,62 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
 cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine) {
   int done;
   return cohort__coll_agree_with(ctx, mine, NULL, &done);
+}
+
+cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a,
+                                             const cohort__call *real) {
+  ctx->refused = 0;
+  int n = ctx->size, r = ctx->rank;
+  cohort__signature stack[STACK_RANKS], *all = stack;
+  if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  uint64_t *sent = cohort__coll_scratch(ctx, 2, 2 * (size_t)n * sizeof *sent), *told = sent + n;
+  cohort__req *reqs = calloc(2 * (size_t)n, sizeof *reqs);
+  if (!sent || !reqs) {
+    free(reqs);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  cohort__transport *t = ctx->t;
+  cohort__call wire = wire_of(ctx, real->seq);
+  t->ops->set_call(t, &wire);
+  /* 1. Each rank tells each peer how many elements it will send it (pairwise, as the data will go). */
+  cohort_status st = COHORT_OK;
+  for (int k = 1; k < n && st == COHORT_OK; k++) {
+    int to = (r + k) % n, from = (r - k + n) % n;
+    sent[to] = (uint64_t)a->send_counts[to];
+    st = t->ops->irecv(t, from, &told[from], sizeof *told, &reqs[2 * k]);
+    if (st == COHORT_OK) st = t->ops->isend(t, to, &sent[to], sizeof *sent, &reqs[2 * k + 1]);
+  }
+  for (int k = 1; k < n && st == COHORT_OK; k++)
+    st = t->ops->wait(t, &reqs[2 * k]);
+  if (st == COHORT_OK) st = t->ops->wait(t, NULL);
+  free(reqs);
+  if (st != COHORT_OK) return name_the_call(st, &wire, real);
+  /* 2. Each rank's first disagreement (the sender as root, what it sends as count, what we expect as the hash), or
+   * root -1, to every rank: all find the same first one and refuse the call with the same words. */
+  cohort__signature mine = {.call = wire};
+  for (int p = 0; p < n; p++) {
+    if (p == r || told[p] == (uint64_t)a->counts[p]) continue;
+    mine.call.root = p;
+    mine.call.count = told[p];
+    mine.counts_hash = (uint64_t)a->counts[p];
+    break;
+  }
+  if ((st = allgather_records(ctx, &wire, &mine, all)) != COHORT_OK) return name_the_call(st, &wire, real);
+  for (int q = 0; q < n; q++) {
+    const cohort__signature *v = &all[q];
+    if (v->call.root < 0) continue;
+    int p = v->call.root;
+    ctx->refused = 1;
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "ranks disagree on the counts of %s: rank %d sends %llu elements to rank %d, which expects "
+                         "%llu from it (its recv_counts[%d] against rank %d's send_counts[%d]) [call #%u]; refused on "
+                         "every rank before any data moved (the communicator stays usable)",
+                         cohort__coll_api_name(real->coll), p, (unsigned long long)v->call.count, q,
+                         (unsigned long long)v->counts_hash, p, p, q, real->seq);
+  }
+  return cohort__error(COHORT_ERR_INTERNAL,
+                       "%s [call #%u]: the ranks' count balances disagreed, but every rank's receive counts equal "
+                       "what its peers send",
+                       cohort__coll_api_name(real->coll), real->seq);
 }

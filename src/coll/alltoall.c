@@ -9,9 +9,10 @@
  *   allgatherv           the ring: in step t rank r sends block r - t to rank r + 1 and receives block r - t - 1
  *                        from rank r - 1, straight into its place in recvbuf, and forwards it in the next step.
  *
- * alltoallv ends with a barrier (below). Both send and receive a frame with a neighbour in their first step even when
- * every block is empty, so that a rank that calls something else is found by that frame's header. Results are copies:
- * bitwise what the senders sent.
+ * alltoallv's counts were compared before it started (agree.c: cohort__coll_agree_peer_counts), unless
+ * COHORT_CALL_CHECK=off; then it ends with a barrier (below). Both send and receive a frame with a neighbour in their
+ * first step even when every block is empty, so that a rank that calls something else is found by that frame's header.
+ * Results are copies: bitwise what the senders sent.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,11 @@ cohort_status cohort__pairwise_alltoall(cohort__coll_ctx *ctx, const cohort__col
   }
   if (st == COHORT_OK) st = t->ops->wait(t, NULL);
   free(sends);
-  /* alltoallv: a send count that differs from its receiver's receive count is found by the receiver alone (frame.c
-   * compares the frame's size with the receive posted for it), so every rank waits at a barrier, whose frames a rank
-   * sends only once it has received (and compared) everything: the rank that found it fails every rank's call. */
-  if (st == COHORT_OK && a->coll == COHORT__COLL_ALLTOALLV) st = cohort__dissemination_barrier(ctx);
+  /* alltoallv without the comparison before it (COHORT_CALL_CHECK=off): a send count that differs from its
+   * receiver's receive count is found by the receiver alone (frame.c compares the frame's size with the receive
+   * posted for it), so every rank waits at a barrier, whose frames a rank sends only once it has received (and
+   * compared) everything: the rank that found it fails every rank's call. */
+  if (st == COHORT_OK && a->coll == COHORT__COLL_ALLTOALLV && !ctx->call_check) st = cohort__dissemination_barrier(ctx);
   return st;
 }
 

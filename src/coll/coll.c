@@ -263,10 +263,13 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   plan p = plan_of(ctx, a, seq);
   /* The v-forms' per-rank counts, hashed, and the caller's tag (cohort_tag_next_call): compared, never sent. */
   cohort__signature sig = {.call = p.call, .counts_hash = a->sig ^ a->tag};
+  if (a->coll == COHORT__COLL_ALLTOALLV)
+    sig.balance = cohort__peer_counts_balance(ctx->rank, ctx->size, a->send_counts, a->counts);
   /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
   int rides = a->coll == COHORT__COLL_ALLREDUCE && (p.node || (p.algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
   int done;
   COHORT_CHECK(cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done));
+  if (ctx->unbalanced) return cohort__coll_agree_peer_counts(ctx, a, &p.call); /* refuses the call */
   ctx->t->ops->set_call(ctx->t, &p.call);
   if (done) return COHORT_OK;
   return execute(ctx, a, &p);

@@ -74,6 +74,8 @@ typedef struct cohort__coll_ctx {
   /* cohort_join (agree.c, coll.c): how many ranks were joined at the last agreement, and on a joined rank its
    * verdict (COHORT__JOIN_*, cohort__join_round): the rank that joined last, or the others' call to run with zeros. */
   int joined;
+  /* alltoallv: the ranks' balances (cohort__peer_counts_balance) at the last agreement did not sum to 0 */
+  int unbalanced;
   int join_state, join_last;
   cohort__call join_call;
 } cohort__coll_ctx;
@@ -84,7 +86,17 @@ enum { COHORT__JOIN_WAIT = 0, COHORT__JOIN_RUN = 1, COHORT__JOIN_DONE = 2 };
 typedef struct cohort__signature {
   cohort__call call;    /* sequence number, collective, dtype, op, algorithm, root, count */
   uint64_t counts_hash; /* v-forms: a hash of the per-rank counts as this rank was given them; 0 for the others */
+  /* alltoallv: this rank's share of a sum over all ranks that is 0 when every rank's send counts equal their
+   * receivers' receive counts (cohort__peer_counts_balance); not compared, summed. 0 for the others. */
+  uint64_t balance;
 } cohort__signature;
+
+/* alltoallv's balance: sum over peers j of H(me, j, send_counts[j]) - H(j, me, recv_counts[j]), H a 64-bit hash of
+ * (sender, receiver, count). Summed over all ranks, every pair (s, r) adds H(s, r, what s sends r) - H(s, r, what r
+ * expects from s): 0 when they agree, and otherwise not 0 except with probability about 2^-64. So the agreement
+ * finds any disagreement in the counts without another round; only then do the ranks exchange the counts to name
+ * it (cohort__coll_agree_peer_counts). */
+uint64_t cohort__peer_counts_balance(int me, int n, const size_t *send_counts, const size_t *recv_counts);
 
 /* Takes COHORT_ALGO, COHORT_SMALL_BYTES, COHORT_SEGMENT_BYTES and COHORT_CALL_CHECK from cfg; COHORT_ALGO=hier needs a
  * layered transport. */
@@ -98,6 +110,13 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args 
  * failure is one of the transport's and fatal). Leaves the transport's call set to the exchange's own: the caller
  * sets its call next. Collective over ctx->t; nothing on a 1-rank communicator or with COHORT_CALL_CHECK=off. */
 cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature *mine);
+/* alltoallv whose balances did not sum to 0 at the agreement (ctx->unbalanced): which peer's count differs. Each rank
+ * tells each peer its send count (one 8-byte frame per peer, pairwise), then every rank's first disagreement goes to
+ * every rank the way the signatures travel, so all refuse the call with the same message naming the pair
+ * (COHORT_ERR_MISMATCH, ctx->refused: the communicator stays usable), before any data moved. Without COHORT_CALL_CHECK
+ * the receiver of a frame of the wrong size finds it while data moves, and that is fatal. */
+cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a,
+                                             const cohort__call *real);
 /* The same, with the call's arguments when its data may ride on the exchange (ride: an allreduce that runs as the
  * transport's node allreduce or as recursive doubling, else NULL). *done: the exchange ran the whole call (frames
  * at a power-of-two world, rd allreduce: recvbuf holds the result); else the caller runs it next, as after

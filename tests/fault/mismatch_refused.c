@@ -9,9 +9,9 @@
  * rank's that differs, and its buffers untouched; then an allreduce on the same communicator must give the right
  * sum. The cases: a broadcast in which every rank names itself root, a broadcast whose counts differ, allreduces
  * whose dtype, op or count differ (small, and large enough for the ring and the shared-memory node allreduce), an
- * allgather whose counts differ, a barrier against an allreduce, and an allreduce whose tags differ
- * (cohort_tag_next_call: a binding's shape hash). A rank that sees anything else prints what and
- * exits 1 (so cohortrun, and ctest, fail).
+ * allgather whose counts differ, a barrier against an allreduce, an allreduce whose tags differ
+ * (cohort_tag_next_call: a binding's shape hash), and an alltoallv whose send and receive counts disagree. A rank that
+ * sees anything else prints what and exits 1 (so cohortrun, and ctest, fail).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +162,33 @@ static int run(cohort_comm *c) {
     failures +=
         expect_refused(r, "rank 0's tagged call", st, "rank 0 called allreduce(count=4, f32, sum", "with another tag");
   failures += expect_usable(c, "a tagged call on one rank"); /* untagged on every rank now */
+
+  /* 10. an alltoallv whose counts disagree (torch's all_to_all_single with split sizes): rank 1 sends rank 0 three
+   * elements, rank 0 expects two; every other pair agrees. Then the same exchange with the counts right. */
+  size_t *sc = calloc((size_t)n, sizeof *sc), *rc = calloc((size_t)n, sizeof *rc);
+  if (!sc || !rc) return fail(r, "calloc", NULL);
+  for (int p = 0; p < n; p++) {
+    sc[p] = rc[p] = 2;
+    buf[2 * p] = buf[2 * p + 1] = (float)(100 * r + p);
+  }
+  if (r == 1) sc[0] = 3, buf[2 * n] = -7.0f; /* rank 1's blocks shift by one: its sendbuf holds 2n + 1 */
+  OUT_FILL(2 * n);
+  st = cohort_alltoallv(c, buf, sc, NULL, out, rc, NULL, COHORT_F32);
+  failures += expect_refused(r, "alltoallv, counts differ", st, "counts of cohort_alltoallv: rank 1 sends 3",
+                             "rank 0, which expects 2 from it");
+  failures += untouched(r, "alltoallv, counts differ", out, 2 * (size_t)n, -1.0f);
+  failures += expect_usable(c, "the alltoallv whose counts differ");
+  sc[0] = 2;
+  for (int p = 0; p < n; p++)
+    buf[2 * p] = buf[2 * p + 1] = (float)(100 * r + p);
+  if (cohort_alltoallv(c, buf, sc, NULL, out, rc, NULL, COHORT_F32) != COHORT_OK)
+    failures += fail(r, "the alltoallv with its counts right", cohort_last_error());
+  else
+    for (int p = 0; p < n; p++)
+      if (out[2 * p] != (float)(100 * p + r) || out[2 * p + 1] != (float)(100 * p + r))
+        failures += fail(r, "the alltoallv with its counts right", "wrong value");
+  free(sc);
+  free(rc);
 
   /* Right calls still give right results after all that: a broadcast from the last rank. */
   FILL(4);

@@ -8,7 +8,7 @@
  * From then on rank 0 believes it talks to a real rank 1, and the test writes whatever bytes it likes.
  *
  * Before any data moves the ranks compare their calls (src/coll/agree.c): rank 0 sends us its signature in a frame
- * of seq 0, internal (6), u8 (6), sum (0), algo dissemination (6), root -1, count 64 (32 bytes a rank), bytes 32, and
+ * of seq 0, internal (6), u8 (6), sum (0), algo dissemination (6), root -1, count 80 (40 bytes a rank), bytes 40, and
  * we answer with ours, the same call: seq 0, allreduce (1), f32 (0), sum (0), rd (2), root -1, count 1000, no counts
  * hash. Rank 0 picks recursive doubling for 1000 floats (4000 bytes <= COHORT_SMALL_BYTES), which rides on the
  * exchange: right behind its signature it sends its vector, and it expects ours right behind our signature, in a
@@ -134,10 +134,11 @@ static void decode(const uint8_t in[HDR_BYTES], wire_hdr *h) {
                   .bytes = get_le(in + 32, 8)};
 }
 
-#define SIG_BYTES 32
+#define SIG_BYTES 40
 
 /* A call's signature as the ranks compare it (cohort__signature): seq @0, coll @4, dtype @5, op @6, algo @7,
- * root @8, 4 bytes of padding (not compared), count @16, counts hash @24. */
+ * root @8, 4 bytes of padding (not compared), count @16, counts hash @24, balance @32 (alltoallv's; summed, not
+ * compared: 0 here). */
 static void encode_signature(uint32_t seq, uint8_t coll, uint8_t dtype, uint8_t op, uint8_t algo, int32_t root,
                              uint64_t count, uint8_t out[SIG_BYTES]) {
   memset(out, 0, SIG_BYTES);
