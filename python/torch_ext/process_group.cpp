@@ -6,9 +6,10 @@
  * rank) in Python between torch's front end and the C library: the argument checks, the ctypes call, the Work. Here
  * the same call runs from torch's front end straight into C: ProcessGroupCohortBase::allreduce, bound as the Python
  * method `allreduce`, checks the one tensor, sees that its caller waits at once (see blocking_caller) and that no
- * Python-held operation is queued before it, drops the GIL and calls cohort_allreduce() through the function pointer
- * the Python half hands over (no link against libcohort: the Python package finds the library once, for both). Every
- * other case goes to the Python method `_allreduce_py`, unchanged.
+ * Python-held operation is queued before it, drops the GIL and calls cohort_allreduce() (after cohort_tag_next_call()
+ * with the shape of a tensor of several dimensions) through the function pointers the Python half hands over (no link
+ * against libcohort: the Python package finds the library once, for both). Every other case goes to the Python method
+ * `_allreduce_py`, unchanged.
  *
  * torch's own trampoline (c10d::PyProcessGroup) looks a Python override up as a c10d::ProcessGroup, and instances
  * of a Python subclass of this class are registered as ProcessGroupCohortBase: the C++ callers of the methods that
@@ -35,6 +36,19 @@ namespace {
 
 /* cohort_allreduce(comm, send, recv, count, dtype, op), include/cohort/cohort.h. */
 using allreduce_fn = int (*)(void *, const void *, void *, size_t, int, int);
+/* cohort_tag_next_call(tag), include/cohort/cohort.h. */
+using tag_fn = void (*)(uint64_t);
+
+/* The tensor's shape for the ranks to compare with the rest of the call (FNV-1a over the dims, one step a dim; 0 for
+ * at most one dim, whose count is its shape): the Python half's _shape_tag, which must give the same number, since
+ * one rank's call may come this way and another's through Python. */
+uint64_t shape_tag(const at::Tensor &t) {
+  if (t.dim() <= 1) return 0;
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (int64_t d : t.sizes())
+    h = (h ^ static_cast<uint64_t>(d)) * UINT64_C(0x100000001b3);
+  return h ? h : 1;
+}
 
 /* cohort_dtype's codes (include/cohort/cohort.h; python/cohort/_lib.py): -1 where the Python half decides. */
 int dtype_code(at::ScalarType t) {
@@ -156,6 +170,7 @@ public:
 
   void *comm = nullptr;
   allreduce_fn allreduce_c = nullptr;
+  tag_fn tag_c = nullptr;
 
   const std::string getBackendName() const override { return "cohort"; }
 
@@ -199,12 +214,14 @@ public:
       const at::Tensor &t = tensors[0];
       void *p = t.data_ptr();
       size_t n = static_cast<size_t>(t.numel());
+      uint64_t tag = shape_tag(t);
       int status;
       {
         py::gil_scoped_release unlocked;
+        if (tag && pg->tag_c) pg->tag_c(tag); /* on this thread, right before its call: tags are per thread */
         status = pg->allreduce_c(pg->comm, p, p, n, dtype, op);
       }
-      if (status != 0) return self.attr("_fast_failed")(status, "all_reduce"); /* raises cohort's error */
+      if (status != 0) return self.attr("_fast_failed")(status, "all_reduce", t); /* raises cohort's error */
       return py::cast(c10::intrusive_ptr<c10d::Work>(c10::make_intrusive<DoneWork>(tensors)));
     }
     return self.attr("_allreduce_py")(tensors, opts);
@@ -235,9 +252,10 @@ PYBIND11_MODULE(_c10d, m) {
       m, "ProcessGroupCohortBase")
       .def(py::init<int, int>())
       .def("_bind_comm",
-           [](ProcessGroupCohortBase &pg, uintptr_t comm, uintptr_t allreduce) {
+           [](ProcessGroupCohortBase &pg, uintptr_t comm, uintptr_t allreduce, uintptr_t tag) {
              pg.comm = reinterpret_cast<void *>(comm);
              pg.allreduce_c = reinterpret_cast<allreduce_fn>(allreduce);
+             pg.tag_c = reinterpret_cast<tag_fn>(tag);
            })
       .def("allreduce", &ProcessGroupCohortBase::allreduce_entry, py::arg("tensors"),
            py::arg("opts") = c10d::AllreduceOptions());

@@ -8,9 +8,10 @@ async_op=True works: what a training script sees).
   kill      (3 ranks) rank 2 SIGKILLs itself while all three are inside all_reduces of 16 MiB; the survivors
             (reducing again and again, as VIA says) each write when it raised,
             the exception's type and message.
-  mismatch  (2 ranks) all_reduce of different shapes (twice: with "wait", blocking, then async), then broadcast with
-            each rank its own root: each call's error (type, seconds, message) on one line; then an all_reduce
-            whose value is checked ("after [...]").
+  mismatch  (2 ranks) all_reduce of different shapes (twice: with "wait", blocking, then async), broadcast with
+            each rank its own root, all_reduce of 2x3 against 3x2, all_to_all_single whose split sizes disagree:
+            each call's error (type, seconds, message) on one line; then an all_reduce whose value is checked
+            ("after [...]").
   timeout   (2 ranks) init_process_group(timeout=timedelta(seconds=3)); after one all_reduce together, rank 1
             stays away (it waits for rank 0's result file, at most 30 s, then leaves) while rank 0 calls
             all_reduce: rank 0 writes how long it took to raise and the message.
@@ -86,7 +87,11 @@ if mode == "mismatch":
     lines = []
     calls = [lambda: call(dist.all_reduce, torch.ones(4 + R, 3)),
              lambda: call(dist.all_reduce, torch.ones(4 + R, 3)),
-             lambda: call(dist.broadcast, torch.full((4,), float(R)), src=R)]
+             lambda: call(dist.broadcast, torch.full((4,), float(R)), src=R),
+             # as many elements in another shape: gloo would reduce them element by element
+             lambda: call(dist.all_reduce, torch.ones(2, 3) if R == 0 else torch.ones(3, 2)),
+             # rank 0 expects 2 elements from rank 1, which sends it 1
+             lambda: call(dist.all_to_all_single, torch.zeros(3 - R), torch.ones(2), [1, 2 - R], [1, 1])]
     for c in calls:
         t0 = time.time()
         try:

@@ -2,7 +2,8 @@
 # Faults of torch.distributed on backend "cohort" between real processes under cohortrun
 # (tests/python/test_dist_faults.py writes what each rank saw). usage: test_dist_faults.sh COHORTRUN PYTHON MODE VIA
 #   kill      3 ranks; rank 2 is SIGKILLed inside an all_reduce: ranks 0 and 1 raise within 2 s naming rank 2
-#   mismatch  2 ranks reduce different shapes, twice, then broadcast each as its own root: both raise each time
+#   mismatch  2 ranks reduce different shapes, twice, then broadcast each as its own root, then reduce 2x3 against
+#             3x2 and all_to_all_single with split sizes that disagree: both raise each time, and go on
 #             (within 2 s) naming both calls, then a barrier and an all_reduce work (3 on every element)
 #   timeout   2 ranks, init_process_group(timeout=timedelta(seconds=3)); rank 1 stays away from an all_reduce:
 #             rank 0 raises after 2.5 to 6 s naming rank 1 and COHORT_OP_TIMEOUT
@@ -32,12 +33,17 @@ mismatch)
   "$run" -np 2 "$py" "$here/test_dist_faults.py" mismatch "$tmp" "$via" >"$tmp/out" 2>&1 || fail "the job failed"
   for r in 0 1; do
     [ -f "$tmp/result.$r" ] || fail "rank $r reported nothing"
-    [ "$(grep -c '^[A-Za-z]*Error [01]\.[0-9]* .*MismatchError' "$tmp/result.$r")" = 3 ] ||
-      fail "rank $r did not raise a MismatchError three times, each within 2 s"
+    [ "$(grep -c '^[A-Za-z]*Error [01]\.[0-9]* .*MismatchError' "$tmp/result.$r")" = 5 ] ||
+      fail "rank $r did not raise a MismatchError five times, each within 2 s"
     grep -q "rank 0 called allreduce(count=12, f32, sum, .*) \[call #[0-9]*\] but rank 1 called allreduce(count=15, f32, sum" \
       "$tmp/result.$r" || fail "rank $r's error does not name both all_reduces"
     grep -q "rank 0 called broadcast(count=4, f32, root=0, .*) \[call #[0-9]*\] but rank 1 called broadcast(count=4, f32, root=1" \
       "$tmp/result.$r" || fail "rank $r's error does not name both broadcasts"
+    want_shape=$([ "$r" = 0 ] && echo 2x3 || echo 3x2)
+    grep -q "all_reduce of a $want_shape tensor: ranks disagree: .* with a tensor of another shape" "$tmp/result.$r" ||
+      fail "rank $r's error does not refuse the all_reduce of 2x3 against 3x2 naming its own shape"
+    grep -q "counts of cohort_alltoallv: rank 1 sends 1 elements to rank 0, which expects 2 .*before any data moved" \
+      "$tmp/result.$r" || fail "rank $r's error does not name the all_to_all_single's split sizes that disagree"
     grep -qx "after \[3.0, 3.0, 3.0, 3.0, 3.0\]" "$tmp/result.$r" || fail "rank $r could not go on after the mismatches"
   done
   ;;

@@ -116,6 +116,28 @@ def _flat(t, what, direct=False):
     return c, code, c.numel()
 
 
+def _shape_tag(t):
+    """t's shape, for the ranks to compare with the rest of the call (cohort_tag_next_call): an all_reduce, broadcast,
+    reduce or all_gather of as many elements in another shape (2x3 against 3x2) is refused on every rank, as
+    Horovod refuses it and torch's TORCH_DISTRIBUTED_DEBUG=DETAIL reports it, where gloo and NCCL run it element by
+    element. 0 (no tag) for at most one dimension, whose count is its shape: DDP's buckets and the common call pay
+    nothing. FNV-1a over the dims, one step a dim: the C++ half's shape_tag gives the same number, since one rank's
+    call may go through it and another's through here."""
+    if t.dim() <= 1:
+        return 0
+    h = 0xCBF29CE484222325
+    for d in t.shape:
+        h = ((h ^ d) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h or 1
+
+
+def _tagged(call, tag):
+    def tagged(*args):
+        _c.cohort_tag_next_call(tag)
+        return call(*args)
+    return tagged
+
+
 # ---- CUDA tensors ----
 # allreduce, broadcast, all_gather and reduce_scatter (the forms with _tensor and coalesced too) run on the tensors'
 # device, ordered on torch's current stream there, through the library's device collectives (docs/gpu.md: cuda-ipc
@@ -225,8 +247,25 @@ def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
+# The library's words for calls whose tags differ; the backend's tags are shapes (_shape_tag).
+_TAG_WORDS = "with another tag (cohort_tag_next_call: e.g. another tensor shape)"
+
+
+def _error_of(status, what):
+    """The exception for the library's last error on this thread, in the backend's words."""
+    err = _core._error(status, f"cohort backend: {what}")
+    if _TAG_WORDS in getattr(err, "message", ""):
+        err = type(err)(status, err.message.replace(_TAG_WORDS, "with a tensor of another shape (each rank's error "
+                                                                  "names its own)"))
+    return err
+
+
+def _with_shape(what, t):
+    return f"{what} of a {'x'.join(str(d) for d in t.shape)} tensor"
+
+
 def _raise(status, what):
-    raise _core._error(status, f"cohort backend: {what}")
+    raise _error_of(status, what)
 
 
 # ---- rendezvous ----
@@ -409,7 +448,7 @@ class _Completer:
             st = _c.cohort_work_wait(p.work) if p.work else _lib.OK
             err = None
             if st != _lib.OK:
-                err = _core._error(st, f"cohort backend: {p.what}")
+                err = _error_of(st, p.what)
             if p.work:
                 _c.cohort_work_free(p.work)
             if err is None:
@@ -644,7 +683,8 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         super().__init__(rank, size)
         self._comm, self.rendezvous = _meet(store, rank, size, timeout, default_group)
         if _EXT:
-            self._bind_comm(self._comm.value, ctypes.cast(_c.cohort_allreduce, ctypes.c_void_p).value)
+            self._bind_comm(self._comm.value, ctypes.cast(_c.cohort_allreduce, ctypes.c_void_p).value,
+                            ctypes.cast(_c.cohort_tag_next_call, ctypes.c_void_p).value)
         # Large CPU tensors made from now on live in this group's shared arena, where the collectives on them are
         # zero copy (_arena.py): the first group of the whole world takes it (a subgroup's arena serves only it).
         if default_group or size == dist.get_world_size():
@@ -671,7 +711,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return
         self._closed = True
         if _EXT:
-            self._bind_comm(0, 0)  # the C++ half's blocking calls see a closed group (see _fast_failed)
+            self._bind_comm(0, 0, 0)  # the C++ half's blocking calls see a closed group (see _fast_failed)
         self._completer.close()
         with self._lock:
             held, self._held = list(self._held), collections.deque()
@@ -690,7 +730,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
 
     # -- issuing --
 
-    def _issue(self, what, start, finish=None, keep=(), run=None):
+    def _issue(self, what, start, finish=None, keep=(), run=None, like=None):
         """start(work_ptr) issues one async C call; finish() makes the Future's value once it has completed. run(),
         where given, is the same call blocking, for callers that wait at once (see _blocking): the library runs it
         on this thread when nothing is queued before it, without the progress thread's hand-over.
@@ -705,7 +745,15 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         callback can be chained on) is a barrier: what the group is asked for after it, outside its callbacks, is
         held and started once it has completed and its callbacks have run; what its callbacks issue starts at once.
         The order is then the program's on every rank. DDP's own allreduces (issued from C++) and blocking calls
-        hold nothing back, so they keep their overlap and speed."""
+        hold nothing back, so they keep their overlap and speed.
+
+        like: the tensor whose shape the ranks compare (_shape_tag), if any. Its tag goes to the library right before
+        the C call, on the thread that makes it (a held operation starts on a completer thread; tags are per thread),
+        and its shape into what the errors say."""
+        tag = _shape_tag(like) if like is not None else 0
+        if tag:
+            start, run = _tagged(start, tag), _tagged(run, tag) if run is not None else None
+            what = _with_shape(what, like)
         if self._closed:
             raise RuntimeError(f"cohort backend: {what} on a destroyed process group")
         frame = _torch_python_frame()
@@ -760,7 +808,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                 self._completer.put(_Pending(w, h.future, h.finish, h.keep, h.what,
                                              self._release if h.barrier else None))
         for h, st in failed:
-            h.future.set_result(_Failed(_core._error(st, f"cohort backend: {h.what}")))
+            h.future.set_result(_Failed(_error_of(st, h.what)))
 
     # -- the collectives --
 
@@ -768,9 +816,9 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce")
         return self._allreduce_many(tensors, op, "all_reduce")
 
-    def _fast_failed(self, status, what):
+    def _fast_failed(self, status, what, like=None):
         """The C++ half's blocking call failed: the same error the Python path raises."""
-        _raise(status, what)
+        _raise(status, _with_shape(what, like) if like is not None and _shape_tag(like) else what)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce_coalesced")
@@ -788,7 +836,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                     _copy_back(t, src)
                 return tensors
 
-            return self._issue_allreduce(what, src, n, code, op, finish, direct)
+            return self._issue_allreduce(what, src, n, code, op, finish, direct, t)
         # Several tensors: one fused buffer per call keeps one collective per operation on every rank.
         codes = {code for _, code, _ in flats}
         if len(codes) != 1:
@@ -806,7 +854,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
 
         return self._issue_allreduce(what, fused, fused.numel(), code, op, finish, direct)
 
-    def _issue_allreduce(self, what, buf, n, code, op, finish, direct):
+    def _issue_allreduce(self, what, buf, n, code, op, finish, direct, like=None):
         """An in-place allreduce of buf: on its device, ordered on torch's current stream there (direct), or on host
         memory."""
         p = buf.data_ptr()
@@ -815,9 +863,9 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             s = on.ptr
             return self._issue(what, lambda w: _c.cohort_iallreduce_stream(self._comm, p, p, n, code, op, s, w),
                                on.finish(finish), (buf, on),
-                               lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s))
+                               lambda: _c.cohort_allreduce_stream(self._comm, p, p, n, code, op, s), like)
         return self._issue(what, lambda w: _c.cohort_iallreduce(self._comm, p, p, n, code, op, w), finish, (buf,),
-                           lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op))
+                           lambda: _c.cohort_allreduce(self._comm, p, p, n, code, op), like)
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -839,9 +887,9 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             s = on.ptr
             return self._issue("broadcast", lambda w: _c.cohort_ibroadcast_stream(self._comm, p, n, code, root, s, w),
                                on.finish(finish), (buf, on),
-                               lambda: _c.cohort_broadcast_stream(self._comm, p, n, code, root, s))
+                               lambda: _c.cohort_broadcast_stream(self._comm, p, n, code, root, s), t)
         return self._issue("broadcast", lambda w: _c.cohort_ibroadcast(self._comm, p, n, code, root, w), finish, (buf,),
-                           lambda: _c.cohort_broadcast(self._comm, p, n, code, root))
+                           lambda: _c.cohort_broadcast(self._comm, p, n, code, root), t)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if len(input_tensors) != 1 or len(output_tensors) != 1:
@@ -867,9 +915,9 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             s = on.ptr
             return self._issue("all_gather", lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(whole),
                                                                                    n, code, s, w), on.finish(finish),
-                               (src, whole, on))
+                               (src, whole, on), like=inp)
         return self._issue("all_gather", lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(whole), n, code,
-                                                                        w), finish, (src, whole))
+                                                                        w), finish, (src, whole), like=inp)
 
     def _allgather_base(self, output, input, opts=None):
         direct = _direct([output, input])
@@ -894,10 +942,10 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             s = on.ptr
             return self._issue("all_gather_into_tensor",
                                lambda w: _C.cohort_iallgather_stream(self._comm, _ptr(src), _ptr(dflat), n, code, s, w),
-                               on.finish(finish), (src, dst, on))
+                               on.finish(finish), (src, dst, on), like=input)
         return self._issue("all_gather_into_tensor",
                            lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(dflat), n, code, w), finish,
-                           (src, dst))
+                           (src, dst), like=input)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i]: one allgather of the inputs packed end to end."""
@@ -1001,7 +1049,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             return tensors
 
         return self._issue("reduce", lambda w: _C.cohort_ireduce(self._comm, _ptr(buf), _ptr(buf), n, code, op, root,
-                                                                 w), finish, (buf,))
+                                                                 w), finish, (buf,), like=t)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
