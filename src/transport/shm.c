@@ -237,7 +237,10 @@ static int proc_dead(int pid) {
 
 /* How a peer that is no longer there went: its process exited, or it destroyed its end of the communicator. */
 static const char *gone_how(const peer *pe) {
-  return pe->closed ? "left the communicator (it destroyed it: cohort_comm_destroy, or shutdown())"
+  /* A Python rank that raised destroys its communicators on its way out (atexit), so "left" is often a crash: the
+   * message says where to look. */
+  return pe->closed ? "left the communicator (it destroyed it: cohort_comm_destroy, or shutdown(); a Python rank "
+                      "also does as it exits, after an exception too: its own output says why)"
                     : "died (its process exited)";
 }
 

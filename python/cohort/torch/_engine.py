@@ -513,7 +513,7 @@ def _join(engine, what):
     if others:
         names = ", ".join(sorted(e.what for e in live))
         msg = (f"{what}: {len(live)} DistributedOptimizer/DistributedDataParallel engines are alive ({names}); "
-               f"join supports one (close the others first)")
+               f"join supports one (drop the others first: del them, or let them go out of scope)")
         _c.cohort_comm_abort(_core._get_comm(), msg.encode())
         raise ValueError(msg)
     if engine is None:
