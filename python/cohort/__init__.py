@@ -92,8 +92,12 @@ _ERROR_CLASSES = {_lib.ERR_SYSTEM: SystemError_, _lib.ERR_INTERNAL: SystemError_
                   _lib.ERR_PROTOCOL: ProtocolError}
 
 
+# The library's words for calls whose tags differ (cohort_tag_next_call); this package's tags are tensor shapes.
+_TAG_WORDS = "with another tag (cohort_tag_next_call: e.g. another tensor shape)"
+
+
 def _error(status, prefix=None):
-    msg = _c.cohort_last_error().decode(errors="replace")
+    msg = _c.cohort_last_error().decode(errors="replace").replace(_TAG_WORDS, "with a tensor of another shape")
     if prefix:
         msg = f"{prefix}: {msg}" if msg else prefix
     return _ERROR_CLASSES.get(status, CohortError)(status, msg)

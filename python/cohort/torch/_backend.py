@@ -247,17 +247,10 @@ def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
-# The library's words for calls whose tags differ; the backend's tags are shapes (_shape_tag).
-_TAG_WORDS = "with another tag (cohort_tag_next_call: e.g. another tensor shape)"
-
-
 def _error_of(status, what):
-    """The exception for the library's last error on this thread, in the backend's words."""
-    err = _core._error(status, f"cohort backend: {what}")
-    if _TAG_WORDS in getattr(err, "message", ""):
-        err = type(err)(status, err.message.replace(_TAG_WORDS, "with a tensor of another shape (each rank's error "
-                                                                  "names its own)"))
-    return err
+    """The exception for the library's last error on this thread. Where the ranks compared shapes, what names this
+    rank's (_with_shape): the library's message says only that another rank's differs."""
+    return _core._error(status, f"cohort backend: {what}")
 
 
 def _with_shape(what, t):
