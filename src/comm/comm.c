@@ -115,6 +115,7 @@ cohort_status cohort_init(cohort_comm **out) {
   cohort__config *cfg = malloc(sizeof *cfg);
   if (!cfg) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   cohort_status st = cohort__config_load(cfg);
+  if (st == COHORT_OK) cohort__log_set_stall_s(cfg->stall_s);
   /* Before the rendezvous: cohortrun then knows this for a cohort program, whose silence before its first
    * collective (setting up, waiting for the others) is no hang. */
   if (st == COHORT_OK) cohort__heartbeat_attach(cfg->heartbeat_fd);
@@ -246,6 +247,7 @@ cohort_status cohort_init_inproc(cohort_inproc_group *g, int rank, cohort_comm *
   if (!cfg) return fail_group(g, rank, cohort__error(COHORT_ERR_SYSTEM, "out of memory"));
   cohort__transport *t = NULL;
   cohort_status st = cohort__config_load(cfg);
+  if (st == COHORT_OK) cohort__log_set_stall_s(cfg->stall_s);
   if (st == COHORT_OK) st = cohort__inproc_create(g->hub, rank, (double)cfg->op_timeout_s, &t);
   cohort_comm *c = NULL;
   if (st == COHORT_OK) st = cohort__comm_create(t, rank, g->size, cfg, &c);

@@ -48,7 +48,7 @@
   X(COHORT_TIMELINE, timeline, STR, ANY, "", "path of a Chrome trace JSON the DDP engine writes at its end; empty: none") \
   X(COHORT_METRICS, metrics, STR, ANY, "", "path of a JSON-lines file of per-step metrics across ranks that the DDP engine's rank 0 writes; empty: none") \
   X(COHORT_METRICS_DIR, metrics_dir, STR, ANY, "", "set by cohortrun --metrics-port: the directory where each rank's DDP engine keeps its live counters for cohortrun to serve; empty: none") \
-  X(COHORT_STALL_S, stall_s, NUM, RANGE(0, 1e9), "60", "seconds a rank waits for a bucket (or cohort.torch for a name= some ranks have not issued) before the stall inspector names the ranks missing; 0: off") \
+  X(COHORT_STALL_S, stall_s, NUM, RANGE(0, 1e9), "60", "seconds a rank waits in a collective (a bucket; cohort.torch: a name= some ranks have not issued) before a warning names the ranks missing; 0: off") \
   X(COHORT_HEARTBEAT_S, heartbeat_s, NUM, RANGE(0, 1e6), "0", "cohortrun reports (and stops) a worker whose collectives make no progress for this many seconds; 0: off") \
   X(COHORT_HEARTBEAT_FD, heartbeat_fd, INT, RANGE(-1, 1L << 20), "-1", "set by cohortrun: the descriptor of a memfd page in which a worker counts its collectives; -1 or empty: none") \
   X(COHORT_TTY, tty, STR, ANY, "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0") \

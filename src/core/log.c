@@ -33,6 +33,20 @@ int cohort__log_enabled(int level) {
 
 void cohort__log_set_rank(int rank) { atomic_store(&log_rank, rank); }
 
+static _Atomic int64_t stall_ns = 60 * INT64_C(1000000000);
+
+void cohort__log_set_stall_s(double seconds) { atomic_store(&stall_ns, (int64_t)(seconds * 1e9)); }
+
+int64_t cohort__log_stall_ns(void) { return atomic_load(&stall_ns); }
+
+void cohort__log_stall(int *warned, int64_t waited_ns, const char *call, const char *who, double op_timeout_s) {
+  *warned = 1;
+  cohort__log(COHORT__LOG_WARN,
+              "%s has waited %.0f s for rank(s) %s (COHORT_STALL_S): they have not sent their part; it fails after "
+              "%.0f s without progress (COHORT_OP_TIMEOUT)",
+              call, (double)waited_ns / 1e9, who, op_timeout_s);
+}
+
 void cohort__log(int level, const char *fmt, ...) {
   if (!cohort__log_enabled(level)) return;
   static const char tags[] = "EWID";

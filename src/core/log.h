@@ -13,6 +13,12 @@ enum { COHORT__LOG_ERROR = 0, COHORT__LOG_WARN = 1, COHORT__LOG_INFO = 2, COHORT
 void cohort__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cohort__log_enabled(int level);
 void cohort__log_set_rank(int rank);
+/* COHORT_STALL_S as the transports' waits read it (set by cohort_init from its config; 60 until then; 0: off): a
+ * wait on peers that lasts this long logs one warning naming them and when COHORT_OP_TIMEOUT ends it. */
+void cohort__log_set_stall_s(double seconds);
+int64_t cohort__log_stall_ns(void);
+/* That warning, once per wait (*warned): call is the call's description, who the ranks waited on. */
+void cohort__log_stall(int *warned, int64_t waited_ns, const char *call, const char *who, double op_timeout_s);
 
 /* A budget for lines that strangers can cause (refused connections): a port scan must not flood the job's stderr.
  * At most COHORT__LOG_BUDGET_LINES lines per COHORT__LOG_BUDGET_WINDOW_S seconds pass; the rest are counted, and the

@@ -10,6 +10,10 @@ void cohort__call_describe(const cohort__call *c, char *buf, size_t len) {
     snprintf(buf, len, "point-to-point messages");
     return;
   }
+  if (c->coll == COHORT__COLL_INTERNAL) { /* the ranks comparing their calls (src/coll/agree.c) under its number */
+    snprintf(buf, len, "the comparison of the ranks' calls [call #%u]", c->seq);
+    return;
+  }
   if (f & COHORT__CALL_NO_DATA) {
     snprintf(buf, len, "%s() [call #%u]", name, c->seq);
     return;

@@ -411,7 +411,8 @@ static void describe_waiting(const mpi_transport *t, char *out, size_t len) {
 static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
   mpi_transport *t = (mpi_transport *)base;
   int64_t last_progress = cohort__now_ns();
-  const int64_t timeout_ns = (int64_t)(t->op_timeout_s * 1e9);
+  const int64_t timeout_ns = (int64_t)(t->op_timeout_s * 1e9), stall_ns = cohort__log_stall_ns();
+  int stall_warned = 0;
   for (;;) {
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
     if (t->failure.status != COHORT_OK) return cohort__failure_raise(&t->failure);
@@ -430,6 +431,12 @@ static cohort_status mpi_wait(cohort__transport *base, cohort__req *req) {
       cohort__call_describe(&t->call, call, sizeof call);
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
                   t->op_timeout_s, who);
+    }
+    if (!stall_warned && stall_ns > 0 && now - last_progress > stall_ns) {
+      char who[256], call[256];
+      describe_waiting(t, who, sizeof who);
+      cohort__call_describe(&t->call, call, sizeof call);
+      cohort__log_stall(&stall_warned, now - last_progress, call, who, t->op_timeout_s);
     }
     /* MPI progresses only inside its calls here: poll, and nap a little once the wait is long. Out of the exit gate
      * meanwhile (gated_wait holds it): MPI_Finalize at exit need not wait out a whole collective. */

@@ -365,7 +365,8 @@ static inline void cpu_relax(void) {
 
 cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag, uint64_t want) {
   if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
-  int64_t start = cohort__now_ns(), next_check = start + LIVENESS_NS;
+  int64_t start = cohort__now_ns(), next_check = start + LIVENESS_NS, stall_ns = cohort__log_stall_ns();
+  int stall_warned = 0;
   for (;;) {
     for (int i = 0; i < 64; i++) {
       if (atomic_load_explicit(flag, memory_order_acquire) >= want) return COHORT_OK;
@@ -399,6 +400,12 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
                               "%s: no progress for %.0f s waiting on rank(s) %d (COHORT_OP_TIMEOUT)", call,
                               t->op_timeout_s, WORLD(t, p));
     }
+    if (!stall_warned && stall_ns > 0 && now - start > stall_ns) {
+      char call[256], who[16];
+      cohort__call_describe(&t->call, call, sizeof call);
+      snprintf(who, sizeof who, "%d", WORLD(t, p));
+      cohort__log_stall(&stall_warned, now - start, call, who, t->op_timeout_s);
+    }
     if (now - start < t->spin_ns) {
       if (now - start > PAUSE_NS) sched_yield();
       continue;
@@ -417,7 +424,8 @@ cohort_status cohort__shm_await(shm_transport *t, int p, _Atomic uint64_t *flag,
 
 static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
   shm_transport *t = (shm_transport *)base;
-  int64_t last_progress = cohort__now_ns(), next_liveness = 0;
+  int64_t last_progress = cohort__now_ns(), next_liveness = 0, stall_ns = cohort__log_stall_ns();
+  int stall_warned = 0;
   for (;;) {
     /* What completed did complete; a failure read after it belongs to a later call (as in tcp.c). */
     if (req ? req->complete : t->pending == 0) return COHORT_OK;
@@ -447,6 +455,12 @@ static cohort_status shm_wait(cohort__transport *base, cohort__req *req) {
       return cohort__shm_fail(t, COHORT_ERR_TIMEOUT,
                               "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
                               t->op_timeout_s, who);
+    }
+    if (!stall_warned && stall_ns > 0 && now - last_progress > stall_ns) {
+      char who[256], call[256];
+      cohort__links_describe_waiting(&t->links, who, sizeof who);
+      cohort__call_describe(&t->call, call, sizeof call);
+      cohort__log_stall(&stall_warned, now - last_progress, call, who, t->op_timeout_s);
     }
     if (now - last_progress < t->spin_ns) {
       sched_yield(); /* the rank we wait for may need this very core */

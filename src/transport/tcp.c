@@ -219,7 +219,8 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
   tcp_transport *t = (tcp_transport *)base;
   int64_t last_progress = cohort__now_ns();
   int64_t spin_ns = (int64_t)t->opt.spin_us * 1000;
-  int64_t timeout_ns = (int64_t)(t->opt.op_timeout_s * 1e9);
+  int64_t timeout_ns = (int64_t)(t->opt.op_timeout_s * 1e9), stall_ns = cohort__log_stall_ns();
+  int stall_warned = 0;
   for (;;) {
     /* What completed did complete, even if a failure was read right after it: that failure belongs to a later call
      * and is reported by it. */
@@ -247,6 +248,12 @@ static cohort_status tcp_wait(cohort__transport *base, cohort__req *req) {
       cohort__call_describe(&t->call, call, sizeof call);
       return fail(t, COHORT_ERR_TIMEOUT, "%s: no progress for %.0f s waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
                   t->opt.op_timeout_s, who);
+    }
+    if (!stall_warned && stall_ns > 0 && idle > stall_ns) {
+      char who[256], call[256];
+      cohort__links_describe_waiting(&t->links, who, sizeof who);
+      cohort__call_describe(&t->call, call, sizeof call);
+      cohort__log_stall(&stall_warned, idle, call, who, t->opt.op_timeout_s);
     }
     if (idle < spin_ns) {
       COHORT_CHECK(poll_events(t, 0));

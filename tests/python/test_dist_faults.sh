@@ -48,8 +48,11 @@ mismatch)
   done
   ;;
 timeout)
-  "$run" -np 2 --grace 10 "$py" "$here/test_dist_faults.py" timeout "$tmp" "$via" >"$tmp/out" 2>&1
+  COHORT_STALL_S=1 "$run" -np 2 --grace 10 "$py" "$here/test_dist_faults.py" timeout "$tmp" "$via" >"$tmp/out" 2>&1
   [ -f "$tmp/result.0" ] || fail "rank 0 reported nothing"
+  # the stall warning, before the timeout: one line, naming the rank waited on
+  [ "$(grep -c 'cohort\[0\] W: .* has waited 1 s for rank(s) 1 (COHORT_STALL_S).*fails after 3 s' "$tmp/out")" = 1 ] ||
+    fail "rank 0 did not warn once, after COHORT_STALL_S=1, that it waited for rank 1"
   sed -n 1p "$tmp/result.0" | grep -q "^no error" && fail "rank 0's all_reduce returned without error"
   "$py" -c 'import sys; d = float(open(sys.argv[1]).readline()); print(f"rank 0 raised after {d:.3f} s")
 sys.exit(0 if 2.5 <= d < 6.0 else 1)' "$tmp/result.0" >>"$tmp/out" 2>&1 || fail "rank 0 did not raise 2.5 to 6 s after calling"
