@@ -36,11 +36,7 @@ typedef struct job {
  * torchrun does: that is where a torch program's rank 0 serves its own (c10d) store. Under torchrun's static
  * rendezvous its agent already serves a store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), which speaks
  * torch's protocol, not ours; rank 0 then serves cohort's on the next port, MASTER_PORT+1, which every rank derives
- * alike from the same variables. Under its c10d rendezvous (--standalone: TORCHELASTIC_USE_AGENT_STORE=False)
- * MASTER_PORT is free at first, but a program that also calls init_process_group has its rank 0 serve torch's store
- * there: cohort's store took the port first and torch's then failed ("Address already in use", its clients
- * reading cohort's protocol), or the other way round. So under torchrun cohort's store is on MASTER_PORT+1
- * either way. */
+ * alike from the same variables. */
 static cohort_status open_store(job *j, int rank, const char *secret, cohort__store **store,
                                 cohort__store_server **server) {
   const char *port_from = j->env->port_why[0] ? j->env->port_why : "MASTER_PORT";
@@ -48,14 +44,13 @@ static cohort_status open_store(job *j, int rank, const char *secret, cohort__st
   if (j->cfg->store_port) {
     j->master_port = j->cfg->store_port;
     port_from = "COHORT_STORE_PORT";
-  } else if (j->env->torch_port && j->master_port > 0) {
+  } else if (j->env->agent_store && j->master_port > 0) {
     if (j->master_port == 65535)
-      return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT=65535 is torch's store under torchrun, and cohort's goes "
-                                               "on MASTER_PORT+1, which does not exist: set COHORT_STORE_PORT to a "
-                                               "free port, the same on every rank");
+      return cohort__error(COHORT_ERR_INVALID, "MASTER_PORT=65535 is torchrun's agent store, and cohort's goes on "
+                                               "MASTER_PORT+1, which does not exist: set COHORT_STORE_PORT to a free "
+                                               "port, the same on every rank");
     j->master_port++;
-    port_from = j->env->agent_store ? "MASTER_PORT+1, beside torchrun's agent store on MASTER_PORT"
-                                    : "MASTER_PORT+1, beside the store torch's rank 0 serves on MASTER_PORT";
+    port_from = "MASTER_PORT+1, beside torchrun's agent store on MASTER_PORT";
   }
   if (j->cfg->store_addr[0]) j->master_addr = j->cfg->store_addr;
   const char *kind = j->cfg->store;
@@ -71,11 +66,11 @@ static cohort_status open_store(job *j, int rank, const char *secret, cohort__st
   snprintf(j->where, j->where_len, "the store at %s:%ld (%s)", j->master_addr, j->master_port, port_from);
   if (rank == 0 && !j->cfg->launcher_store) {
     cohort_status st = cohort__store_server_start(j->master_addr, (int)j->master_port, secret, server);
-    if (st != COHORT_OK && j->env->torch_port && !j->cfg->store_port)
+    if (st != COHORT_OK && j->env->agent_store && !j->cfg->store_port)
       return cohort__error_prefix(st,
                                   "rank 0 cannot serve the rendezvous store on %s:%ld (MASTER_PORT+1, beside "
-                                  "torch's store on MASTER_PORT under torchrun): set COHORT_STORE_PORT to a free "
-                                  "port, the same on every rank",
+                                  "torchrun's agent store on MASTER_PORT): set COHORT_STORE_PORT to a free port, "
+                                  "the same on every rank, or run torchrun with --standalone",
                                   j->master_addr, j->master_port);
     if (st != COHORT_OK) return cohort__error_prefix(st, "rank 0 cannot serve %s", j->where);
   }

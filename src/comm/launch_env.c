@@ -285,6 +285,5 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
   /* torch writes str(True) or str(False). */
   const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
   e->agent_store = agent && strcmp(agent, "True") == 0;
-  e->torch_port = agent != NULL;
   return COHORT_OK;
 }

@@ -15,10 +15,8 @@
  * (job_id: PMIX_NAMESPACE, else OMPI_MCA_ess_base_jobid; under Slurm SLURM_JOB_ID.SLURM_STEP_ID) also scopes the
  * rendezvous keys and is checked against the store's owner (rendezvous.c), so that two jobs on one host never mix.
  * Under torchrun's default (static) rendezvous, torchrun's agent serves its own store
- * on MASTER_PORT and says so with TORCHELASTIC_USE_AGENT_STORE=True (agent_store); under its c10d rendezvous
- * (--standalone) it says False, and the program's rank 0 serves torch's store there once it calls
- * init_process_group. Either way (torch_port) cohort's store goes beside it, on MASTER_PORT+1 (job.c). Pure: reads the
- * environment, changes nothing.
+ * on MASTER_PORT and says so with TORCHELASTIC_USE_AGENT_STORE=True (agent_store): cohort's store then goes beside it
+ * (rendezvous.c). Pure: reads the environment, changes nothing.
  */
 #ifndef COHORT_COMM_LAUNCH_ENV_H
 #define COHORT_COMM_LAUNCH_ENV_H
@@ -33,8 +31,6 @@ typedef struct cohort__launch_env {
   char master_addr[256];
   int master_port;     /* 0: none given and none needed (1 rank) */
   int agent_store;     /* torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True) */
-  int torch_port;      /* under torchrun MASTER_PORT is torch's either way: its agent's store (True), or the one
-                        * the program's rank 0 serves from init_process_group (False: --standalone, c10d) */
   char port_why[240];  /* how master_port was chosen when MASTER_PORT is unset ("" when it is set), for messages */
   char job_id[160];    /* the launcher's identity of this job, "" when it gives none (torchrun, MPICH) */
   const char *job_var; /* where job_id came from, e.g. "PMIX_NAMESPACE"; NULL when job_id is "" */

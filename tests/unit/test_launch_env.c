@@ -76,17 +76,13 @@ TEST(torchrun_variables_win_over_mpi_ones) {
   ASSERT_STREQ(e.master_addr, "10.1.2.3");
   ASSERT_EQ(e.master_port, 1234);
   ASSERT_EQ(e.agent_store, 0);
-  ASSERT_EQ(e.torch_port, 0); /* torchrun's variables set by hand: MASTER_PORT is for whoever serves there */
   /* torchrun's static rendezvous: its agent holds MASTER_PORT (torch writes str(True)). */
   setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
   ASSERT_OK(cohort__launch_env_read(&e));
   ASSERT_EQ(e.agent_store, 1);
-  ASSERT_EQ(e.torch_port, 1);
-  /* its c10d rendezvous (--standalone): the program's rank 0 serves torch's store there */
   setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
   ASSERT_OK(cohort__launch_env_read(&e));
   ASSERT_EQ(e.agent_store, 0);
-  ASSERT_EQ(e.torch_port, 1);
 }
 
 TEST(open_mpi_layout_with_default_master) {
