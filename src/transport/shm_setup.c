@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -40,15 +41,21 @@ long cohort__shm_auto_ring_bytes(int size) {
 }
 
 /* The arena is address space until cohort_alloc hands a block out and reserves its pages (falling back to malloc
- * when /dev/shm has no room), so a large one costs nothing unused. A fixed 1 GiB filled up under one model of about
+ * when /dev/shm has no room), so a large one costs little unused. A fixed 1 GiB filled up under one model of about
  * 60 M parameters (its parameters, gradients, optimizer state and DDP's buckets all pass through torch's allocator),
- * and from then on every collective staged its data again. So the ranks of a host share out all of /dev/shm. */
+ * and from then on every collective staged its data again. So auto shares out /dev/shm among the host's ranks, but
+ * at most 4 GiB each: every rank maps every local rank's arena (a virtual-memory limit, ulimit -v or Slurm's, is
+ * met by ranks x arena; the arena is also capped to a quarter of it), and a process forked from a rank (DataLoader
+ * workers) copies the arena blocks in use (python/torch_ext/shared_alloc.cpp), which the cap bounds too. */
 long cohort__shm_auto_arena_bytes(int size) {
-  const uint64_t least = 1ull << 30, most = 1ull << 44;
+  const uint64_t least = 1ull << 30, most = 4ull << 30, ranks = (uint64_t)(size > 1 ? size : 1);
   struct statvfs fs;
   uint64_t shm = statvfs("/dev/shm", &fs) == 0 ? (uint64_t)fs.f_blocks * fs.f_frsize : 0;
-  uint64_t arena = shm / (uint64_t)(size > 1 ? size : 1);
+  uint64_t arena = shm / ranks;
   arena = arena < least ? least : arena > most ? most : arena;
+  struct rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && arena > (uint64_t)as.rlim_cur / 4 / ranks)
+    arena = (uint64_t)as.rlim_cur / 4 / ranks;
   return (long)(arena / PAGE * PAGE);
 }
 
