@@ -36,7 +36,8 @@ static cohort_status parse_int(const knob_spec *k, const char *text, long *out) 
   errno = 0;
   long v = strtol(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0')
-    return cohort__error(COHORT_ERR_INVALID, "%s='%s' is not an integer", k->name, text);
+    return cohort__error(COHORT_ERR_INVALID, "%s='%s' is not an integer%s", k->name, text,
+                         k->kind == KNOB_INT_AUTO ? " (or auto)" : "");
   if (v < (long)k->min || v > (long)k->max)
     return cohort__error(COHORT_ERR_INVALID, "%s=%ld is out of range [%ld, %ld]", k->name, v, (long)k->min,
                          (long)k->max);
