@@ -21,6 +21,7 @@
 #include "core/copy.h"
 #include "core/error.h"
 #include "core/failure.h"
+#include "core/log.h"
 #include "transport/frame.h"
 #include "transport/inproc.h"
 
@@ -143,23 +144,56 @@ static int all_done(cohort__inproc_hub *hub, int me) {
   return 1;
 }
 
+/* The peers this rank's wait is held up by, "1, 3" into out: the one req waits on, or (wait(NULL)) every peer with
+ * one of this rank's sends not yet taken or one of its receives not yet filled. Called with hub->mu held. */
+static void describe_waiting(cohort__inproc_hub *hub, int me, const cohort__req *req, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (int p = 0; p < hub->size && at + 16 < len; p++) {
+    int held = req ? req->peer == p
+                   : hub->sends[me * hub->size + p].head != NULL || hub->recvs[p * hub->size + me].head != NULL;
+    if (held) at += (size_t)snprintf(out + at, len - at, "%s%d", at ? ", " : "", p);
+  }
+  if (!at) snprintf(out, len, "(any)");
+}
+
+static struct timespec timespec_after(struct timespec t, int64_t ns) {
+  ns += t.tv_nsec;
+  t.tv_sec += (time_t)(ns / 1000000000);
+  t.tv_nsec = (long)(ns % 1000000000);
+  return t;
+}
+
 static cohort_status inproc_wait(cohort__transport *base, cohort__req *req) {
   inproc_transport *t = (inproc_transport *)base;
   cohort__inproc_hub *hub = t->hub;
   int me = base->rank;
-  struct timespec deadline;
-  clock_gettime(CLOCK_REALTIME, &deadline);
-  deadline.tv_sec += (time_t)t->op_timeout_s;
+  struct timespec start;
+  clock_gettime(CLOCK_REALTIME, &start);
+  struct timespec deadline = timespec_after(start, (int64_t)(t->op_timeout_s * 1e9));
+  /* COHORT_STALL_S: one warning naming the peers this wait is held up by, as tcp and shm log it, when it comes
+   * before the timeout. */
+  int64_t stall_ns = cohort__log_stall_ns();
+  int stall_warned = !(stall_ns > 0 && (double)stall_ns < t->op_timeout_s * 1e9);
+  struct timespec stall_at = timespec_after(start, stall_warned ? 0 : stall_ns);
   cohort_status st = COHORT_OK;
   pthread_mutex_lock(&hub->mu);
   while (hub->failure.status == COHORT_OK && !(req ? req->complete : all_done(hub, me))) {
-    if (pthread_cond_timedwait(&hub->cv[me], &hub->mu, &deadline) == ETIMEDOUT) {
-      char call[256];
-      cohort__call_describe(&t->call, call, sizeof call);
-      st = hub_fail(hub, COHORT_ERR_TIMEOUT, "%s: rank %d made no progress for %.0f s (COHORT_OP_TIMEOUT)", call, me,
-                    t->op_timeout_s);
-      break;
+    const struct timespec *until = stall_warned ? &deadline : &stall_at;
+    if (pthread_cond_timedwait(&hub->cv[me], &hub->mu, until) != ETIMEDOUT) continue;
+    char call[256], who[256];
+    cohort__call_describe(&t->call, call, sizeof call);
+    describe_waiting(hub, me, req, who, sizeof who);
+    if (!stall_warned) {
+      char where[300];
+      snprintf(where, sizeof where, "%s on rank %d", call, me); /* threads share the log's rank prefix */
+      cohort__log_stall(&stall_warned, stall_ns, where, who, t->op_timeout_s);
+      continue;
     }
+    st = hub_fail(hub, COHORT_ERR_TIMEOUT,
+                  "%s: no progress for %.0f s on rank %d, waiting on rank(s) %s (COHORT_OP_TIMEOUT)", call,
+                  t->op_timeout_s, me, who);
+    break;
   }
   /* What completed did complete: a failure that came after (another call of faster ranks, say) is reported by this
    * rank's next call, not by one that already finished. */

@@ -225,6 +225,62 @@ static void *run_split(void *arg) {
   return NULL;
 }
 
+/* A wait held up longer than COHORT_STALL_S logs one warning naming the peer (as tcp and shm do), and the call then
+ * completes: the warning is no failure. Rank 1 comes 2.2 s late to an allreduce; COHORT_STALL_S=1. Past
+ * COHORT_OP_TIMEOUT the wait fails instead, naming the peer too. */
+static void *late_allreduce(void *arg) {
+  rank_job *j = arg;
+  cohort_comm *c = init_rank(j);
+  if (!c) return NULL;
+  if (j->rank == 1) usleep(2200000);
+  float x = (float)(j->rank + 1);
+  cohort_status st = cohort_allreduce(c, &x, &x, 1, COHORT_F32, COHORT_SUM);
+  if (st != COHORT_OK || x != 3.0f) {
+    snprintf(j->message, sizeof j->message, "%s", cohort_last_error());
+    j->failures = 1;
+  }
+  cohort_comm_destroy(c);
+  return NULL;
+}
+
+TEST(a_stalled_wait_warns_once_naming_the_peer) {
+  setenv("COHORT_STALL_S", "1", 1);
+  char path[] = "/tmp/test_coll_inproc_stall.XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  rank_job jobs[2] = {{0}};
+  int failures = run_world(2, late_allreduce, jobs);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  unsetenv("COHORT_STALL_S");
+  char log[8192] = "";
+  ssize_t n = pread(fd, log, sizeof log - 1, 0);
+  close(fd);
+  unlink(path);
+  log[n > 0 ? n : 0] = '\0';
+  fputs(log, stderr);
+  ASSERT_EQ(failures, 0);
+  ASSERT_CONTAINS(log, "cohort W: ");
+  ASSERT_CONTAINS(log, "[call #1] on rank 0 has waited 1 s for rank(s) 1 (COHORT_STALL_S)");
+  ASSERT_CONTAINS(log, "it fails after 600 s without progress (COHORT_OP_TIMEOUT)");
+  int warnings = 0;
+  for (const char *p = log; (p = strstr(p, "(COHORT_STALL_S)")) != NULL; p++)
+    warnings++;
+  ASSERT_EQ(warnings, 1);
+  /* With COHORT_OP_TIMEOUT=1 the same wait fails on both ranks, naming the rank waited on. */
+  setenv("COHORT_OP_TIMEOUT", "1", 1);
+  rank_job late[2] = {{0}};
+  failures = run_world(2, late_allreduce, late);
+  unsetenv("COHORT_OP_TIMEOUT");
+  ASSERT_EQ(failures, 2);
+  for (int r = 0; r < 2; r++)
+    ASSERT_CONTAINS(late[r].message, "no progress for 1 s on rank 0, waiting on rank(s) 1 (COHORT_OP_TIMEOUT)");
+}
+
 TEST(split_communicators_at_world_2_5_and_8) {
   setenv("COHORT_SEGMENT_BYTES", "4096", 1);
   int sizes[] = {2, 5, 8};
@@ -274,6 +330,7 @@ int main(int argc, char **argv) {
   static const cohort_test_case cases[] = {
       TEST_CASE(split_communicators_at_world_2_5_and_8),
       TEST_CASE(a_rank_that_cannot_join_fails_the_group_at_once),
+      TEST_CASE(a_stalled_wait_warns_once_naming_the_peer),
       TEST_CASE(half_conversions_round_to_nearest_even),
       TEST_CASE(integer_kernels_wrap_and_avg_truncates),
       TEST_CASE(every_collective_dtype_op_and_count_for_world_sizes_1_to_5),
