@@ -146,11 +146,12 @@ _handles = weakref.WeakSet()  # outstanding async work, freed before the communi
 _comm_hooks = []
 
 
-def init(comm=None):
+def init(comm=None, _join=None):
     """Joins the job described by the environment (cohortrun, torchrun, mpirun, srun; none: a 1-rank job).
 
     Calling it again is a no-op, as in Horovod. comm (a list of ranks, Horovod's sub-communicators) is not
-    supported.
+    supported. _join (cohort.torch's): a function that meets the other ranks some other way and returns the
+    communicator (c_void_p).
     """
     global _comm, _pid
     if comm is not None:
@@ -158,8 +159,11 @@ def init(comm=None):
     with _lock:
         if _comm is not None and _pid == os.getpid():
             return
-        p = ctypes.c_void_p()
-        _check(_c.cohort_init(ctypes.byref(p)), "cohort.init")
+        if _join is not None:
+            p = _join()
+        else:
+            p = ctypes.c_void_p()
+            _check(_c.cohort_init(ctypes.byref(p)), "cohort.init")
         _comm, _pid = p, os.getpid()
         _gather_cross(p)
 

@@ -121,14 +121,17 @@ static void job_name(const cohort__config *cfg, const cohort__launch_env *env, c
  * ("cohort/job" = "<run id> <name>"), and every other rank checks it before it publishes anything: a rank of another
  * job that reached it (two mpirun jobs on one port) is refused, naming both jobs, instead of joining this job's
  * collectives with its data. */
-static cohort_status check_owner(job *j, cohort__store *store, int rank, const char *run_id, int64_t deadline) {
+static cohort_status check_owner(job *j, cohort__store *store, int rank, const char *run_id, long open,
+                                 int64_t deadline) {
   if (j->cfg->launcher_store || strncmp(j->cfg->store, "file:", 5) == 0) return COHORT_OK;
-  char mine[400];
+  char mine[400], opened[64];
   job_name(j->cfg, j->env, run_id, mine, sizeof mine);
+  snprintf(opened, sizeof opened, "cohort/job/%ld", open);
   if (rank == 0) {
     char value[500];
     int n = snprintf(value, sizeof value, "%s %s", run_id, mine);
-    return cohort__store_set(store, "cohort/job", value, (size_t)n);
+    cohort_status st = cohort__store_set(store, "cohort/job", value, (size_t)n);
+    return st == COHORT_OK ? cohort__store_set(store, opened, "1", 1) : st;
   }
   char *got = NULL;
   size_t len = 0;
@@ -151,7 +154,17 @@ static cohort_status check_owner(job *j, cohort__store *store, int rank, const c
                        rank, mine, j->where, (int)(len - off < 300 ? len - off : 300), got + off);
   }
   free(got);
-  return st;
+  if (st != COHORT_OK) return st;
+  /* The job's, but is it this open's? After cohort_comm_destroy and cohort_init again, this rank may reach rank 0's
+   * server of the earlier open before rank 0 has closed it: wait for rank 0's word of this open, which that server
+   * never gets; when it stops, cohort__job_open dials again and finds rank 0's new one. */
+  wait_s = (double)(deadline - cohort__now_ns()) / 1e9;
+  st = cohort__store_get(store, opened, wait_s > 0.001 ? wait_s : 0.001, (void **)&got, &len);
+  if (st == COHORT_OK) free(got);
+  if (st == COHORT_ERR_TIMEOUT)
+    return cohort__error(st, "rendezvous timed out after %ld s: rank 0 never opened the job at %s for cohort_init #%ld",
+                         j->timeout_s, j->where, open + 1);
+  return st == COHORT_OK ? st : cohort__error_prefix(st, "rendezvous: waiting for rank 0 at %s", j->where);
 }
 
 /* How many times this process has opened each job (a run id and generation): cohort_init after cohort_comm_destroy
@@ -189,10 +202,9 @@ static long job_open_number(const char *job_key) {
 
 /* The job's key space: a view of the store under "cohort/<run id>/<generation>/<open>/" that owns it. The one place
  * that names the prefix: the rendezvous, the transports' setup and the communicator's board see only this view. */
-static cohort_status job_store(const char *run_id, const cohort__config *cfg, cohort__store *store, cohort__store **out,
-                               cohort__store_place *place) {
+static cohort_status job_store(const char *run_id, const cohort__config *cfg, long open, cohort__store *store,
+                               cohort__store **out, cohort__store_place *place) {
   snprintf(place->prefix, sizeof place->prefix, "cohort/%s/%ld/", run_id, cfg->restart_count);
-  long open = job_open_number(place->prefix);
   size_t len = strlen(place->prefix);
   snprintf(place->prefix + len, sizeof place->prefix - len, "%ld/", open);
   return cohort__store_prefixed_owner(store, place->prefix, out);
@@ -212,14 +224,27 @@ cohort_status cohort__job_open(const cohort__launch_env *env, const cohort__conf
   cohort__store_server *server = NULL;
   char run_id[64];
   run_id_of(cfg, env, run_id, sizeof run_id);
-  cohort_status st = open_store(&j, rank, cfg->secret, &whole, &server);
-  if (st == COHORT_OK) st = check_owner(&j, whole, rank, run_id, deadline);
+  char job_key[384];
+  snprintf(job_key, sizeof job_key, "cohort/%s/%ld/", run_id, cfg->restart_count);
+  long open = job_open_number(job_key);
+  cohort_status st;
+  for (;;) {
+    st = open_store(&j, rank, cfg->secret, &whole, &server);
+    if (st == COHORT_OK) st = check_owner(&j, whole, rank, run_id, open, deadline);
+    /* The server of this job's earlier open went away under us (check_owner): dial again for rank 0's new one. */
+    if (st != COHORT_OK && rank != 0 && cohort__store_tcp_gone(whole) && cohort__now_ns() < deadline) {
+      cohort__store_close(whole);
+      whole = NULL;
+      continue;
+    }
+    break;
+  }
   if (st != COHORT_OK) {
     if (whole) cohort__store_close(whole);
     cohort__store_server_stop(server);
     return st;
   }
-  if ((st = job_store(run_id, cfg, whole, &store, place)) != COHORT_OK) { /* every key is the job's now */
+  if ((st = job_store(run_id, cfg, open, whole, &store, place)) != COHORT_OK) { /* every key is the job's now */
     cohort__store_server_stop(server);
     return st;
   }

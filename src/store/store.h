@@ -29,6 +29,9 @@ cohort_status cohort__store_connect_tcp(const char *host, int port, const char *
  * COHORT_ERR_TIMEOUT and the connection is spent; the default is the connect timeout, at least 30 s. A caller that
  * must hear a server that cannot answer sooner (cohortrun's nodes) sets less. COHORT_ERR_INVALID on another store. */
 cohort_status cohort__store_tcp_set_op_timeout(cohort__store *store, double seconds);
+/* 1 when store is a TCP store whose server went away (its connection broke, or it answered that it is stopping):
+ * every later request fails at once. */
+int cohort__store_tcp_gone(cohort__store *store);
 /* Opens (and creates if needed) a file store in dir. */
 cohort_status cohort__store_open_file(const char *dir, cohort__store **out);
 void cohort__store_close(cohort__store *store);

@@ -88,6 +88,7 @@ static cohort_status reply_status(tcp_store *t, int code, const char *key) {
   case COHORT__STORE_REPLY_OVERFLOW:
     return cohort__error(COHORT_ERR_INVALID, "rendezvous store: adding to counter '%s' would overflow int64", key);
   case COHORT__STORE_REPLY_STOPPING:
+    t->broken = 1; /* nothing more will be answered here */
     return cohort__error(COHORT_ERR_REMOTE, "rendezvous store at %s:%d is shutting down", t->host, t->port);
   default:
     return cohort__error(COHORT_ERR_PROTOCOL, "rendezvous store at %s:%d: unexpected reply code %d for key '%s'",
@@ -173,6 +174,10 @@ static const cohort__store_ops tcp_ops = {.name = "tcp",
                                           .add = tcp_add,
                                           .del = tcp_del,
                                           .close = tcp_close};
+
+int cohort__store_tcp_gone(cohort__store *store) {
+  return store && store->ops == &tcp_ops && ((tcp_store *)store)->broken;
+}
 
 cohort_status cohort__store_tcp_set_op_timeout(cohort__store *store, double seconds) {
   if (!store || store->ops != &tcp_ops || !(seconds > 0) || isinf(seconds))

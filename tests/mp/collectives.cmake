@@ -15,7 +15,7 @@ add_test(NAME mp.collectives.striped COMMAND ${COHORTRUN} -np 3 $<TARGET_FILE:te
 set_tests_properties(mp.collectives.striped PROPERTIES LABELS "mp" TIMEOUT 900
                      ENVIRONMENT "COHORT_TRANSPORT=tcp;COHORT_SOCKETS_PER_PEER=3;COHORT_SEGMENT_BYTES=65536")
 # No launcher: rank 0 serves the store (MASTER_ADDR/MASTER_PORT set by hand, as under torchrun-style scripts).
-add_test(NAME mp.collectives.rank0_store COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_rank0_store.sh $<TARGET_FILE:test_collectives> 3)
+add_test(NAME mp.collectives.rank0_store COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_rank0_store.sh 3 $<TARGET_FILE:test_collectives> --quick)
 set_tests_properties(mp.collectives.rank0_store PROPERTIES LABELS "mp;sanitize" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=tcp")
 # Under Open MPI's mpirun, no cohortrun: the layout comes from OMPI_COMM_WORLD_*.
 add_test(NAME mp.collectives.mpirun COMMAND ${CMAKE_CURRENT_LIST_DIR}/test_mpirun.sh $<TARGET_FILE:test_collectives> 3)

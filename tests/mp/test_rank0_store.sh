@@ -1,15 +1,14 @@
 #!/bin/sh
 # Ranks started by hand, as torchrun-style users do, with no launcher: rank 0 serves the rendezvous store itself.
-# usage: test_rank0_store.sh TEST_BINARY NP
+# usage: test_rank0_store.sh NP PROGRAM [ARGS...]
 set -u
-bin=$1
-np=$2
+np=$1
+shift
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pids=""
 r=0
 while [ $r -lt "$np" ]; do
-  RANK=$r WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port COHORT_SECRET=rank0-serves-the-store \
-    "$bin" --quick &
+  RANK=$r WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port COHORT_SECRET=rank0-serves-the-store "$@" &
   pids="$pids $!"
   r=$((r + 1))
 done

@@ -305,6 +305,14 @@ foreach(tr shm tcp)
   set_tests_properties(python.reinit.${tr} PROPERTIES LABELS "python;mp" TIMEOUT 180
                        ENVIRONMENT "${COHORT_PY_ENV};COHORT_TRANSPORT=${tr}" PASS_REGULAR_EXPRESSION "reinit ok")
 endforeach()
+# The same with the ranks started by hand (torchrun's variables, no launcher): rank 0 serves the store and stops it
+# at each shutdown(), so the other rank may dial rank 0's old server in the next round (src/comm/job.c,
+# check_owner).
+add_test(NAME python.reinit.rank0_store COMMAND sh ${CMAKE_SOURCE_DIR}/tests/mp/test_rank0_store.sh 2 ${COHORT_PYTHON}
+         ${CMAKE_CURRENT_LIST_DIR}/test_reinit.py 20)
+set_tests_properties(python.reinit.rank0_store PROPERTIES LABELS "python;mp" TIMEOUT 180
+                     ENVIRONMENT "${COHORT_PY_ENV};COHORT_TRANSPORT=tcp" PASS_REGULAR_EXPRESSION "reinit ok"
+                     FAIL_REGULAR_EXPRESSION "FAIL|Traceback")
 if(COHORT_MPI_PC AND COHORT_MPIRUN)
   add_test(NAME python.reinit.mpi COMMAND ${COHORT_MPIRUN} --oversubscribe -np 3 -x PYTHONPATH -x OMP_NUM_THREADS
            -x COHORT_TRANSPORT ${COHORT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_reinit.py 10)

@@ -3,8 +3,9 @@
 # crashes), on 2 workers: fmnist-train for 3 steps and a cohort.torch allreduce.
 #   static      torchrun's default rendezvous: its agent serves a store on MASTER_PORT and tells the workers so
 #               (TORCHELASTIC_USE_AGENT_STORE=True); cohort's rank 0 serves cohort's on MASTER_PORT+1
-#   standalone  --standalone: MASTER_PORT is free, cohort's rank 0 serves there
-# Under static the program then also runs torch.distributed (init_process_group) beside cohort.torch.
+#   standalone  --standalone: MASTER_PORT is free; fmnist-train's rank 0 serves cohort's store there, cohort.torch
+#               meets through torch's TCPStore on it (shared with init_process_group)
+# The Python program also runs torch.distributed (init_process_group) beside cohort.torch, in both orders.
 # Under Python 3.11, torch 1.13's launcher cannot parse its own default "--redirects 0 --tee 0" (an IntFlag's zero
 # member is no longer iterated), so the test gives "--redirects 1 --tee 1": stdout to a log and the console.
 # usage: test_torchrun.sh PYTHON FMNIST_TRAIN static|standalone
@@ -42,26 +43,37 @@ rc=$?
 cat "$tmp/train"
 [ $rc -eq 0 ] || { echo "FAIL ($mode): fmnist-train under torch.distributed.run exited $rc"; exit 1; }
 grep -q "final: steps=3 " "$tmp/train" || { echo "FAIL ($mode): no final line from fmnist-train"; exit 1; }
-# Under the static rendezvous the program may use torch.distributed beside cohort.torch: torch's store is the
-# agent's, on MASTER_PORT, and cohort's on MASTER_PORT+1. (Under --standalone both would take MASTER_PORT unless
-# COHORT_STORE_PORT is set: docs/env.md.)
-both=""
-[ "$mode" = static ] && both='
+# The program may use torch.distributed beside cohort.torch, in either order. Under the static rendezvous torch's
+# store is the agent's, on MASTER_PORT, and cohort's on MASTER_PORT+1; under --standalone both rank 0s would take
+# MASTER_PORT, so cohort.torch meets through torch's own (multi-tenant) TCPStore there (python/cohort/torch/_torchrun.py).
+dist_part='
 import torch.distributed as dist
 dist.init_process_group("cohort")
 t = torch.tensor([10.0 * (1 + dist.get_rank())])
 dist.all_reduce(t)
 print(f"rank={dist.get_rank()} dist_sum={t.item()}")'
-launch --no_python "$py" -c "
+hvd_part="
 import torch, cohort.torch as hvd
 hvd.init()
 s = hvd.allreduce(torch.tensor([1.0 + hvd.rank()]), op=hvd.Sum).item()
-print(f'rank={hvd.rank()} size={hvd.size()} sum={s}')$both" >"$tmp/py" 2>&1
-rc=$?
-cat "$tmp/py"
-[ $rc -eq 0 ] || { echo "FAIL ($mode): cohort.torch under torch.distributed.run exited $rc"; exit 1; }
-grep -q "rank=0 size=2 sum=3.0" "$tmp/py" && grep -q "rank=1 size=2 sum=3.0" "$tmp/py" ||
-  { echo "FAIL ($mode): cohort.torch's allreduce"; exit 1; }
-[ "$mode" != static ] || { grep -q "rank=0 dist_sum=30.0" "$tmp/py" && grep -q "rank=1 dist_sum=30.0" "$tmp/py"; } ||
-  { echo "FAIL ($mode): torch.distributed beside cohort.torch (init_process_group after hvd.init)"; exit 1; }
+print(f'rank={hvd.rank()} size={hvd.size()} sum={s}')"
+for order in hvd-dist dist-hvd; do
+  if [ $order = hvd-dist ]; then prog="$hvd_part$dist_part"; else prog="import torch, cohort.torch$dist_part$hvd_part"; fi
+  # shutdown() and init() again meet again, through the same store.
+  prog="$prog
+hvd.shutdown()
+hvd.init()
+s = hvd.allreduce(torch.tensor([1.0 + hvd.rank()]), op=hvd.Sum).item()
+print(f'rank={hvd.rank()} again={s}')"
+  launch --no_python "$py" -c "$prog" >"$tmp/py" 2>&1
+  rc=$?
+  cat "$tmp/py"
+  [ $rc -eq 0 ] || { echo "FAIL ($mode, $order): cohort.torch and torch.distributed under torch.distributed.run exited $rc"; exit 1; }
+  grep -q "rank=0 size=2 sum=3.0" "$tmp/py" && grep -q "rank=1 size=2 sum=3.0" "$tmp/py" ||
+    { echo "FAIL ($mode, $order): cohort.torch's allreduce"; exit 1; }
+  grep -q "rank=0 dist_sum=30.0" "$tmp/py" && grep -q "rank=1 dist_sum=30.0" "$tmp/py" ||
+    { echo "FAIL ($mode, $order): torch.distributed beside cohort.torch"; exit 1; }
+  grep -q "rank=0 again=3.0" "$tmp/py" && grep -q "rank=1 again=3.0" "$tmp/py" ||
+    { echo "FAIL ($mode, $order): cohort.torch after shutdown() and init()"; exit 1; }
+done
 echo "PASS (torchrun $mode)"

@@ -30,7 +30,7 @@ from cohort import (AuthError, CohortError, HorovodInternalError, Handle, Invali
                     rank, shutdown, size, transport, mpi_threads_supported, abort, ProcessSet,
                     global_process_set, add_process_set, remove_process_set, new_group)
 from cohort._lib import lib as _c
-from cohort.torch import _arena, _named, _timeline
+from cohort.torch import _arena, _named, _timeline, _torchrun
 from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, Compressor,  # noqa: F401
                                    FP16Compressor, NoneCompressor, _allreduce_call, _bytes, _check_tensor,
                                    _cuda_direct, _host, _iallreduce_call, _like, _p, _put_back, _stream, _tag_shape)
@@ -39,7 +39,9 @@ from cohort.torch._tensors import (_TORCH_DTYPES, BF16Compressor, Compression, C
 def init(comm=None):
     """cohort.init(), and, for a task of a Slurm step started with --cpus-per-task=C (and no OMP_NUM_THREADS of the
     user's), torch.set_num_threads(C): the CPUs Slurm gave the task, where torch would take every CPU of the node."""
-    _core.init(comm)
+    # Under torchrun's c10d rendezvous (--standalone) through torch's store on MASTER_PORT, which
+    # init_process_group shares (_torchrun.py); elsewhere cohort_init meets by itself.
+    _core.init(comm, _join=_torchrun.join if _torchrun.wanted() else None)
     # Large CPU tensors made from now on live in the job's shared arena: the collectives on them (the gradients
     # DistributedOptimizer averages, allreduce_ of a user's tensor) are zero copy (_arena.py; docs/torch.md).
     _arena.attach(_core._get_comm())
