@@ -130,6 +130,10 @@ for part in "${parts[@]}"; do
     # them, or they run on beside the next part and skew its timings. (This host runs nothing else of ours.)
     pkill -9 -f -- "$BUILD/bin/|tests/python/|bench/torch_|bench/gpu_" 2>/dev/null
     sleep 1
+  elif [ $rc -ne 0 ]; then
+    # The parts end with exit 0 and report each check themselves: another status is a part that died on its way
+    # (a missing file, set -u), whose later checks never reported; without this line the summary would count none.
+    report "FAIL $part: ended with exit $rc before its end (the log's tail is in $part.log)"
   fi
   # An MPS daemon of a part that was cut short (its own trap may not have run) would outlive it: quit it here.
   for pipe in "$SCRATCH"/*/mps-pipe; do

@@ -23,14 +23,18 @@ cohort_status cc_fail(cohort_status status, const char *fmt, ...) {
 
 const char *cc_last_error(void) { return message; }
 
-/* The caller's thread keeps its own current device (a program may drive another GPU from it between calls). */
+/* The caller's thread keeps its own current device (a program may drive another GPU from it between calls). A thread
+ * with no current context (the progress thread, any thread new to CUDA) is left on the buffer's device: cudaGetDevice
+ * says 0 there without a context behind it, and setting device 0 back would create device 0's primary context (CUDA
+ * 12 and later), one on GPU 0 for every rank of a host whose ranks each drive another GPU. */
 typedef struct device_scope {
   int prev;
 } device_scope;
 
 static cohort_status enter_device(int device, device_scope *s) {
   s->prev = -1;
-  CC_TRY(cudaGetDevice(&s->prev));
+  CUcontext current = NULL;
+  if (cuCtxGetCurrent(&current) == CUDA_SUCCESS && current) CC_TRY(cudaGetDevice(&s->prev));
   if (s->prev != device) CC_TRY(cudaSetDevice(device));
   return COHORT_OK;
 }
