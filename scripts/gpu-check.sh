@@ -30,6 +30,9 @@ COMMIT_ID=$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || 
 export COMMIT_ID
 report "== gpu-check at $COMMIT_ID on $(hostname), $(date -u +%FT%TZ)"
 report "   $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+# Where a GPU is listed, a GPU test that finds none usable (a plugin that does not load, a library missing) fails
+# instead of skipping: otherwise the summary would count it as a skip of a machine without a GPU.
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then export COHORT_TEST_EXPECT_GPU=1; fi
 report "   nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo none); cpus: $(nproc);" \
   "python: $PY, torch $($PY -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
 

@@ -30,6 +30,15 @@ const char *cohort_test_tmp_path(const char *name);
 /* The temporary directory itself (stable for the whole process). */
 const char *cohort_test_tmp_dir(void);
 int cohort_test_run(int argc, char **argv, const cohort_test_case *cases, int ncases);
+/* The exit status of a GPU test that found no usable GPU, after its "SKIP: why" line: 77 (ctest's SKIP), or 1 where
+ * COHORT_TEST_EXPECT_GPU=1 says a GPU is here (scripts/gpu-check.sh sets it where nvidia-smi lists one), so that a
+ * plugin that does not load on the GPU host fails instead of passing as a machine without a GPU. */
+static inline int expect_gpu_skip(void) {
+  const char *v = getenv("COHORT_TEST_EXPECT_GPU");
+  if (!v || strcmp(v, "1") != 0) return 77;
+  printf("FAIL: that is no skip here: COHORT_TEST_EXPECT_GPU=1 (a GPU is listed on this machine)\n");
+  return 1;
+}
 
 #define TEST(name) static void test_##name(void)
 #define TEST_CASE(name)                                                                                                \

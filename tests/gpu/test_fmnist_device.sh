@@ -23,6 +23,10 @@ else
     exit 1
   fi
   [ -s "$out/stdout" ] && { echo "FAIL: stdout is not empty:"; cat "$out/stdout"; exit 1; }
+  if [ "${COHORT_TEST_EXPECT_GPU:-}" = 1 ]; then
+    echo "FAIL: COHORT_TEST_EXPECT_GPU=1 (a GPU is listed here), but: $(cat "$out/stderr")"
+    exit 1
+  fi
   echo "PASS: no GPU here, one line: $(cat "$out/stderr")"
 fi
 "$bin" --device tpu --steps 1 >/dev/null 2>"$out/usage"

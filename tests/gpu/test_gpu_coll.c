@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     printf("SKIP: no usable GPU here (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
-    return 77;
+    return expect_gpu_skip();
   }
   if (cohort_init(&comm) != COHORT_OK) {
     fprintf(stderr, "cohort_init: %s\n", cohort_last_error());
@@ -373,7 +373,7 @@ int main(int argc, char **argv) {
   if (!cohort_cuda_available()) {
     printf("SKIP: device collectives unavailable: %s\n", cohort_last_error());
     cohort_comm_destroy(comm);
-    return 77;
+    return expect_gpu_skip();
   }
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   static const cohort_test_case cases[] = {TEST_CASE(matrix), TEST_CASE(stream), TEST_CASE(faults_kill),

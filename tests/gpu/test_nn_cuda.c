@@ -521,7 +521,7 @@ int main(int argc, char **argv) {
   api = cohort__nnc_open(why, sizeof why);
   if (!api) {
     printf("SKIP: %s\n", why);
-    return 77;
+    return expect_gpu_skip();
   }
   printf("%s\n", api->describe());
   return cohort_test_run(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));

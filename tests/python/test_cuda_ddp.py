@@ -14,7 +14,7 @@ import torch
 
 if not torch.cuda.is_available():
     print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("COHORT_TEST_EXPECT_GPU") == "1" else 77)  # a GPU is listed: no skip (gpu-check.sh)
 
 import cohort.torch as hvd  # noqa: E402
 

@@ -19,7 +19,7 @@ import torch
 
 if not torch.cuda.is_available():
     print("SKIP: no CUDA device (torch.cuda.is_available() is False)")
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("COHORT_TEST_EXPECT_GPU") == "1" else 77)  # a GPU is listed: no skip (gpu-check.sh)
 
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
