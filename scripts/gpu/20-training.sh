@@ -121,8 +121,8 @@ for round in 1 2; do
     [ -z "$v" ] && tail -3 "$W/bench_c${b}_$round.log"
     awk -v v="${v:-0}" -v o="${best_c[$b]:-0}" 'BEGIN { exit !(v > o) }' && best_c[$b]=$v
   done
-  "$PYTHON" bench/torch_fmnist_cuda.py --batches 64,256,1024 --steps 64:1500,256:600,1024:200 \
-    >"$W/bench_t_$round.log" 2>&1
+  timeout -k 5 90 "$PYTHON" bench/torch_fmnist_cuda.py --batches 64,256,1024 --steps 64:1500,256:600,1024:200 \
+    >"$W/bench_t_$round.log" 2>&1 || echo "torch's bench, round $round: exit $? (124: past 90 s)"
   cat "$W/bench_t_$round.log"
   for b in 64 256 1024; do
     for m in graph eager graph-tf32; do

@@ -348,13 +348,18 @@ void cc_nccl_abort(cohort__cuda_comm *c) {
 void cc_nccl_destroy(cohort__cuda_comm *c) {
   if (!c->nccl) return;
   if (c->nccl->comm && !c->nccl->aborted) {
-    /* Finalize flushes the queued work (non-blocking: it may return before; wait for it a while, then destroy). */
-    ncclResult_t r = fns.CommFinalize(c->nccl->comm), state = ncclInProgress;
-    for (double limit = now_s() + 10; r == ncclInProgress && state == ncclInProgress && now_s() < limit;) {
-      if (fns.CommGetAsyncError(c->nccl->comm, &state) != ncclSuccess) break;
+    /* Finalize flushes the queued work (non-blocking: it may return before; wait for it a while, then destroy). A
+     * finalize that failed or did not settle in 10 s (a peer gone: the flush waits on it) is aborted instead:
+     * destroying a communicator that has not finalized may wait on that peer for ever. */
+    ncclResult_t r = fns.CommFinalize(c->nccl->comm), state = r == ncclInProgress ? ncclInProgress : r;
+    for (double limit = now_s() + 10; state == ncclInProgress && now_s() < limit;) {
+      if (fns.CommGetAsyncError(c->nccl->comm, &state) != ncclSuccess) state = ncclInternalError;
       if (state == ncclInProgress) sleep_ms();
     }
-    fns.CommDestroy(c->nccl->comm);
+    if (state == ncclSuccess)
+      fns.CommDestroy(c->nccl->comm);
+    else
+      fns.CommAbort(c->nccl->comm);
   }
   pthread_mutex_destroy(&c->nccl->guard);
   free(c->nccl);
