@@ -2,7 +2,8 @@
 # cohort programs under torch 1.13's own launcher, python3 -m torch.distributed.run (Debian's torchrun wrapper
 # crashes), on 2 workers: fmnist-train for 3 steps and a cohort.torch allreduce.
 #   static      torchrun's default rendezvous: its agent serves a store on MASTER_PORT and tells the workers so
-#               (TORCHELASTIC_USE_AGENT_STORE=True); cohort's rank 0 serves cohort's on MASTER_PORT+1
+#               (TORCHELASTIC_USE_AGENT_STORE=True); fmnist-train's rank 0 serves cohort's on MASTER_PORT+1,
+#               cohort.torch meets through the agent's store
 #   standalone  --standalone: MASTER_PORT is free; fmnist-train's rank 0 serves cohort's store there, cohort.torch
 #               meets through torch's TCPStore on it (shared with init_process_group)
 # The Python program also runs torch.distributed (init_process_group) beside cohort.torch, in both orders.
@@ -43,9 +44,9 @@ rc=$?
 cat "$tmp/train"
 [ $rc -eq 0 ] || { echo "FAIL ($mode): fmnist-train under torch.distributed.run exited $rc"; exit 1; }
 grep -q "final: steps=3 " "$tmp/train" || { echo "FAIL ($mode): no final line from fmnist-train"; exit 1; }
-# The program may use torch.distributed beside cohort.torch, in either order. Under the static rendezvous torch's
-# store is the agent's, on MASTER_PORT, and cohort's on MASTER_PORT+1; under --standalone both rank 0s would take
-# MASTER_PORT, so cohort.torch meets through torch's own (multi-tenant) TCPStore there (python/cohort/torch/_torchrun.py).
+# The program may use torch.distributed beside cohort.torch, in either order: cohort.torch meets through torch's
+# store on MASTER_PORT (the agent's, or under --standalone one rank 0 serves and init_process_group shares:
+# python/cohort/torch/_torchrun.py), and says so.
 dist_part='
 import torch.distributed as dist
 dist.init_process_group("cohort")
@@ -56,7 +57,8 @@ hvd_part="
 import torch, cohort.torch as hvd
 hvd.init()
 s = hvd.allreduce(torch.tensor([1.0 + hvd.rank()]), op=hvd.Sum).item()
-print(f'rank={hvd.rank()} size={hvd.size()} sum={s}')"
+from cohort.torch import _torchrun
+print(f'rank={hvd.rank()} size={hvd.size()} sum={s} torch_store={_torchrun._store is not None}')"
 for order in hvd-dist dist-hvd; do
   if [ $order = hvd-dist ]; then prog="$hvd_part$dist_part"; else prog="import torch, cohort.torch$dist_part$hvd_part"; fi
   # shutdown() and init() again meet again, through the same store.
@@ -69,8 +71,8 @@ print(f'rank={hvd.rank()} again={s}')"
   rc=$?
   cat "$tmp/py"
   [ $rc -eq 0 ] || { echo "FAIL ($mode, $order): cohort.torch and torch.distributed under torch.distributed.run exited $rc"; exit 1; }
-  grep -q "rank=0 size=2 sum=3.0" "$tmp/py" && grep -q "rank=1 size=2 sum=3.0" "$tmp/py" ||
-    { echo "FAIL ($mode, $order): cohort.torch's allreduce"; exit 1; }
+  grep -q "rank=0 size=2 sum=3.0 torch_store=True" "$tmp/py" && grep -q "rank=1 size=2 sum=3.0 torch_store=True" "$tmp/py" ||
+    { echo "FAIL ($mode, $order): cohort.torch's allreduce, met through torch's store"; exit 1; }
   grep -q "rank=0 dist_sum=30.0" "$tmp/py" && grep -q "rank=1 dist_sum=30.0" "$tmp/py" ||
     { echo "FAIL ($mode, $order): torch.distributed beside cohort.torch"; exit 1; }
   grep -q "rank=0 again=3.0" "$tmp/py" && grep -q "rank=1 again=3.0" "$tmp/py" ||
