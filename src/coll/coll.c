@@ -83,6 +83,15 @@ static cohort_status check_counts(const char *fn, const char *what, const size_t
   return COHORT_OK;
 }
 
+/* Elements from the buffer's start to the end of its last block: the blocks' sum when packed (displs NULL). */
+static size_t counts_extent(const size_t *counts, const size_t *displs, int n, size_t total) {
+  if (!displs) return total;
+  size_t end = 0;
+  for (int i = 0; i < n; i++)
+    if (counts[i] && displs[i] + counts[i] > end) end = displs[i] + counts[i];
+  return end;
+}
+
 cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args *a) {
   const char *fn = cohort__coll_api_name(a->coll);
   unsigned f = cohort__coll_flags(a->coll);
@@ -126,8 +135,11 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args 
                            a->send_counts[me], a->counts[me]);
     if (stotal && !a->sendbuf) return cohort__error(COHORT_ERR_INVALID, "%s: sendbuf is NULL", fn);
     if (rtotal && !a->recvbuf) return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf is NULL", fn);
-    if (stotal && rtotal && n > 1 && a->sendbuf == a->recvbuf)
-      return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf is sendbuf (use separate buffers)", fn);
+    size_t sbytes = counts_extent(a->send_counts, a->send_displs, n, stotal) * es;
+    size_t rbytes = counts_extent(a->counts, a->displs, n, rtotal) * es;
+    const char *sb = a->sendbuf, *rb = a->recvbuf;
+    if (sbytes && rbytes && n > 1 && rb < sb + sbytes && sb < rb + rbytes)
+      return cohort__error(COHORT_ERR_INVALID, "%s: recvbuf overlaps sendbuf (use separate buffers)", fn);
     a->count = COHORT__COUNT_PER_PEER;
     return COHORT_OK;
   }
@@ -138,7 +150,7 @@ cohort_status cohort__coll_check(const cohort__coll_ctx *ctx, cohort__coll_args 
   if (a->count > 0) {
     /* The rooted calls: the root's buffer of every rank's blocks (gather: recvbuf, scatter: sendbuf, reduce:
      * recvbuf) is read only at the root, and may be NULL elsewhere. */
-    int recv_needed = is_root || a->coll == COHORT__COLL_SCATTER;
+    int recv_needed = is_root || a->coll == COHORT__COLL_SCATTER || (f & COHORT__CALL_ONE_BUFFER); /* broadcast */
     int send_needed = is_root || a->coll != COHORT__COLL_SCATTER;
     if (!a->recvbuf && recv_needed)
       return cohort__error(COHORT_ERR_INVALID, "%s: %s is NULL", fn, f & COHORT__CALL_ONE_BUFFER ? "buf" : "recvbuf");

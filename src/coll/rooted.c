@@ -65,8 +65,9 @@ cohort_status cohort__tree_reduce(cohort__coll_ctx *ctx, const cohort__coll_args
   int n = ctx->size, vr = (ctx->rank - a->root + n) % n;
   size_t es = cohort_dtype_size(a->dtype), bytes = a->count * es;
   COHORT_CHECK(cohort__rooted_agree(ctx));
-  /* The partial result: recvbuf at the root, scratch elsewhere; received partials land in the other slot. */
-  char *acc = vr == 0 ? a->recvbuf : cohort__coll_scratch(ctx, 1, bytes);
+  /* The partial result: recvbuf at the root, scratch elsewhere; received partials land in the other slot. A root
+   * with nothing to receive (count 0) may pass recvbuf NULL: scratch stands in for it. */
+  char *acc = vr == 0 && a->recvbuf ? a->recvbuf : cohort__coll_scratch(ctx, 1, bytes);
   char *tmp = cohort__coll_scratch(ctx, 0, bytes);
   if (!acc || !tmp) return cohort__error(COHORT_ERR_SYSTEM, "out of memory for reduce scratch");
   if (bytes && acc != (const char *)a->sendbuf) memcpy(acc, a->sendbuf, bytes);
@@ -96,7 +97,7 @@ cohort_status cohort__ring_reduce(cohort__coll_ctx *ctx, const cohort__coll_args
   COHORT_CHECK(cohort__rooted_agree(ctx));
   /* The ring reduces in place into out: the root's recvbuf, a full-size scratch vector elsewhere (slot 1: the ring
    * uses slot 0 for its receive window). */
-  char *out = r == root ? a->recvbuf : cohort__coll_scratch(ctx, 1, a->count * es);
+  char *out = r == root && a->recvbuf ? a->recvbuf : cohort__coll_scratch(ctx, 1, a->count * es);
   if (!out) return cohort__error(COHORT_ERR_SYSTEM, "out of memory for reduce scratch");
   COHORT_CHECK(cohort__ring_reduce_chunks(ctx, a, out));
   size_t off, len;

@@ -24,6 +24,7 @@ const char *cohort_dtype_name(cohort_dtype dtype) {
 }
 
 cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out) {
+  if (!name || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_dtype_parse: %s is NULL", name ? "out" : "name");
   for (int i = 0; i < COHORT_DTYPE_COUNT; i++)
     if (strcmp(name, dtypes[i].name) == 0) {
       *out = (cohort_dtype)i;
@@ -36,6 +37,7 @@ cohort_status cohort_dtype_parse(const char *name, cohort_dtype *out) {
 const char *cohort_op_name(cohort_op op) { return (unsigned)op < COHORT_OP_COUNT ? op_names[op] : "unknown-op"; }
 
 cohort_status cohort_op_parse(const char *name, cohort_op *out) {
+  if (!name || !out) return cohort__error(COHORT_ERR_INVALID, "cohort_op_parse: %s is NULL", name ? "out" : "name");
   for (int i = 0; i < COHORT_OP_COUNT; i++)
     if (strcmp(name, op_names[i]) == 0) {
       *out = (cohort_op)i;

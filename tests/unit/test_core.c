@@ -60,6 +60,13 @@ TEST(dtype_and_op_names_round_trip) {
   cohort_dtype d;
   ASSERT_STATUS(cohort_dtype_parse("float", &d), COHORT_ERR_INVALID);
   ASSERT_CONTAINS(cohort_last_error(), "unknown dtype 'float'");
+  /* NULL is refused, not dereferenced (both segfaulted). */
+  ASSERT_STATUS(cohort_dtype_parse(NULL, &d), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "name is NULL");
+  ASSERT_STATUS(cohort_dtype_parse("f32", NULL), COHORT_ERR_INVALID);
+  ASSERT_STATUS(cohort_op_parse(NULL, &op), COHORT_ERR_INVALID);
+  ASSERT_STATUS(cohort_op_parse("sum", NULL), COHORT_ERR_INVALID);
+  ASSERT_CONTAINS(cohort_last_error(), "out is NULL");
 }
 
 TEST(env_knobs_parse_with_defaults_and_clear_errors) {
