@@ -115,10 +115,12 @@ COHORT_API cohort_status cohort_op_parse(const char *name, cohort_op *out);
 
 /* Joins the job described by the environment. With neither RANK nor WORLD_SIZE set, makes a 1-rank communicator. */
 COHORT_API cohort_status cohort_init(cohort_comm **comm);
-/* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted. In a process forked
- * from the one that made it, the communicator is the parent's (its links, and the threads that serve them, exist
- * only there): calls on it fail with COHORT_ERR_INVALID saying so, and destroying it does nothing; cohort_init in
- * the child makes one of its own. */
+/* Closes every link and frees the communicator. Safe on NULL. Work still in flight is aborted: its handles
+ * (cohort_work) stay the caller's, and waiting on, testing or freeing them afterwards is safe (a finished one keeps its
+ * status, the others fail with COHORT_ERR_REMOTE, the communicator destroyed). In a process forked from the one that
+ * made it, the communicator is the parent's (its links, and the threads that serve them, exist only there): calls on it
+ * fail with COHORT_ERR_INVALID saying so, and destroying it does nothing; cohort_init in the child makes one of its
+ * own. */
 COHORT_API void cohort_comm_destroy(cohort_comm *comm);
 
 COHORT_API int cohort_rank(const cohort_comm *comm);

@@ -139,6 +139,7 @@ void cohort_comm_destroy(cohort_comm *c) {
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
   }
+  cohort__work_detach_all(c); /* handles the caller frees later must not reach into c */
   cohort__coll_ctx_free(&c->coll);
   cohort__gpu_destroy(c->gpu);
   if (c->transport) c->transport->ops->destroy(c->transport);

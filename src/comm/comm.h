@@ -37,7 +37,10 @@ typedef struct cohort__store_place {
 
 struct cohort_work {
   struct cohort_work *next;
+  /* The communicator; NULL once it was destroyed (cohort_comm_destroy detaches every handle the caller still holds:
+   * done by then, they answer from their own fields). */
   cohort_comm *comm;
+  struct cohort_work *live_prev, *live_next; /* in comm->live while the caller holds it (an async handle) */
   struct cohort__p2p_op *p2p; /* a message (cohort_isend, cohort_irecv): its operation; NULL for a collective */
   cohort__coll_args args;
   int done;
@@ -60,6 +63,7 @@ struct cohort_comm {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   cohort_work *queue_head, *queue_tail;
+  cohort_work *live; /* under mu: the async handles not yet freed (cohort_work_free), detached at destroy */
   int busy;
   int stopping;
   int thread_started;
@@ -137,6 +141,9 @@ int cohort__comm_read_abort_note(cohort_comm *c, cohort_status *status, char *me
 /* When the progress thread started and ended work w (CLOCK_MONOTONIC ns); 0 for a part not reached. Valid once the
  * work has completed. */
 void cohort__work_times(const cohort_work *w, int64_t *start_ns, int64_t *end_ns);
+/* cohort_comm_destroy: every async handle the caller has not freed yet is detached from c (done, answering from its
+ * own fields), so that cohort_work_wait, _test and _free after the destroy touch no freed memory. */
+void cohort__work_detach_all(cohort_comm *c);
 
 /* How many times this process's line was forked since cohort loaded (pthread_atfork counts in each child): a
  * communicator made before the last fork belongs to the parent. A forked child has its parent's links (sockets,

@@ -779,6 +779,10 @@ cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, void *buf, size_t co
 
 cohort_status cohort__p2p_wait(cohort__p2p_op *op) {
   cohort__p2p *p = op->p;
+  if (!p) { /* detached: done */
+    if (op->status != COHORT_OK) cohort__error_set_text(op->message);
+    return op->status;
+  }
   pthread_mutex_lock(&p->mu);
   while (!op->done)
     pthread_cond_wait(&p->cv, &p->mu);
@@ -789,6 +793,10 @@ cohort_status cohort__p2p_wait(cohort__p2p_op *op) {
 
 cohort_status cohort__p2p_test(cohort__p2p_op *op, int *done) {
   cohort__p2p *p = op->p;
+  if (!p) { /* detached: done */
+    *done = 1;
+    return cohort__p2p_wait(op);
+  }
   pthread_mutex_lock(&p->mu);
   *done = op->done;
   cohort_status st = op->done ? op->status : COHORT_OK;
@@ -799,14 +807,23 @@ cohort_status cohort__p2p_test(cohort__p2p_op *op, int *done) {
 
 cohort_status cohort__p2p_info(const cohort__p2p_op *op, cohort_recv_info *info) {
   if (op->is_send) return cohort__error(COHORT_ERR_INVALID, "cohort_work_recv_info: the work is a send");
-  pthread_mutex_lock(&op->p->mu);
+  if (op->p) pthread_mutex_lock(&op->p->mu);
   int done = op->done;
   cohort_status st = op->status;
-  pthread_mutex_unlock(&op->p->mu);
+  if (op->p) pthread_mutex_unlock(&op->p->mu);
   if (!done) return cohort__error(COHORT_ERR_INVALID, "cohort_work_recv_info: the receive has not completed");
   if (st != COHORT_OK) return cohort__error(COHORT_ERR_INVALID, "cohort_work_recv_info: the receive failed");
   *info = op->info;
   return COHORT_OK;
+}
+
+void cohort__p2p_op_detach(cohort__p2p_op *op) {
+  if (!op->done) {
+    op->status = COHORT_ERR_REMOTE;
+    snprintf(op->message, sizeof op->message, "%s", "communicator destroyed");
+    op->done = 1;
+  }
+  op->p = NULL;
 }
 
 void cohort__p2p_op_free(cohort__p2p_op *op) {

@@ -37,5 +37,8 @@ cohort_status cohort__p2p_test(cohort__p2p_op *op, int *done);
 cohort_status cohort__p2p_info(const cohort__p2p_op *op, cohort_recv_info *info);
 /* Frees op, waiting for it first. Safe on NULL. */
 void cohort__p2p_op_free(cohort__p2p_op *op);
+/* After cohort__p2p_destroy: op no longer refers to it; one not done fails with "communicator destroyed", and wait,
+ * test and info then answer from op alone. */
+void cohort__p2p_op_detach(cohort__p2p_op *op);
 
 #endif

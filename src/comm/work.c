@@ -156,6 +156,38 @@ static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stre
   return w.status;
 }
 
+/* The caller holds w (an async handle) until cohort_work_free: cohort_comm_destroy detaches what is left. */
+static void live_add(cohort_comm *c, cohort_work *w) {
+  w->live_prev = NULL;
+  w->live_next = c->live;
+  if (c->live) c->live->live_prev = w;
+  c->live = w;
+}
+
+static void live_remove(cohort_comm *c, cohort_work *w) {
+  if (w->live_prev)
+    w->live_prev->live_next = w->live_next;
+  else
+    c->live = w->live_next;
+  if (w->live_next) w->live_next->live_prev = w->live_prev;
+}
+
+void cohort__work_detach_all(cohort_comm *c) {
+  pthread_mutex_lock(&c->mu);
+  for (cohort_work *w = c->live, *next; w; w = next) {
+    next = w->live_next;
+    if (!w->done) { /* the progress thread failed every queued call before it stopped: not expected here */
+      w->status = COHORT_ERR_REMOTE;
+      snprintf(w->message, sizeof w->message, "%s", "communicator destroyed");
+      w->done = 1;
+    }
+    if (w->p2p) cohort__p2p_op_detach(w->p2p);
+    w->comm = NULL;
+  }
+  c->live = NULL;
+  pthread_mutex_unlock(&c->mu);
+}
+
 static cohort_status run_async(cohort_comm *c, cohort__coll_args *a, cohort_work **out, int stream_call) {
   a->tag = take_call_tag();
   if (!out) return cohort__error(COHORT_ERR_INVALID, "work handle pointer is NULL");
@@ -173,6 +205,7 @@ static cohort_status run_async(cohort_comm *c, cohort__coll_args *a, cohort_work
   w->comm = c;
   w->args = *a;
   pthread_mutex_lock(&c->mu);
+  live_add(c, w);
   if (c->queue_tail)
     c->queue_tail->next = w;
   else
@@ -193,10 +226,12 @@ cohort_status cohort_work_wait(cohort_work *w) {
   if (!w) return cohort__error(COHORT_ERR_INVALID, "cohort_work_wait: work is NULL");
   if (w->p2p) return cohort__p2p_wait(w->p2p);
   cohort_comm *c = w->comm;
-  pthread_mutex_lock(&c->mu);
-  while (!w->done)
-    pthread_cond_wait(&c->cv, &c->mu);
-  pthread_mutex_unlock(&c->mu);
+  if (c) { /* else detached by cohort_comm_destroy: done */
+    pthread_mutex_lock(&c->mu);
+    while (!w->done)
+      pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+  }
   if (w->status != COHORT_OK) cohort__error_set_text(w->message);
   return w->status;
 }
@@ -204,10 +239,11 @@ cohort_status cohort_work_wait(cohort_work *w) {
 cohort_status cohort_work_test(cohort_work *w, int *done) {
   if (!w || !done) return cohort__error(COHORT_ERR_INVALID, "cohort_work_test: NULL argument");
   if (w->p2p) return cohort__p2p_test(w->p2p, done);
-  pthread_mutex_lock(&w->comm->mu);
+  cohort_comm *c = w->comm; /* NULL: detached by cohort_comm_destroy, done */
+  if (c) pthread_mutex_lock(&c->mu);
   *done = w->done;
   cohort_status st = w->done ? w->status : COHORT_OK;
-  pthread_mutex_unlock(&w->comm->mu);
+  if (c) pthread_mutex_unlock(&c->mu);
   if (st != COHORT_OK) cohort__error_set_text(w->message);
   return st;
 }
@@ -215,6 +251,12 @@ cohort_status cohort_work_test(cohort_work *w, int *done) {
 void cohort_work_free(cohort_work *w) {
   if (!w) return;
   cohort_work_wait(w);
+  cohort_comm *c = w->comm;
+  if (c) {
+    pthread_mutex_lock(&c->mu);
+    live_remove(c, w);
+    pthread_mutex_unlock(&c->mu);
+  }
   cohort__p2p_op_free(w->p2p);
   free(w);
 }
@@ -566,6 +608,9 @@ static cohort_status p2p_async(cohort_comm *c, const char *fn, int is_send, cons
     free(w);
     return st;
   }
+  pthread_mutex_lock(&c->mu);
+  live_add(c, w);
+  pthread_mutex_unlock(&c->mu);
   *out = w;
   return COHORT_OK;
 }

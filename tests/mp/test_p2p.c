@@ -249,6 +249,43 @@ static void check_edges(cohort_comm *c) {
   OK(cohort_barrier(c));
 }
 
+/* Handles the caller still holds when it destroys their communicator (cohort_comm_destroy detaches them): a finished
+ * collective keeps its result, a receive never matched and a collective only rank 0 started fail (the communicator
+ * was destroyed), and waiting on, testing and freeing them afterwards touches no freed memory (ASan: mp.p2p.*.np2 carry
+ * the sanitize label). */
+static void check_handles_outlive_destroy(cohort_comm *c) {
+  cohort_status st;
+  int me = cohort_rank(c), n = cohort_size(c), got = -1, done = 0;
+  cohort_comm *d = NULL;
+  OK(cohort_comm_dup(c, &d));
+  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  cohort_work *finished = NULL, *unmatched = NULL, *lone = NULL;
+  OK(cohort_iallreduce(d, x, y, 4, COHORT_F32, COHORT_SUM, &finished));
+  OK(cohort_work_wait(finished));
+  OK(cohort_irecv(d, &got, 1, COHORT_I32, me, 77, &unmatched));
+  OK(cohort_barrier(c)); /* every rank holds its receive before any destroys d */
+  if (me == 0) OK(cohort_iallreduce(d, x, x, 4, COHORT_F32, COHORT_SUM, &lone));
+  cohort_comm_destroy(d);
+  OK(cohort_work_wait(finished));
+  OK(cohort_work_test(finished, &done));
+  CHECK(done == 1 && y[3] == 4.0f * (float)n, "the finished allreduce: done %d, %g", done, (double)y[3]);
+  st = cohort_work_wait(unmatched);
+  CHECK(st == COHORT_ERR_REMOTE && strstr(cohort_last_error(), "destroyed") && got == -1,
+        "the unmatched receive after destroy: %s: %s", cohort_strerror(st), cohort_last_error());
+  done = 0;
+  st = cohort_work_test(unmatched, &done);
+  CHECK(st == COHORT_ERR_REMOTE && done == 1, "testing it: %s, done %d", cohort_strerror(st), done);
+  if (lone) {
+    st = cohort_work_wait(lone);
+    CHECK(st == COHORT_ERR_REMOTE, "rank 0's lone allreduce after destroy: %s: %s", cohort_strerror(st),
+          cohort_last_error());
+  }
+  cohort_work_free(finished);
+  cohort_work_free(unmatched);
+  cohort_work_free(lone);
+  OK(cohort_barrier(c));
+}
+
 static int run_checks(cohort_comm *c) {
   failures = 0;
   check_ping_pong(c);
@@ -257,6 +294,7 @@ static int run_checks(cohort_comm *c) {
   if (!failures) check_many_in_flight(c);
   if (!failures) check_with_allreduce(c);
   if (!failures) check_edges(c);
+  if (!failures) check_handles_outlive_destroy(c);
   if (!failures) {
     cohort_status st = cohort_barrier(c);
     if (st != COHORT_OK) failures++;
