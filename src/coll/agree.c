@@ -179,6 +179,15 @@ static cohort_status verdict(cohort__coll_ctx *ctx, const cohort__signature *all
     else
       cohort__call_describe(&theirs->call, b, sizeof b);
     ctx->refused = 1;
+    /* The same call but for the counts array (its hash, the total, the algorithm the total chose): the caller asks
+     * where the arrays differ. */
+    cohort__call same_counts = theirs->call;
+    same_counts.sig = first->call.sig;
+    same_counts.count = first->call.count;
+    same_counts.algo = first->call.algo;
+    if ((cohort__coll_flags(first->call.coll) & COHORT__CALL_COUNTS) && theirs->call.sig != first->call.sig &&
+        cohort__call_equal(&same_counts, &first->call))
+      ctx->counts_differ = q;
     return cohort__error(COHORT_ERR_MISMATCH,
                          "ranks disagree: rank 0 called %s but rank %d called %s%s; refused on every rank before any "
                          "data moved (the communicator stays usable)",
@@ -292,6 +301,7 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
   ctx->refused = 0;
   ctx->joined = 0;
   ctx->unbalanced = 0;
+  ctx->counts_differ = 0;
   *done = 0;
   int n = ctx->size, r = ctx->rank;
   if (n == 1 || !ctx->call_check) return COHORT_OK;
@@ -406,4 +416,64 @@ cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort
                        "%s [call #%u]: the ranks' count balances disagreed, but every rank's receive counts equal "
                        "what its peers send",
                        cohort__coll_api_name(real->coll), real->seq);
+}
+
+cohort_status cohort__coll_explain_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a, const cohort__call *real) {
+  ctx->refused = 0;
+  int n = ctx->size, r = ctx->rank;
+  cohort__signature stack[STACK_RANKS], *all = stack;
+  if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  uint64_t *ref = cohort__coll_scratch(ctx, 2, (size_t)n * sizeof *ref);
+  cohort__req *reqs = calloc((size_t)n, sizeof *reqs);
+  if (!ref || !reqs) {
+    free(reqs);
+    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
+  }
+  cohort__transport *t = ctx->t;
+  cohort__call wire = wire_of(ctx, real->seq);
+  t->ops->set_call(t, &wire);
+  /* 1. Rank 0's counts to every rank. */
+  cohort_status st = COHORT_OK;
+  if (r == 0) {
+    for (int p = 0; p < n; p++)
+      ref[p] = (uint64_t)a->counts[p];
+    for (int p = 1; p < n && st == COHORT_OK; p++)
+      st = t->ops->isend(t, p, ref, (size_t)n * sizeof *ref, &reqs[p]);
+    if (st == COHORT_OK) st = t->ops->wait(t, NULL);
+  } else {
+    st = t->ops->irecv(t, 0, ref, (size_t)n * sizeof *ref, &reqs[0]);
+    if (st == COHORT_OK) st = t->ops->wait(t, &reqs[0]);
+  }
+  free(reqs);
+  if (st != COHORT_OK) return name_the_call(st, &wire, real);
+  /* 2. Each rank's first count that differs from rank 0's (its index as root, its count, rank 0's as the hash), or
+   * root -1, to every rank: all name the same first one. */
+  cohort__signature mine = {.call = wire};
+  mine.call.root = -1;
+  for (int p = 0; p < n && r != 0; p++) {
+    if ((uint64_t)a->counts[p] == ref[p]) continue;
+    mine.call.root = p;
+    mine.call.count = (uint64_t)a->counts[p];
+    mine.counts_hash = ref[p];
+    break;
+  }
+  if ((st = allgather_records(ctx, &wire, &mine, all)) != COHORT_OK) return name_the_call(st, &wire, real);
+  ctx->refused = 1;
+  for (int q = 1; q < n; q++) {
+    const cohort__signature *v = &all[q];
+    if (v->call.root < 0) continue;
+    return cohort__error(COHORT_ERR_MISMATCH,
+                         "ranks disagree on the counts of %s (%s) [call #%u]: rank %d passes counts[%d] = %llu where "
+                         "rank 0 passes %llu; refused on every rank before any data moved (the communicator stays "
+                         "usable)",
+                         cohort__coll_api_name(real->coll), cohort_dtype_name((cohort_dtype)real->dtype), real->seq, q,
+                         (int)v->call.root, (unsigned long long)v->call.count, (unsigned long long)v->counts_hash);
+  }
+  /* The arrays agree, so the hashes differed for the tag (cohort_tag_next_call): the first verdict's words. */
+  return cohort__error(COHORT_ERR_MISMATCH,
+                       "ranks disagree on %s [call #%u]: the same counts on every rank, but another tag "
+                       "(cohort_tag_next_call) on rank %d; refused on every rank before any data moved (the "
+                       "communicator stays usable)",
+                       cohort__coll_api_name(real->coll), real->seq, ctx->counts_differ);
 }

@@ -280,7 +280,13 @@ cohort_status cohort__coll_run(cohort__coll_ctx *ctx, const cohort__coll_args *a
   /* The node allreduce's input, or the whole rd allreduce, rides on the agreement (agree.c). */
   int rides = a->coll == COHORT__COLL_ALLREDUCE && (p.node || (p.algo == COHORT__ALGO_RD && !ctx->t->ops->agree));
   int done;
-  COHORT_CHECK(cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done));
+  cohort_status st = cohort__coll_agree_with(ctx, &sig, rides ? a : NULL, &done);
+  if (st != COHORT_OK && ctx->refused && ctx->counts_differ) {
+    int q = ctx->counts_differ;
+    st = cohort__coll_explain_counts(ctx, a, &p.call); /* refuses the call, saying where the counts differ */
+    ctx->counts_differ = q;
+  }
+  if (st != COHORT_OK) return st;
   if (ctx->unbalanced) return cohort__coll_agree_peer_counts(ctx, a, &p.call); /* refuses the call */
   ctx->t->ops->set_call(ctx->t, &p.call);
   if (done) return COHORT_OK;

@@ -76,6 +76,9 @@ typedef struct cohort__coll_ctx {
   int joined;
   /* alltoallv: the ranks' balances (cohort__peer_counts_balance) at the last agreement did not sum to 0 */
   int unbalanced;
+  /* the v-forms: the last call was refused because rank counts_differ's calls differed from rank 0's only in the
+   * counts array (cohort__coll_explain_counts says where); 0 otherwise */
+  int counts_differ;
   int join_state, join_last;
   cohort__call join_call;
 } cohort__coll_ctx;
@@ -117,6 +120,11 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
  * the receiver of a frame of the wrong size finds it while data moves, and that is fatal. */
 cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a,
                                              const cohort__call *real);
+/* A v-form refused for its counts arrays alone (ctx->counts_differ): rank 0 sends its counts to every rank (one frame
+ * of n counts each), every rank finds its first count that differs from rank 0's, and those go to every rank the
+ * way the signatures travel, so that all refuse the call with the same message naming the rank, the index and both
+ * values (COHORT_ERR_MISMATCH, ctx->refused). A failure of the exchange itself is fatal, as any while frames move. */
+cohort_status cohort__coll_explain_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a, const cohort__call *real);
 /* The same, with the call's arguments when its data may ride on the exchange (ride: an allreduce that runs as the
  * transport's node allreduce or as recursive doubling, else NULL). *done: the exchange ran the whole call (frames
  * at a power-of-two world, rd allreduce: recvbuf holds the result); else the caller runs it next, as after

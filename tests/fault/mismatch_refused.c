@@ -10,8 +10,9 @@
  * sum. The cases: a broadcast in which every rank names itself root, a broadcast whose counts differ, allreduces
  * whose dtype, op or count differ (small, and large enough for the ring and the shared-memory node allreduce), an
  * allgather whose counts differ, a barrier against an allreduce, an allreduce whose tags differ
- * (cohort_tag_next_call: a binding's shape hash), and an alltoallv whose send and receive counts disagree. A rank that
- * sees anything else prints what and exits 1 (so cohortrun, and ctest, fail).
+ * (cohort_tag_next_call: a binding's shape hash), an alltoallv whose send and receive counts disagree, and an
+ * allgatherv whose counts arrays differ. A rank that sees anything else prints what and exits 1 (so cohortrun, and
+ * ctest, fail).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +190,23 @@ static int run(cohort_comm *c) {
         failures += fail(r, "the alltoallv with its counts right", "wrong value");
   free(sc);
   free(rc);
+
+  /* 11. an allgatherv whose counts arrays differ: the last rank gives rank 0 three elements where the others give
+   * it one (a different total too): the message names the first count that differs and both values. */
+  size_t *gc = calloc((size_t)n, sizeof *gc);
+  if (!gc) return fail(r, "calloc", NULL);
+  for (int p = 0; p < n; p++)
+    gc[p] = 1;
+  if (r == last) gc[0] = 3;
+  FILL(3);
+  OUT_FILL(n + 2);
+  st = cohort_allgatherv(c, buf, out, gc, NULL, COHORT_F32);
+  snprintf(theirs, sizeof theirs, "rank %d passes counts[0] = 3 where rank 0 passes 1", last);
+  failures +=
+      expect_refused(r, "allgatherv, counts differ", st, "ranks disagree on the counts of cohort_allgatherv", theirs);
+  failures += untouched(r, "allgatherv, counts differ", out, (size_t)n + 2, -1.0f);
+  failures += expect_usable(c, "the allgatherv whose counts differ");
+  free(gc);
 
   /* Right calls still give right results after all that: a broadcast from the last rank. */
   FILL(4);

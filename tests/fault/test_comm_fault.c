@@ -343,12 +343,17 @@ static void expect_mismatch_everywhere(const char *mode, const char *a, const ch
   expect_mismatch_on(mode, NULL, a, b);
 }
 
-/* The counts arrays of rank 2 and of the others hash to different signatures (same total). */
+/* The counts arrays of rank 2 and of the others hash to different signatures (same total): the message names the
+ * first count that differs, and both values. */
 TEST(mismatched_counts_arrays_fail_on_every_rank_tcp) {
-  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=tcp", "allgatherv(count=4, counts#", "ranks disagree");
+  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=tcp",
+                     "ranks disagree on the counts of cohort_allgatherv (f32)",
+                     "rank 2 passes counts[0] = 2 where rank 0 passes 1");
 }
 TEST(mismatched_counts_arrays_fail_on_every_rank_shm) {
-  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=shm", "allgatherv(count=4, counts#", "ranks disagree");
+  expect_mismatch_on("mismatch_counts", "COHORT_TRANSPORT=shm",
+                     "ranks disagree on the counts of cohort_allgatherv (f32)",
+                     "rank 2 passes counts[0] = 2 where rank 0 passes 1");
 }
 TEST(mismatched_roots_fail_on_every_rank_tcp) {
   expect_mismatch_on("mismatch_root", "COHORT_TRANSPORT=tcp", "gather(count=4, f32, root=0", "root=1");
