@@ -17,7 +17,8 @@
 #   end-wait       node 0 has finished and waits for node 1; SIGINT ends that wait within 1.5 s
 #   hang-any       COHORT_HEARTBEAT_S=1 over shell programs (nothing of cohort in them): rank 1 sleeps while ranks
 #                  0 and 2 wait for a peer (a FIFO no one opens): cohortrun names rank 1, by its wait, and exits 1
-#                  within 6 s; all three waiting alike still names one of them; ranks that compute (CPU) or move
+#                  within 6 s; all three waiting alike still names one of them; of 2 ranks, a SIGSTOPped one is
+#                  named as stopped beside one that sleeps; ranks that compute (CPU) or move
 #                  bytes for 3 s are never reported (before: no report at all, the job hung)
 #   hang-torch     the same for a plain torch program (tests/python/plain_hang.py; COHORT_TEST_PYTHON, skipped
 #                  without torch): rank 1 sleeps after 5 allreduces, the others wait in the 6th
@@ -208,6 +209,24 @@ hang-any)
   [ "$RC" = 1 ] || fail "all waiting alike: exit code $RC, expected 1"
   grep -q "it went quiet first (no rank's wait tells more); stopping the job" "$TMP/err" || fail "no rank named"
   echo "ok: all waiting alike: $(grep -m1 -o 'rank [0-9] (pid' "$TMP/err") named, as the first to go quiet"
+  # A stopped rank beside one that sleeps (its wait "its own"): the stopped one is named, as stopped (before: the
+  # sleeping rank 0 was named, and rank 1's stop was taken for a wait for a peer).
+  # shellcheck disable=SC2016
+  COHORT_HEARTBEAT_S=1 "$RUN" -np 2 /bin/sh -c 'echo $$ >"$0.$RANK"; exec sleep 100' "$TMP/pid" >"$TMP/out" 2>"$TMP/err" &
+  pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 250); do
+    [ -s "$TMP/pid.1" ] && break
+    sleep 0.02
+  done
+  [ -s "$TMP/pid.1" ] || fail "rank 1 did not start"
+  PIDS+=("$(cat "$TMP/pid.1")")
+  kill -STOP "$(cat "$TMP/pid.1")"
+  wait_end "$pid" 10
+  [ "$RC" = 1 ] || fail "a stopped rank: exit code $RC, expected 1"
+  grep -q "^cohortrun: rank 1 (pid [0-9]*, .* it is stopped (SIGCONT resumes it).*: it is the one rank the kernel shows stopped; stopping the job" "$TMP/err" ||
+    fail "the stopped rank 1 is not named as stopped"
+  echo "ok: a stopped rank named beside a sleeping one, after $TOOK s"
   # Computing (CPU) for 3 s, 6 times COHORT_HEARTBEAT_S, and moving bytes through a pipe are progress.
   # shellcheck disable=SC2016
   busy='end=$(($(date +%s) + 3)); while [ "$(date +%s)" -lt "$end" ]; do :; done; echo done $RANK'

@@ -240,16 +240,23 @@ static void check_stalls(job *j) {
   if (running == 0 || stalled < running) return;
   char(*wchan)[64] = calloc((size_t)j->started, sizeof *wchan);
   if (!wchan) return;
-  int culprit = -1, owns = 0, first = -1;
+  int culprit = -1, owns = 0, first = -1, stopped = 0, stopped_at = -1;
   for (int i = 0; i < j->started; i++) {
     worker *w = &j->workers[i];
     if (!w->running) continue;
     cohort__launch_wchan(w->pid, wchan[i], sizeof wchan[i]);
     if (own_wait(wchan[i])) owns++, culprit = owns == 1 ? i : -1;
+    char state = cohort__proc_state(w->pid);
+    if (state == 'T' || state == 't') stopped++, stopped_at = i;
     if (first < 0 || w->quiet_since_ns < j->workers[first].quiet_since_ns) first = i;
   }
   const char *how = "its wait in the kernel is its own (a sleep, a disk) while the others wait for a peer";
-  if (owns != 1) {
+  if (stopped == 1) {
+    /* A stopped rank (SIGSTOP, Ctrl-Z, a debugger) cannot go on whatever the others wait for: it is the culprit,
+     * before any reading of waits (a stopped rank waits for no peer, and a sleeping one beside it is no culprit). */
+    culprit = stopped_at;
+    how = "it is the one rank the kernel shows stopped";
+  } else if (owns != 1) {
     culprit = -1;
     /* The odd one out: every other stalled rank waits at one and the same place. */
     for (int i = 0; i < j->started && culprit < 0 && running >= 3; i++) {
