@@ -37,24 +37,28 @@ typedef struct config_entry {
   const char *name;
   const char *flag;
   double value;
-  int since_lars; /* absent from checkpoints written before --lars existed, which trained with plain SGD: 0 there */
+  int optional;     /* absent from checkpoints written before the setting was stored: then if_absent */
+  double if_absent; /* --lars: those trained with plain SGD (0); --accumulate: without accumulation (1) */
 } config_entry;
 
-enum { MAX_CONFIG_ENTRIES = 10 };
+enum { MAX_CONFIG_ENTRIES = 11 };
 
 static int config_entries(const train_job *job, config_entry out[MAX_CONFIG_ENTRIES]) {
   const train_config *cfg = job->cfg;
   int n = 0;
-  out[n++] = (config_entry){"config.batch", "--batch", cfg->batch, 0};
-  out[n++] = (config_entry){"config.world", "number of ranks", job->world, 0};
-  out[n++] = (config_entry){"config.epochs", "--epochs", cfg->epochs, 0};
-  out[n++] = (config_entry){"config.lr", "--lr", cfg->lr, 0};
-  out[n++] = (config_entry){"config.momentum", "--momentum", cfg->momentum, 0};
-  out[n++] = (config_entry){"config.weight_decay", "--weight-decay", cfg->weight_decay, 0};
-  out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps, 0};
-  out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed, 0};
-  out[n++] = (config_entry){"config.lars", "--lars", cfg->lars, 1};
-  out[n++] = (config_entry){"config.lars_clip", "--lars-mode (larc 1, lars 0)", cfg->lars_clip, 1};
+  out[n++] = (config_entry){"config.batch", "--batch", cfg->batch, 0, 0};
+  out[n++] = (config_entry){"config.world", "number of ranks", job->world, 0, 0};
+  out[n++] = (config_entry){"config.epochs", "--epochs", cfg->epochs, 0, 0};
+  out[n++] = (config_entry){"config.lr", "--lr", cfg->lr, 0, 0};
+  out[n++] = (config_entry){"config.momentum", "--momentum", cfg->momentum, 0, 0};
+  out[n++] = (config_entry){"config.weight_decay", "--weight-decay", cfg->weight_decay, 0, 0};
+  out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps, 0, 0};
+  out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed, 0, 0};
+  out[n++] = (config_entry){"config.lars", "--lars", cfg->lars, 1, 0};
+  out[n++] = (config_entry){"config.lars_clip", "--lars-mode (larc 1, lars 0)", cfg->lars_clip, 1, 0};
+  /* The micro-batches per step: the step's global batch (so the rate, the steps per epoch and what a step's
+   * number means in samples) depend on it, so another value would skip or repeat part of the epoch. */
+  out[n++] = (config_entry){"config.accumulate", "--accumulate", cfg->accumulate, 1, 1};
   return n;
 }
 
@@ -181,8 +185,8 @@ int train_state_load(train_job *job) {
   for (int i = 0; i < nce; i++) {
     double v;
     cohort_ckpt_entry absent;
-    if (ce[i].since_lars && cohort_ckpt_find(ck, ce[i].name, &absent) != COHORT_OK)
-      v = 0.0;
+    if (ce[i].optional && cohort_ckpt_find(ck, ce[i].name, &absent) != COHORT_OK)
+      v = ce[i].if_absent;
     else if (get_f64(ck, ce[i].name, &v) != COHORT_OK) {
       fprintf(stderr, "fmnist-train: rank %d: cannot resume from %s: it has no valid f64 entry '%s'\n", job->rank, path,
               ce[i].name);

@@ -2,8 +2,9 @@
 # test_train_resume.sh CASE: fmnist-train's --resume against damaged checkpoints and a job killed mid-run.
 # COHORT_TEST_COHORTRUN and COHORT_TEST_FMNIST_TRAIN name the two programs.
 #
-#   corrupt  truncated, bit-flipped, missing, another model's and an empty checkpoint: every rank refuses with one
-#            clear line naming the file and what is wrong, and the job exits non-zero without training
+#   corrupt  truncated, bit-flipped, missing, another model's and an empty checkpoint, and one written with another
+#            --accumulate: every rank refuses with one clear line naming the file and what is wrong, and the job
+#            exits non-zero without training
 #   killed   a 2-rank job is SIGKILLed (launcher and all) after a few periodic checkpoints; resuming from what
 #            was left on disk ends with the same parameters as a run that was never interrupted
 #   outputs  a --checkpoint or --dump-params that cannot be written fails the job before its first step, naming the
@@ -78,6 +79,10 @@ corrupt)
   : >"$TMP/empty.ck"
   refuse "$TMP/empty.ck" "$TMP/empty.ck"
   refuse "$TMP/missing.ck" "cannot open checkpoint '$TMP/missing.ck'"
+  # Another --accumulate is another global batch: resumed, it skipped part of the epoch (the steps left were counted
+  # in the new batches from the old step number) and trained at another rate, without a word.
+  cp "$good" "$TMP/acc.ck"
+  refuse "$TMP/acc.ck" "it was written with --accumulate 1, this run has 2 (resume with the same settings)" --accumulate 2
   # An MLP's checkpoint is not the CNN's, however intact.
   "$RUN" -np 2 "$TRAIN" --model cnn --steps 10 --checkpoint "$good" --resume >"$TMP/out" 2>"$TMP/err" &&
     fail "the CNN resumed from an MLP checkpoint"
