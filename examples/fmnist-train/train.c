@@ -362,12 +362,20 @@ static int check_replicas(train_job *job, const char *hex) {
   return 0;
 }
 
+/* Every rank learns whether any failed `what`, and the first that did. A rank that did not fail names it and lets it
+ * exit first (a launcher takes the first rank to exit non-zero for the root cause, and its report should show the
+ * failing rank's own words, not this rank's "rank 0 failed ..."). */
 static int agree(train_job *job, int ok, const char *what) {
-  int32_t bad = ok ? 0 : 1;
-  cohort_status st = cohort_allreduce(job->comm, &bad, &bad, 1, COHORT_I32, COHORT_MAX);
+  int32_t first = ok ? INT32_MAX : job->rank;
+  cohort_status st = cohort_allreduce(job->comm, &first, &first, 1, COHORT_I32, COHORT_MIN);
   if (st != COHORT_OK) return fail(job, what, st);
-  if (bad && ok) fprintf(stderr, "fmnist-train: rank %d: another rank failed %s\n", job->rank, what);
-  return bad ? -1 : 0;
+  if (first == INT32_MAX) return 0;
+  if (ok) {
+    fprintf(stderr, "fmnist-train: rank %d: rank %d failed %s (its own output says why)\n", job->rank, (int)first,
+            what);
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+  }
+  return -1;
 }
 
 /* The fault tests' hook (tests/fault/test_cluster_restart.sh): COHORT_TEST_KILL_AT_STEP=N makes rank

@@ -8,7 +8,8 @@
 #   killed   a 2-rank job is SIGKILLed (launcher and all) after a few periodic checkpoints; resuming from what
 #            was left on disk ends with the same parameters as a run that was never interrupted
 #   outputs  a --checkpoint or --dump-params that cannot be written fails the job before its first step, naming the
-#            flag, the path and the reason; --steps past the planned run is said at start
+#            flag, the path and the reason, with rank 0 (which failed) as cohortrun's root cause; --steps past the
+#            planned run is said at start
 set -u
 RUN=${COHORT_TEST_COHORTRUN:?set COHORT_TEST_COHORTRUN to build/bin/cohortrun}
 TRAIN=${COHORT_TEST_FMNIST_TRAIN:?set COHORT_TEST_FMNIST_TRAIN to build/bin/fmnist-train}
@@ -125,6 +126,10 @@ outputs)
     local rc=$?
     [ $rc -ne 0 ] || fail "$1 $2 was accepted: $(cat "$TMP/out")"
     grep -qF -- "$3" "$TMP/err" || fail "$1 $2: no '$3' in: $(cat "$TMP/err")"
+    # Rank 0 alone writes, so it alone fails: cohortrun's root cause is rank 0 and its words, not rank 1's echo of
+    # it (rank 1 exited at the same moment, and was the root cause about every other run).
+    grep '^cohortrun: | ' "$TMP/err" | grep -qF -- "$3" && grep -q '^cohortrun: root cause: rank 0 ' "$TMP/err" ||
+      fail "$1 $2: the root cause is not rank 0's failure: $(cat "$TMP/err")"
     if grep -q 'step [0-9]*/\|final: ' "$TMP/out"; then fail "$1 $2: the job trained before failing: $(cat "$TMP/out")"; fi
   }
   : >"$TMP/file"
