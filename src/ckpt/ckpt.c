@@ -7,6 +7,7 @@
  * The format is little-endian and so is every host cohort supports; the assertion below makes a big-endian build
  * fail loudly rather than write files no one else can read.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -252,6 +253,38 @@ static cohort_status fsync_dir(const char *path) {
   return COHORT_OK;
 }
 
+/* Removes PATH.tmp.<pid> files that writers killed mid-save left beside path, whose process no longer exists on this
+ * host: each is as large as a checkpoint, and a job preempted often (SIGKILL) would otherwise fill its disk with
+ * them. Best effort, before this save writes its own (the space may be what it needs). A writer on another host of a
+ * shared filesystem would look dead here; only one writer per path at a time is supported anyway (the last rename
+ * wins), and one whose file went fails its rename with a message. */
+static void remove_dead_writers_files(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  const char *base = slash ? slash + 1 : path;
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  size_t blen = strlen(base);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const char *name = e->d_name;
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0) continue;
+    const char *digits = name + blen + 5;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (!*digits || *end || errno || pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask): left alone */
+    unlinkat(dirfd(d), name, 0);
+  }
+  closedir(d);
+}
+
 cohort_status cohort_ckpt_writer_save(cohort_ckpt_writer *w, const char *path) {
   cohort_status st = COHORT_OK;
   char tmp[4200];
@@ -260,6 +293,7 @@ cohort_status cohort_ckpt_writer_save(cohort_ckpt_writer *w, const char *path) {
   int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   if (n < 0 || (size_t)n >= sizeof tmp)
     return cohort__error(COHORT_ERR_INVALID, "checkpoint path too long: '%s'", path);
+  remove_dead_writers_files(path);
   os.cap = 1 << 20;
   os.buf = malloc(os.cap);
   if (!os.buf) return cohort__error(COHORT_ERR_SYSTEM, "checkpoint '%s': out of memory", path);

@@ -180,6 +180,38 @@ TEST(save_replaces_the_previous_checkpoint) {
   cohort_ckpt_writer_destroy(w);
 }
 
+/* A writer killed mid-save leaves PATH.tmp.<pid>: the next save removes those of processes that are gone, and keeps
+ * those of live ones and every other file. */
+TEST(save_removes_the_files_of_dead_writers) {
+  char path[4096], dead[4200], alive[4200], other[4200], beside[4200];
+  snprintf(path, sizeof path, "%s", tmp_path("left.ckpt")); /* tmp_path's string is overwritten by the next call */
+  snprintf(dead, sizeof dead, "%s.tmp.2147483646", path);   /* above any pid_max: no such process */
+  snprintf(alive, sizeof alive, "%s.tmp.%ld", path, (long)getppid());
+  snprintf(other, sizeof other, "%s.tmp.12ab", path);
+  snprintf(beside, sizeof beside, "%s.tmp.2147483646", tmp_path("another.ckpt"));
+  const char *files[] = {dead, alive, other, beside};
+  for (int i = 0; i < 4; i++) {
+    FILE *f = fopen(files[i], "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("left by a killed writer", f);
+    fclose(f);
+  }
+  cohort_ckpt_writer *w;
+  ASSERT_OK(cohort_ckpt_writer_create("m", &w));
+  ASSERT_OK(cohort_ckpt_add_i64(w, "step", 7));
+  ASSERT_OK(cohort_ckpt_writer_save(w, path));
+  cohort_ckpt_writer_destroy(w);
+  ASSERT_EQ(access(dead, F_OK), -1);
+  ASSERT_EQ(access(alive, F_OK), 0);
+  ASSERT_EQ(access(other, F_OK), 0);
+  ASSERT_EQ(access(beside, F_OK), 0);
+  cohort_ckpt *ck;
+  ASSERT_OK(cohort_ckpt_load(path, "m", &ck));
+  cohort_ckpt_destroy(ck);
+  for (int i = 1; i < 4; i++)
+    unlink(files[i]);
+}
+
 /* What a training job stores to resume: the sampler position travels as bytes next to the step. */
 TEST(sampler_state_travels_in_a_checkpoint) {
   cohort_sampler *s;
@@ -213,4 +245,5 @@ TEST(sampler_state_travels_in_a_checkpoint) {
 
 COHORT_TEST_MAIN(TEST_CASE(crc32c_known_vectors), TEST_CASE(crc32c_paths_agree_and_chain),
                  TEST_CASE(roundtrip_is_bitwise), TEST_CASE(lookup_checks_name_dtype_and_shape),
-                 TEST_CASE(save_replaces_the_previous_checkpoint), TEST_CASE(sampler_state_travels_in_a_checkpoint))
+                 TEST_CASE(save_replaces_the_previous_checkpoint), TEST_CASE(save_removes_the_files_of_dead_writers),
+                 TEST_CASE(sampler_state_travels_in_a_checkpoint))
