@@ -7,6 +7,10 @@ add_dependencies(test_launcher cohortrun launcher_worker)
 add_test(NAME fault.launcher COMMAND test_launcher)
 set_tests_properties(fault.launcher PROPERTIES LABELS "fault;sanitize" TIMEOUT 120
                      ENVIRONMENT "COHORT_TEST_COHORTRUN=$<TARGET_FILE:cohortrun>;COHORT_TEST_WORKER=$<TARGET_FILE:launcher_worker>")
+# A line longer than 1 MiB comes out as lines of exactly 1 MiB and the rest (cut after each read before: a piece
+# could be up to one read, 64 KiB, longer).
+add_test(NAME fault.launcher.long_line COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_long_line.sh $<TARGET_FILE:cohortrun>)
+set_tests_properties(fault.launcher.long_line PROPERTIES LABELS "fault" TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS")
 
 # cohortrun never waits forever: signals during every wait outside the poll loop, a failed ssh, a store that cannot
 # answer, an interrupted node stopping the others (test_launcher_waits.sh). Loopback only, a few seconds each.

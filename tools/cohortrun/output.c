@@ -293,9 +293,12 @@ cohort_status cohort__relay_pump(cohort__relay *r, int *open) {
     line = scan = nl + 1;
   }
   size_t rest = (size_t)(end - line);
+  /* A line that reached COHORT_RELAY_LINE_MAX goes out as a line of exactly that many bytes; the rest (less than one
+   * read: held was shorter than that before it) stays held. */
   if (rest >= COHORT_RELAY_LINE_MAX) {
-    append(r, line, rest, 1);
-    rest = 0;
+    append(r, line, COHORT_RELAY_LINE_MAX, 1);
+    line += COHORT_RELAY_LINE_MAX;
+    rest -= COHORT_RELAY_LINE_MAX;
   }
   if (r->out_len && r->live && line != r->held) end_live(r); /* r's own line finished: it is in out now */
   if (r->out_len) write_lines(r, r->out, r->out_len);
