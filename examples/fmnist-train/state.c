@@ -55,11 +55,22 @@ static int config_entries(const train_job *job, config_entry out[MAX_CONFIG_ENTR
   out[n++] = (config_entry){"config.warmup", "--warmup", cfg->warmup_steps, 0, 0};
   out[n++] = (config_entry){"config.seed", "--seed", (double)cfg->seed, 0, 0};
   out[n++] = (config_entry){"config.lars", "--lars", cfg->lars, 1, 0};
-  out[n++] = (config_entry){"config.lars_clip", "--lars-mode (larc 1, lars 0)", cfg->lars_clip, 1, 0};
+  out[n++] = (config_entry){"config.lars_clip", "--lars-mode", cfg->lars_clip, 1, 0};
   /* The micro-batches per step: the step's global batch (so the rate, the steps per epoch and what a step's
    * number means in samples) depend on it, so another value would skip or repeat part of the epoch. */
   out[n++] = (config_entry){"config.accumulate", "--accumulate", cfg->accumulate, 1, 1};
   return n;
+}
+
+/* A setting's value as its flag takes it, for the refusal: the defaults that are stored as a sentinel say so. */
+static const char *shown(const config_entry *e, double v, char *buf, size_t len) {
+  if (!strcmp(e->name, "config.lars_clip"))
+    snprintf(buf, len, "%s", v != 0 ? "larc" : "lars");
+  else if (!strcmp(e->name, "config.warmup") && v < 0)
+    snprintf(buf, len, "unset (a fifth of an epoch, at most 200 steps)");
+  else
+    snprintf(buf, len, "%.9g", v);
+  return buf;
 }
 
 static cohort_status add_f64(cohort_ckpt_writer *w, const char *name, double v) {
@@ -199,10 +210,12 @@ int train_state_load(train_job *job) {
       continue;
     }
     if (v != ce[i].value) {
+      char then[80], now[80];
       fprintf(stderr,
-              "fmnist-train: rank %d: cannot resume from %s: it was written with %s %.9g, this run has %.9g "
+              "fmnist-train: rank %d: cannot resume from %s: it was written with %s %s, this run has %s "
               "(resume with the same settings)\n",
-              job->rank, path, ce[i].flag, v, ce[i].value);
+              job->rank, path, ce[i].flag, shown(&ce[i], v, then, sizeof then),
+              shown(&ce[i], ce[i].value, now, sizeof now));
       rc = -1;
       goto out;
     }
