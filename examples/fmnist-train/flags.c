@@ -217,6 +217,12 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
     }
     if (!value) {
       if (i + 1 >= argc) return usage_error("%s needs a value%s", name, "");
+      /* "--checkpoint --steps 1": the value was forgotten, not a file named "--steps" (give "--checkpoint=--x" or
+       * "./--x" for that); a negative number is a value. */
+      const char *next = argv[i + 1];
+      if (next[0] == '-' && next[1] == '-' && next[2])
+        return usage_error("%s needs a value, got the flag '%s' (a value that starts with '--' goes as FLAG=VALUE)",
+                           name, next);
       value = argv[++i];
     }
 

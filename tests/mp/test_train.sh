@@ -84,6 +84,7 @@ usage)
   usage_case "--epochs needs an integer, got '3x'" --epochs 3x
   usage_case "--epochs is out of range" --epochs 0
   usage_case "--steps needs a value" --steps
+  usage_case "--checkpoint needs a value, got the flag '--steps'" --checkpoint --steps 1
   usage_case "--batch is out of range: '0'" --batch 0
   usage_case "--batch is out of range: '-4'" --batch=-4
   usage_case "--lr must be > 0, got '0'" --lr 0
