@@ -43,7 +43,10 @@ def join():
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if _store is None or _store[0] != os.getpid():
         import datetime
-        seconds = int(os.environ.get("COHORT_TIMEOUT") or 300)
+        try:  # COHORT_TIMEOUT, as cohort_init reads it (which says what is wrong with a bad value)
+            seconds = max(1, int(os.environ.get("COHORT_TIMEOUT") or 300))
+        except ValueError:
+            seconds = 300
         host, port, timeout = os.environ.get("MASTER_ADDR") or "127.0.0.1", int(os.environ["MASTER_PORT"]), \
             datetime.timedelta(seconds=seconds)
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # the agent serves it: a client on every rank
