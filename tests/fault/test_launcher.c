@@ -616,6 +616,8 @@ TEST(bad_command_lines_are_refused_with_one_line) {
   expect_refused((const char *[]){"-np", "-3", w, NULL}, "got '-3'");
   expect_refused((const char *[]){"-np", "two", w, NULL}, "got 'two'");
   expect_refused((const char *[]){"-np", "2x", w, NULL}, "got '2x'");
+  expect_refused((const char *[]){"-np", " 2", w, NULL}, "got ' 2'"); /* strtol would skip the blank */
+  expect_refused((const char *[]){"-np", "+2", w, NULL}, "got '+2'");
   /* The same number twice, disagreeing: refused rather than one of them silently winning. */
   expect_refused((const char *[]){"-np", "2", "--nproc-per-node", "3", w, NULL},
                  "--nproc-per-node 3 contradicts -np 2: both give the workers on this node; give one");

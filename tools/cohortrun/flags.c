@@ -111,7 +111,8 @@ static cohort_status parse_long(const char *flag, const char *text, long min, lo
   char *end = NULL;
   errno = 0;
   long v = strtol(text, &end, 10);
-  if (text[0] == '\0' || *end != '\0' || errno == ERANGE || v < min || v > max)
+  /* strtol skips leading blanks and takes a sign: "-np ' 2'" and "+2" are no numbers here. */
+  if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno == ERANGE || v < min || v > max)
     return cohort__error(COHORT_ERR_INVALID, "%s needs %s (%ld to %ld), got '%s'", flag, what, min, max, text);
   *out = v;
   return COHORT_OK;
