@@ -231,16 +231,22 @@ static cohort_status write_all(cohort_ckpt_writer *w, ostream *os) {
   return COHORT_OK;
 }
 
+/* The directory of path into dir; returns the name within it. */
+static const char *dir_of(const char *path, char *dir, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, len, ".");
+  else if (slash == path)
+    snprintf(dir, len, "/");
+  else
+    snprintf(dir, len, "%.*s", (int)(slash - path), path);
+  return slash ? slash + 1 : path;
+}
+
 /* Makes the rename durable: without this a crash right after rename() may bring back the old directory entry. */
 static cohort_status fsync_dir(const char *path) {
   char dir[4096];
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  dir_of(path, dir, sizeof dir);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return cohort__error_errno(COHORT_ERR_SYSTEM, errno, "checkpoint '%s': cannot open directory '%s'", path, dir);
@@ -259,15 +265,8 @@ static cohort_status fsync_dir(const char *path) {
  * shared filesystem would look dead here; only one writer per path at a time is supported anyway (the last rename
  * wins), and one whose file went fails its rename with a message. */
 static void remove_dead_writers_files(const char *path) {
-  const char *slash = strrchr(path, '/');
   char dir[4096];
-  const char *base = slash ? slash + 1 : path;
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  const char *base = dir_of(path, dir, sizeof dir);
   DIR *d = opendir(dir);
   if (!d) return;
   size_t blen = strlen(base);

@@ -360,22 +360,43 @@ cohort_status cohort__coll_agree(cohort__coll_ctx *ctx, const cohort__signature 
   return cohort__coll_agree_with(ctx, mine, NULL, &done);
 }
 
-cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a,
-                                             const cohort__call *real) {
+/* A round of counts after the verdict (the two below): n records to gather (on the stack when they fit), `words`
+ * 64-bit words of scratch, `nreqs` requests, and the transport set to the agreement's own call. */
+typedef struct counts_round {
+  cohort__signature stack[STACK_RANKS], *all;
+  uint64_t *words;
+  cohort__req *reqs; /* the caller frees it */
+  cohort__call wire;
+} counts_round;
+
+static cohort_status counts_round_open(cohort__coll_ctx *ctx, counts_round *cr, size_t words, size_t nreqs,
+                                       uint32_t seq) {
   ctx->refused = 0;
-  int n = ctx->size, r = ctx->rank;
-  cohort__signature stack[STACK_RANKS], *all = stack;
-  if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
+  int n = ctx->size;
+  cr->all = cr->stack;
+  if (n > STACK_RANKS && !(cr->all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *cr->all)))
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  uint64_t *sent = cohort__coll_scratch(ctx, 2, 2 * (size_t)n * sizeof *sent), *told = sent + n;
-  cohort__req *reqs = calloc(2 * (size_t)n, sizeof *reqs);
-  if (!sent || !reqs) {
-    free(reqs);
+  cr->words = cohort__coll_scratch(ctx, 2, words * sizeof *cr->words);
+  cr->reqs = calloc(nreqs, sizeof *cr->reqs);
+  if (!cr->words || !cr->reqs) {
+    free(cr->reqs);
     return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   }
+  cr->wire = wire_of(ctx, seq);
+  ctx->t->ops->set_call(ctx->t, &cr->wire);
+  return COHORT_OK;
+}
+
+cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a,
+                                             const cohort__call *real) {
+  int n = ctx->size, r = ctx->rank;
+  counts_round cr;
+  COHORT_CHECK(counts_round_open(ctx, &cr, 2 * (size_t)n, 2 * (size_t)n, real->seq));
+  cohort__signature *all = cr.all;
+  uint64_t *sent = cr.words, *told = sent + n;
+  cohort__req *reqs = cr.reqs;
   cohort__transport *t = ctx->t;
-  cohort__call wire = wire_of(ctx, real->seq);
-  t->ops->set_call(t, &wire);
+  cohort__call wire = cr.wire;
   /* 1. Each rank tells each peer how many elements it will send it (pairwise, as the data will go). */
   cohort_status st = COHORT_OK;
   for (int k = 1; k < n && st == COHORT_OK; k++) {
@@ -419,20 +440,14 @@ cohort_status cohort__coll_agree_peer_counts(cohort__coll_ctx *ctx, const cohort
 }
 
 cohort_status cohort__coll_explain_counts(cohort__coll_ctx *ctx, const cohort__coll_args *a, const cohort__call *real) {
-  ctx->refused = 0;
   int n = ctx->size, r = ctx->rank;
-  cohort__signature stack[STACK_RANKS], *all = stack;
-  if (n > STACK_RANKS && !(all = cohort__coll_scratch(ctx, 1, (size_t)n * sizeof *all)))
-    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  uint64_t *ref = cohort__coll_scratch(ctx, 2, (size_t)n * sizeof *ref);
-  cohort__req *reqs = calloc((size_t)n, sizeof *reqs);
-  if (!ref || !reqs) {
-    free(reqs);
-    return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
-  }
+  counts_round cr;
+  COHORT_CHECK(counts_round_open(ctx, &cr, (size_t)n, (size_t)n, real->seq));
+  cohort__signature *all = cr.all;
+  uint64_t *ref = cr.words;
+  cohort__req *reqs = cr.reqs;
   cohort__transport *t = ctx->t;
-  cohort__call wire = wire_of(ctx, real->seq);
-  t->ops->set_call(t, &wire);
+  cohort__call wire = cr.wire;
   /* 1. Rank 0's counts to every rank. */
   cohort_status st = COHORT_OK;
   if (r == 0) {
