@@ -9,6 +9,10 @@
 #include "core/error.h"
 
 #define DEFAULT_MASTER_PORT 29500
+/* The ports spread by a job's identity (mpirun, srun): 20000 to 29999, below Linux's ephemeral range (32768 to
+ * 60999), where an outgoing connection may hold any port at any moment (29500 + the spread reached 39499: mpirun's
+ * two-jobs test once found its port taken so). */
+#define SPREAD_PORT_BASE 20000
 
 typedef struct scheme {
   const char *source;
@@ -254,10 +258,10 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
   int has_port = 0, has_job = 0, has_step = 0;
   COHORT_CHECK(cohort__env_long_var("MASTER_PORT", 1, 65535, &port, &has_port));
   if (!has_port && strcmp(e->source, "torchrun") != 0 && e->size > 1) {
-    /* Under mpirun and srun nobody hands out a port: take torchrun's default, spread by the job's identity so that
-     * two jobs on one host do not meet. Slurm: by the job id and the step, so that two steps of one allocation that
+    /* Under mpirun and srun nobody hands out a port: one spread by the job's identity so that two jobs on one host
+     * do not meet (SPREAD_PORT_BASE). Slurm: by the job id and the step, so that two steps of one allocation that
      * run at once (two sruns in a batch script) differ too; 7919 is prime to 10000, so the steps of one job never
-     * meet, and step 0 keeps 29500 + SLURM_JOB_ID % 10000. */
+     * meet, and step 0 keeps 20000 + SLURM_JOB_ID % 10000. Without a job's identity: torchrun's default, 29500. */
     if (slurm) {
       COHORT_CHECK(cohort__env_long_var("SLURM_JOB_ID", 0, 1L << 40, &job, &has_job));
       static const char *const step_vars[] = {"SLURM_STEP_ID", "SLURM_STEPID"};
@@ -270,13 +274,13 @@ cohort_status cohort__launch_env_read(cohort__launch_env *e) {
       job = (long)(hash_text(e->job_id) % 10000);
       has_job = 1;
     }
-    port = DEFAULT_MASTER_PORT + (has_job ? job % 10000 : 0);
+    port = has_job ? SPREAD_PORT_BASE + job % 10000 : DEFAULT_MASTER_PORT;
     has_port = 1;
     if (has_job && slurm)
       snprintf(e->port_why, sizeof e->port_why,
-               "MASTER_PORT unset: 29500 + (SLURM_JOB_ID + 7919 x SLURM_STEP_ID) %% 10000");
+               "MASTER_PORT unset: 20000 + (SLURM_JOB_ID + 7919 x SLURM_STEP_ID) %% 10000");
     else if (has_job)
-      snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 29500 + a hash of %s=%.120s %% 10000", e->job_var,
+      snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 20000 + a hash of %s=%.120s %% 10000", e->job_var,
                e->job_id);
     else
       snprintf(e->port_why, sizeof e->port_why, "MASTER_PORT unset: 29500");

@@ -9,9 +9,9 @@
  * srun --mpi=pmi2's PMI_RANK and PMI_SIZE are srun's (Slurm's variables are read), and a batch script without srun
  * (SLURM_PROCID but no SLURM_STEP_ID, SLURM_NTASKS > 1) is refused, saying so.
  * MASTER_ADDR defaults to the first host of the step's nodes under Slurm and to 127.0.0.1 otherwise; MASTER_PORT
- * defaults to 29500 + (SLURM_JOB_ID + 7919 x SLURM_STEP_ID) % 10000 under Slurm (jobs sharing a node, and the steps of
- * one job, get different ports) and to 29500 otherwise (torchrun's default), except under Open MPI: 29500 + a hash of
- * the job's identity % 10000. That identity
+ * defaults to 20000 + (SLURM_JOB_ID + 7919 x SLURM_STEP_ID) % 10000 under Slurm (jobs sharing a node, and the steps of
+ * one job, get different ports) and to 29500 otherwise (torchrun's default), except under Open MPI: 20000 + a hash of
+ * the job's identity % 10000 (the spread ports stay below Linux's ephemeral range). That identity
  * (job_id: PMIX_NAMESPACE, else OMPI_MCA_ess_base_jobid; under Slurm SLURM_JOB_ID.SLURM_STEP_ID) also scopes the
  * rendezvous keys and is checked against the store's owner (rendezvous.c), so that two jobs on one host never mix.
  * Under torchrun's default (static) rendezvous, torchrun's agent serves its own store
