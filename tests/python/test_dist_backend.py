@@ -230,9 +230,11 @@ check(t.item() == float(r % 2), f"subgroup broadcast: {t}")
 # A subgroup carries the name torch gave it (torch 2 looks it up by name, destroy_process_group(group) among others:
 # on torch 2.11 its own suite's test_destroy_group failed with "ProcessGroup name not set"), and destroying it leaves
 # the world's group working.
-if hasattr(mine, "group_name"):
-    check(mine.group_name == dist.distributed_c10d._world.pg_names[mine],
-          f"subgroup name {mine.group_name!r}, torch's {dist.distributed_c10d._world.pg_names[mine]!r}")
+c10d = dist.distributed_c10d
+torch_names = c10d._world.pg_names if hasattr(c10d, "_world") else c10d._pg_names  # torch 2, torch 1.13
+check(mine.group_name == torch_names[mine], f"subgroup name {mine.group_name!r}, torch's {torch_names[mine]!r}")
+check(dist.group.WORLD.group_name == torch_names[dist.group.WORLD],
+      f"the world's name {dist.group.WORLD.group_name!r}, torch's {torch_names[dist.group.WORLD]!r}")
 dist.destroy_process_group(mine)
 t = torch.ones(3)
 dist.all_reduce(t)

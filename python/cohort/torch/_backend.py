@@ -699,6 +699,21 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
     def transport(self):
         return _c.cohort_transport_name(self._comm).decode()
 
+    # The group's name, which torch gives it (_set_group_name) and looks it up by: destroy_process_group(group),
+    # DeviceMesh and the functional collectives' registry. torch 2's C++ keeps a name on the Backend objects it
+    # registers per device, and reads it back from the first (ProcessGroup::getGroupName); a group that is its own
+    # backend, as this one is, has none, so the name torch set was dropped and reading it failed with "ProcessGroup
+    # name not set" (torch 2.11 on the GPU host, 2026-11-27: DeviceMesh, FSDP2, test_destroy_group). It lives here.
+    def _set_group_name(self, name):
+        self._cohort_group_name = name
+
+    @property
+    def group_name(self):
+        name = getattr(self, "_cohort_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")  # torch's words, where torch has not named the group yet
+        return name
+
     def close(self):
         if self._closed:
             return
@@ -1188,15 +1203,12 @@ else:
 
 
 def _create_process_group(opts, pg_options=None):
-    # Registered with extended_api=True (torch 1.13 and 2.x): opts carries the group's name, which torch 2 sets on the
-    # process groups it builds itself but not on one a backend returns as a ProcessGroup subclass, as this one is;
-    # without it destroy_process_group(group) fails with "ProcessGroup name not set" (torch 2.11's suite,
-    # test_destroy_group). The default group is the first one torch makes (init_process_group), before
+    # Registered with extended_api=True (torch 1.13 and 2.x): opts carries the group's name (group_name above; torch 2
+    # sets it again after this returns). The default group is the first one torch makes (init_process_group), before
     # GroupMember.WORLD is set.
     default_group = dist.distributed_c10d.GroupMember.WORLD is None
     pg = ProcessGroupCohort(opts.store, opts.group_rank, opts.group_size, opts.timeout, default_group=default_group)
-    if hasattr(pg, "_set_group_name"):  # torch 2
-        pg._set_group_name(opts.group_id)
+    pg._set_group_name(opts.group_id)
     return pg
 
 
