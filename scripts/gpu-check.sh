@@ -116,6 +116,21 @@ mps_stop() {
 mps_ran() { [ -s "$CUDA_MPS_LOG_DIRECTORY/server.log" ]; }
 export -f mps_start mps_stop mps_ran
 
+# A C test that crashes writes "CRASH in case NAME" and its stack, a library's frames as lib.so(+0xOFFSET)
+# (tests/test.c): each frame of cohort's own libraries and programs is named here (function, file:line) with
+# addr2line, into the report, since nothing of the host outlives the call.
+explain_crashes() {
+  grep -q "CRASH in case" "$1" || return 0
+  grep -m3 "CRASH in case" "$1" | sed 's/^[0-9]*: //' | while IFS= read -r l; do report "   $l"; done
+  grep -oE "[^ ]*/$BUILD/[^ (]+\(\+0x[0-9a-f]+\)" "$1" | head -40 | while IFS= read -r f; do
+    file=${f%%(*}
+    off=${f##*(+}
+    off=${off%)}
+    where=$(addr2line -f -C -e "$file" "$off" 2>/dev/null | paste -sd' ')
+    report "     $(basename "$file")+$off: ${where:-?}"
+  done
+}
+
 # The parts: each prints its checks with report(), keeps its own log, and is given a time budget.
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
@@ -138,6 +153,7 @@ for part in "${parts[@]}"; do
     # (a missing file, set -u), whose later checks never reported; without this line the summary would count none.
     report "FAIL $part: ended with exit $rc before its end (the log's tail is in $part.log)"
   fi
+  explain_crashes "$OUT/$part.log"
   # An MPS daemon of a part that was cut short (its own trap may not have run) would outlive it: quit it here.
   for pipe in "$SCRATCH"/*/mps-pipe; do
     [ -d "$pipe" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$pipe timeout -k 2 10 nvidia-cuda-mps-control >/dev/null 2>&1

@@ -1,6 +1,10 @@
 /* test.c: the runner behind COHORT_TEST_MAIN. */
 #include "test.h"
 
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 int cohort_test_failed;
 
 static char tmpdir[256];
@@ -27,6 +31,50 @@ const char *cohort_test_tmp_path(const char *name) {
   return path;
 }
 
+/* ---- a crash names its case and its stack ----
+ * A test that dies of a signal left ctest "SEGFAULT" and nothing else: the case's own output was still in stdout's
+ * buffer (gpu.nn on the GPU host, 2026-11-27, where no debugger is at hand). So stdout is line-buffered, and a
+ * crash writes the case and the return addresses: a library's frames read "lib.so(+0xOFFSET)", which
+ * `addr2line -f -e lib.so 0xOFFSET` turns into a function and line (scripts/gpu-check.sh does so). Not where a
+ * sanitizer has its own handler: its report says more. */
+static const char *current_case = "(before the first case)";
+
+static void write_str(const char *s) {
+  for (size_t n = strlen(s); n > 0;) {
+    ssize_t w = write(2, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static void on_crash(int sig) {
+  write_str("\nCRASH in case ");
+  write_str(current_case);
+  write_str(sig == SIGSEGV ? ": SIGSEGV" : sig == SIGBUS ? ": SIGBUS" : sig == SIGFPE ? ": SIGFPE" : ": SIGILL");
+  write_str("; its stack, innermost first:\n");
+  void *frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  signal(sig, SIG_DFL); /* and die of it, as before: ctest and the callers see the same signal */
+  raise(sig);
+}
+
+static void catch_crashes(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  void *warm[1];
+  backtrace(warm, 1); /* its first call loads libgcc, which a signal handler must not */
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old;
+    if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
 static int selected(int argc, char **argv, const char *name) {
   if (argc < 2) return 1;
   for (int i = 1; i < argc; i++)
@@ -36,9 +84,11 @@ static int selected(int argc, char **argv, const char *name) {
 
 int cohort_test_run(int argc, char **argv, const cohort_test_case *cases, int ncases) {
   int passed = 0, failed = 0;
+  catch_crashes();
   for (int i = 0; i < ncases; i++) {
     if (!selected(argc, argv, cases[i].name)) continue;
     cohort_test_failed = 0;
+    current_case = cases[i].name;
     cases[i].fn();
     if (cohort_test_failed) {
       fprintf(stderr, "FAIL %s\n", cases[i].name);

@@ -157,6 +157,14 @@ if [ -n "$line" ]; then
   echo "$line" | sed 's/: /:\n/2; s/; /\n/g' | sed 's/^/   [cohort 1024] /' | while IFS= read -r l; do report "$l"; done
 else
   bad "nn_cuda.profile: no profile line: $(grep -m2 -E 'profile|fmnist-train' "$W/profile_c1024.log" | tr '\n' ' ')"
+  # A crash (it died of SIGSEGV on 2026-11-27): its stack, where the host has a debugger.
+  if command -v gdb >/dev/null 2>&1; then
+    timeout -k 5 90 gdb -q -batch -ex run -ex bt --args "$FT_BIN" --device cuda --batch 1024 --steps 2 --epochs 1 \
+      --quiet --profile --log-every 100000 "${DATA[@]}" 2>&1 | grep -E "^#|signal" | head -30 |
+      while IFS= read -r l; do report "   [gdb] $l"; done
+  else
+    report "   (no gdb on this host: gpu.nn's crash report, if any, is above)"
+  fi
 fi
 timeout -k 5 90 "$PYTHON" bench/torch_fmnist_cuda.py --profile 1024 >"$W/profile_t1024.log" 2>&1 ||
   report "   [torch 1024] no profile (exit $?): $(tail -1 "$W/profile_t1024.log")"

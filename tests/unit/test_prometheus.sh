@@ -24,7 +24,9 @@ YML
 "$PROM" --config.file="$W/prometheus.yml" --storage.tsdb.path="$W/tsdb" --web.listen-address="127.0.0.1:$PP" \
   >"$W/prom.log" 2>&1 &
 pids+=($!)
-"$COHORTRUN" -np 2 --metrics-port "127.0.0.1:$MP" "$FT" --steps 200 --batch 32 --quiet >"$W/run.log" 2>&1 &
+# 600 steps: the run must outlast several scrapes once both ranks serve metrics; 200 took 4.5 s on a 2-vCPU Xeon
+# (2026-11-27), where Prometheus first held both ranks at step 184 and never saw the count grow.
+"$COHORTRUN" -np 2 --metrics-port "127.0.0.1:$MP" "$FT" --steps 600 --batch 32 --quiet >"$W/run.log" 2>&1 &
 run=$!
 pids+=($run)
 grep -q "live metrics at http://127.0.0.1:$MP/metrics" <(sleep 3; cat "$W/run.log") ||
