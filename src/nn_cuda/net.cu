@@ -542,8 +542,9 @@ typedef struct nnc_profile {
   double gather, loss, fwd[NNC_MAX_LAYERS], bwd[NNC_MAX_LAYERS];
 } nnc_profile;
 
-static void take_marks(const cohort__nnc_net *net, nnc_profile *p) {
-  cudaEvent_t *m = net->marks;
+/* m: the events of the pass just waited for. Not net->marks, which profile() has set back to NULL by then (reading
+ * it crashed the first counted pass with SIGSEGV on the GPU host, 2026-11-27). */
+static void take_marks(const cohort__nnc_net *net, const cudaEvent_t *m, nnc_profile *p) {
   const int L = net->nlayers;
   p->gather += between(m[NNC_MARK_START], m[NNC_MARK_GATHER]);
   for (int i = 0; i < L; i++)
@@ -578,7 +579,7 @@ static int profile(cohort__nnc_net *net, int batch, int steps, char *out, size_t
     net->marks = NULL;
     cudaError_t e = rc == 0 ? cudaEventSynchronize(marks[NNC_MARK_BWD(net)]) : cudaSuccess;
     if (e != cudaSuccess) rc = nnc_fail("profiling: the pass failed on the GPU: %s", cudaGetErrorString(e));
-    if (rc == 0 && s >= 0) take_marks(net, &p);
+    if (rc == 0 && s >= 0) take_marks(net, marks, &p);
   }
   for (int i = 0; i < made; i++)
     if (marks[i]) cudaEventDestroy(marks[i]);
