@@ -32,12 +32,17 @@ void cohort__shm_host_identity(const char *node_id, char *out, size_t len);
  * keeps that to 32 MiB per rank (2 GiB at 64 ranks) while up to 9 ranks keep the 4 MiB rings. */
 long cohort__shm_auto_ring_bytes(int size);
 long cohort__shm_auto_arena_bytes(int size);
+/* COHORT_SHM_SMALL_BYTES=auto for size ranks on a host: the small path (every rank reduces the whole vector from all
+ * size staging buffers) up to COHORT__SHM_SMALL_BYTES at 2 ranks, where it beats the sliced path by a round of
+ * flags; none from 3 ranks on. On the 16-core GPU host (2026-11-27, every threshold at 4 KiB to 256 KiB) it won at
+ * no size from 4 ranks on and lost by 1.4x to 3.8x at 8 and 16 ranks (docs/performance.md); 3 is unmeasured. */
+long cohort__shm_auto_small_bytes(int size);
 
 typedef struct cohort__shm_options {
-  long ring_bytes;     /* COHORT_SHM_RING_BYTES; -1: auto (cohort__shm_auto_ring_bytes) */
-  long chunk_bytes;    /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
-  long small_bytes;    /* COHORT_SHM_SMALL_BYTES: 0 to COHORT__SHM_SMALL_BYTES */
-  long arena_bytes;    /* COHORT_SHM_ARENA_BYTES; -1: auto (cohort__shm_auto_arena_bytes) */
+  long ring_bytes;  /* COHORT_SHM_RING_BYTES; -1: auto (cohort__shm_auto_ring_bytes) */
+  long chunk_bytes; /* COHORT_SHM_CHUNK_BYTES: a multiple of 64 */
+  long small_bytes; /* COHORT_SHM_SMALL_BYTES: 0 to COHORT__SHM_SMALL_BYTES; -1: auto (cohort__shm_auto_small_bytes) */
+  long arena_bytes; /* COHORT_SHM_ARENA_BYTES; -1: auto (cohort__shm_auto_arena_bytes) */
   double op_timeout_s; /* COHORT_OP_TIMEOUT */
   long spin_us;        /* how long a waiting rank polls before it sleeps on its futex */
   const char *node_id; /* COHORT_NODE_ID */

@@ -40,6 +40,8 @@ long cohort__shm_auto_ring_bytes(int size) {
   return ring / PAGE * PAGE;
 }
 
+long cohort__shm_auto_small_bytes(int size) { return size <= 2 ? (long)COHORT__SHM_SMALL_BYTES : 0; }
+
 /* The arena is address space until cohort_alloc hands a block out and reserves its pages (falling back to malloc
  * when /dev/shm has no room), so a large one costs little unused. A fixed 1 GiB filled up under one model of about
  * 60 M parameters (its parameters, gradients, optimizer state and DDP's buckets all pass through torch's allocator),
@@ -253,8 +255,9 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   long ring_bytes = opt->ring_bytes < 0 ? cohort__shm_auto_ring_bytes(size) : opt->ring_bytes;
   long chunk_bytes = opt->chunk_bytes;
   long arena_bytes = opt->arena_bytes < 0 ? cohort__shm_auto_arena_bytes(size) : opt->arena_bytes;
-  if (opt->small_bytes < 0 || (uint64_t)opt->small_bytes > COHORT__SHM_SMALL_BYTES)
-    return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_SMALL_BYTES=%ld is not between 0 and %llu", opt->small_bytes,
+  long small_bytes = opt->small_bytes < 0 ? cohort__shm_auto_small_bytes(size) : opt->small_bytes;
+  if ((uint64_t)small_bytes > COHORT__SHM_SMALL_BYTES)
+    return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_SMALL_BYTES=%ld is not between 0 and %llu", small_bytes,
                          (unsigned long long)COHORT__SHM_SMALL_BYTES);
   if (chunk_bytes % CACHE_LINE)
     return cohort__error(COHORT_ERR_INVALID, "COHORT_SHM_CHUNK_BYTES=%ld is not a multiple of %d", chunk_bytes,
@@ -269,7 +272,7 @@ cohort_status cohort__shm_rendezvous(int rank, int size, int world_offset, cohor
   shm_transport *t = calloc(1, sizeof *t);
   if (!t) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   t->base = (cohort__transport){.ops = &cohort__shm_ops, .rank = rank, .size = size};
-  t->small_bytes = (uint64_t)opt->small_bytes;
+  t->small_bytes = (uint64_t)small_bytes;
   t->me_fd = -1;
   pthread_mutex_init(&t->arena_mu, NULL);
   t->spin_ns = opt->spin_us * 1000;

@@ -29,7 +29,7 @@ endforeach()
 # The small path's threshold (COHORT_SHM_SMALL_BYTES, docs/env.md). 0 sends every allreduce through the sliced path,
 # down to vectors of fewer elements than ranks (5 ranks: empty slices); 1000 splits the matrix's sizes between the
 # two paths. Ranks that disagree on it are refused at init, naming it, rather than waiting on each other's flags.
-foreach(small 0 1000)
+foreach(small 0 1000 65536)
   add_test(NAME mp.shm.small_bytes.${small} COMMAND $<TARGET_FILE:cohortrun> -np 5 $<TARGET_FILE:test_collectives>
                                                    --quick)
   set_tests_properties(mp.shm.small_bytes.${small} PROPERTIES LABELS "mp" TIMEOUT 600 FAIL_REGULAR_EXPRESSION
@@ -41,6 +41,19 @@ add_test(NAME mp.shm.small_bytes.disagree COMMAND $<TARGET_FILE:cohortrun> -np 2
 set_tests_properties(mp.shm.small_bytes.disagree PROPERTIES LABELS "mp;fault" TIMEOUT 120 ENVIRONMENT
                      "COHORT_TRANSPORT=shm" PASS_REGULAR_EXPRESSION
                      "ranks disagree on COHORT_SHM_SMALL_BYTES: rank [01] uses (0|4096), rank [01] uses (0|4096)")
+# auto (the default) resolves by the ranks on the host: 65536 at 2 (a rank that sets it joins one that does not), 0
+# at 4 (a rank that sets 65536 there is refused, the message saying what auto gave the others).
+add_test(NAME mp.shm.small_bytes.auto.np2 COMMAND $<TARGET_FILE:cohortrun> -np 2 sh -c
+                                                  "[ $RANK = 1 ] && export COHORT_SHM_SMALL_BYTES=65536; exec \"$0\" --quick"
+                                                  $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.shm.small_bytes.auto.np2 PROPERTIES LABELS "mp" TIMEOUT 300 ENVIRONMENT "COHORT_TRANSPORT=shm"
+                     FAIL_REGULAR_EXPRESSION "\\(tcp\\)")
+add_test(NAME mp.shm.small_bytes.auto.np4 COMMAND $<TARGET_FILE:cohortrun> -np 4 sh -c
+                                                  "[ $RANK = 3 ] && export COHORT_SHM_SMALL_BYTES=65536; exec \"$0\""
+                                                  $<TARGET_FILE:test_collectives>)
+set_tests_properties(mp.shm.small_bytes.auto.np4 PROPERTIES LABELS "mp;fault" TIMEOUT 120 ENVIRONMENT
+                     "COHORT_TRANSPORT=shm" PASS_REGULAR_EXPRESSION
+                     "ranks disagree on COHORT_SHM_SMALL_BYTES: rank [0-3] uses (0|65536), rank [0-3] uses (0|65536)")
 # Buffers a few bytes past a page boundary, as malloc and numpy place large blocks (16 bytes past), against the
 # page-aligned staging buffers, and 16 bytes before one (4080 past): the copies that take cohort__copy's own loop
 # (src/core/copy.h), in place and out of place, from one chunk to many, every element checked.
