@@ -169,6 +169,25 @@ out = torch.empty(3)
 scatter_into = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
 scatter_into(out, torch.arange(3 * n, dtype=torch.float32) + r)
 check(out.tolist() == [float(n * (3 * r + j) + sum(range(n))) for j in range(3)], f"reduce_scatter_tensor: {out}")
+# The coalesced tensor forms torch 2's functional collectives call on the group (DTensor, FSDP2), called here on the
+# group itself as torch's C++ does: shapes of several dimensions, a complex tensor, and the ranks' values in order.
+pg = dist.distributed_c10d._get_default_group()
+ins = [torch.full((2, 3), float(r)), torch.tensor([r, 100.0 + r]), torch.full((1,), 7.0 * r)]
+outs = [torch.empty(2 * n, 3), torch.empty(2 * n), torch.empty(n)]
+pg.allgather_into_tensor_coalesced(outs, ins, None).wait()
+check(outs[0].tolist() == [[float(k)] * 3 for k in range(n) for _ in range(2)]
+      and outs[1].tolist() == [v for k in range(n) for v in (k, 100.0 + k)]
+      and outs[2].tolist() == [7.0 * k for k in range(n)], f"allgather_into_tensor_coalesced: {outs}")
+zin = torch.tensor([complex(r, -r)], dtype=torch.complex64)
+zout = torch.empty(n, dtype=torch.complex64)
+pg.allgather_into_tensor_coalesced([zout], [zin], None).wait()
+check(zout.tolist() == [complex(k, -k) for k in range(n)], f"allgather_into_tensor_coalesced, complex: {zout}")
+ins = [torch.arange(2 * n, dtype=torch.float32) + r, (torch.arange(3 * n, dtype=torch.float32) * 10).reshape(n, 3)]
+outs = [torch.empty(2), torch.empty(1, 3)]
+pg.reduce_scatter_tensor_coalesced(outs, ins, None).wait()
+check(outs[0].tolist() == [float(n * (2 * r + j) + sum(range(n))) for j in range(2)]
+      and outs[1].tolist() == [[float(n * 10 * (3 * r + j)) for j in range(3)]],
+      f"reduce_scatter_tensor_coalesced: {outs}")
 
 # all_to_all, even and uneven
 inp = torch.arange(n * 2, dtype=torch.float32) + 100 * r

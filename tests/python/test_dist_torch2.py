@@ -8,8 +8,10 @@ Each part reports PASS or FAIL with its exception, and every part runs whatever 
 the GPU host says which of them work:
   1. DeviceMesh: a 1-D mesh over the world and a 2-D (1 x N) one; an all_reduce on each dimension's group, and the
      group found again by its name (torch 2 resolves groups by name: functional collectives, DTensor);
-  2. DCP: a state dict with a tensor per rank saved to a shared directory and loaded into zeros, bitwise equal;
-  3. FSDP2: a small MLP, fully_shard over the 1-D mesh, 4 SGD steps on each rank's own batch, against the same model
+  2. the functional collectives (all_reduce, the coalesced all-gather and reduce-scatter) and DTensor (distribute,
+     full_tensor, redistribute) on the mesh's group;
+  3. DCP: a state dict with a tensor per rank saved to a shared directory and loaded into zeros, bitwise equal;
+  4. FSDP2: a small MLP, fully_shard over the 1-D mesh, 4 SGD steps on each rank's own batch, against the same model
      trained in one process on the whole batch (the mean over the ranks' batches): within 1e-5.
 """
 import shutil
@@ -66,6 +68,39 @@ def _():
     t = torch.full((2,), float(R))
     dist.all_reduce(t, group=dp)  # one rank per dp group: unchanged
     assert torch.equal(t, torch.full((2,), float(R))), t
+
+
+@part("funcol_dtensor")
+def _():
+    # torch's functional collectives resolve the group by its name and call its methods from C++, the coalesced
+    # tensor forms included; DTensor's full_tensor and redistribute run on them.
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    except ImportError:
+        from torch.distributed._tensor import Replicate, Shard, distribute_tensor
+
+    def done(t):
+        return t.wait() if hasattr(t, "wait") else t
+
+    mesh = init_device_mesh("cpu", (N,))
+    g = mesh.get_group()
+    t = done(funcol.all_reduce(torch.full((3,), float(R)), "sum", g))
+    assert torch.equal(t, torch.full((3,), float(N * (N - 1) / 2))), t
+    outs = [done(o) for o in funcol.all_gather_into_tensor_coalesced([torch.full((2,), float(R)),
+                                                                      torch.full((1,), 10.0 + R)], g)]
+    assert outs[0].tolist() == [float(k) for k in range(N) for _ in range(2)], outs
+    assert outs[1].tolist() == [10.0 + k for k in range(N)], outs
+    outs = [done(o) for o in funcol.reduce_scatter_tensor_coalesced(
+        [torch.arange(2 * N, dtype=torch.float32) + R, torch.full((N,), 1.0)], ["sum", "sum"], [0, 0], g)]
+    assert outs[0].tolist() == [float(N * (2 * R + j) + N * (N - 1) / 2) for j in range(2)], outs
+    assert outs[1].tolist() == [float(N)], outs
+    whole = torch.arange(4 * N, dtype=torch.float32).reshape(2 * N, 2)
+    dt = distribute_tensor(whole, mesh, [Shard(0)])
+    assert torch.equal(dt.to_local(), whole[2 * R:2 * R + 2]), dt.to_local()
+    assert torch.equal(dt.full_tensor(), whole), dt.full_tensor()
+    assert torch.equal(dt.redistribute(mesh, [Replicate()]).to_local(), whole)
 
 
 @part("dcp")

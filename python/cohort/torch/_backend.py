@@ -982,6 +982,74 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                            lambda w: _c.cohort_iallgather(self._comm, _ptr(packed), _ptr(whole), packed.numel(), code,
                                                           w), finish, (packed, whole))
 
+    # torch 2's functional collectives (DTensor, and with it FSDP2 and tensor parallelism) reach a group for
+    # several tensors at once through these two; a group without them fails there with "No backend type associated
+    # with device type cpu". Each packs its tensors (one dtype) and runs one collective, as allgather_coalesced does.
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] (size x inputs[i].numel() elements) gets every rank's inputs[i], rank by rank."""
+        n = self.size()
+        if len(outputs) != len(inputs):
+            raise ValueError(f"cohort backend: all_gather_into_tensor_coalesced: {len(outputs)} outputs for "
+                             f"{len(inputs)} inputs")
+        for o, i in zip(outputs, inputs):
+            if o.numel() != n * i.numel() or o.dtype != i.dtype:
+                raise ValueError(f"cohort backend: all_gather_into_tensor_coalesced: an output of {o.numel()} "
+                                 f"{o.dtype} elements for an input of {i.numel()} {i.dtype} ({n} ranks)")
+        flats = [_flat(t, "all_gather_into_tensor_coalesced") for t in inputs]
+        codes = {code for _, code, _ in flats}
+        if len(codes) > 1:
+            raise TypeError("cohort backend: all_gather_into_tensor_coalesced: the tensors have different dtypes")
+        code = codes.pop() if codes else _lib.U8
+        packed = torch.cat([f.reshape(-1) for f, _, _ in flats]) if flats else torch.empty(0, dtype=torch.uint8)
+        whole = torch.empty((n, packed.numel()), dtype=packed.dtype)
+
+        def finish():
+            off = 0
+            for o, (f, _, m) in zip(outputs, flats):
+                piece = whole[:, off:off + m].reshape(-1)
+                _copy_back(o, piece.reshape(o.shape + (2,)) if o.is_complex() else piece)
+                off += m
+            return outputs
+
+        return self._issue("all_gather_into_tensor_coalesced",
+                           lambda w: _c.cohort_iallgather(self._comm, _ptr(packed), _ptr(whole), packed.numel(), code,
+                                                          w), finish, (packed, whole))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """outputs[i] gets this rank's slice (outputs[i].numel() elements, in rank order) of inputs[i] reduced."""
+        n = self.size()
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor_coalesced")
+        if len(outputs) != len(inputs):
+            raise ValueError(f"cohort backend: reduce_scatter_tensor_coalesced: {len(outputs)} outputs for "
+                             f"{len(inputs)} inputs")
+        for o, i in zip(outputs, inputs):
+            if o.numel() * n != i.numel() or o.dtype != i.dtype:
+                raise ValueError(f"cohort backend: reduce_scatter_tensor_coalesced: an input of {i.numel()} {i.dtype} "
+                                 f"elements for an output of {o.numel()} {o.dtype} ({n} ranks)")
+        flats = [_flat(t, "reduce_scatter_tensor_coalesced") for t in inputs]
+        codes = {code for _, code, _ in flats}
+        if len(codes) > 1:
+            raise TypeError("cohort backend: reduce_scatter_tensor_coalesced: the tensors have different dtypes")
+        code = codes.pop() if codes else _lib.U8
+        # Rank r's slices of every input side by side: the reduce-scatter hands rank r row r, reduced.
+        rows = [f.reshape(n, -1) for f, _, _ in flats]
+        whole = torch.cat(rows, dim=1).contiguous() if rows else torch.empty((n, 0), dtype=torch.uint8)
+        dst = torch.empty(whole.shape[1], dtype=whole.dtype)
+        m = dst.numel()
+
+        def finish():
+            off = 0
+            for o, r in zip(outputs, rows):
+                k = r.shape[1]
+                piece = dst[off:off + k]
+                _copy_back(o, piece.reshape(o.shape + (2,)) if o.is_complex() else piece)
+                off += k
+            return outputs
+
+        return self._issue("reduce_scatter_tensor_coalesced",
+                           lambda w: _c.cohort_ireduce_scatter(self._comm, _ptr(whole), _ptr(dst), m, code, op, w),
+                           finish, (whole, dst))
+
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != 1 or len(input_tensors) != 1:
             raise ValueError("cohort backend: reduce_scatter: one output tensor per call")
