@@ -150,6 +150,7 @@ struct cohort__p2p {
   cohort_status failed; /* the engine's failure: every operation's from then on */
   char failure[MESSAGE_MAX];
   peer_rx *rx; /* [size] */
+  int gone;    /* other ranks that said goodbye (rx[src].bye) */
 };
 
 /* ---- completing ---- */
@@ -170,6 +171,20 @@ static void list_remove(cohort__p2p_op **head, cohort__p2p_op *op) {
       op->next = NULL;
       return;
     }
+}
+
+/* A receive from any source once every other rank has left: nothing can come to it but a send of this rank to
+ * itself, which a caller blocked in cohort_recv cannot make, so it fails rather than waiting for ever. (A rank
+ * alone in its communicator receives only from itself: there it waits, as before.) */
+static int all_others_gone(const cohort__p2p *p) { return p->size > 1 && p->gone == p->size - 1; }
+
+static void fail_any_source(cohort__p2p *p, cohort__p2p_op *r) {
+  char msg[MESSAGE_MAX];
+  snprintf(msg, sizeof msg,
+           "cohort_recv: every other rank (%d) left (destroyed its communicator) without sending a message that rank "
+           "%d's receive from any source (tag %d) accepts",
+           p->size - 1, p->rank, r->tag);
+  op_done(p, r, COHORT_ERR_REMOTE, msg);
 }
 
 static void list_append(cohort__p2p_op **head, cohort__p2p_op *op) {
@@ -331,6 +346,10 @@ static cohort_status start_recv(cohort__p2p *p, cohort__p2p_op *r, reject **rej)
     op_done(p, r, COHORT_ERR_REMOTE, msg);
     return COHORT_OK;
   }
+  if (r->peer == COHORT_ANY_SOURCE && all_others_gone(p)) {
+    fail_any_source(p, r);
+    return COHORT_OK;
+  }
   list_append(&p->recvs, r);
   return COHORT_OK;
 }
@@ -451,10 +470,16 @@ static cohort_status on_ctrl(cohort__p2p *p, int src, reject **rej) {
                          (unsigned long long)c.id);
   }
   case CTRL_BYE:
+    if (!x->bye && src != p->rank) p->gone++;
     x->bye = 1;
     x->state = RX_STOPPED;
     for (cohort__p2p_op *r = p->recvs, *next; r; r = next) {
       next = r->next;
+      if (r->peer == COHORT_ANY_SOURCE && all_others_gone(p)) {
+        list_remove(&p->recvs, r);
+        fail_any_source(p, r);
+        continue;
+      }
       if (r->peer != src) continue;
       list_remove(&p->recvs, r);
       char msg[MESSAGE_MAX];
