@@ -249,6 +249,10 @@ check(t.item() == float(r % 2), f"subgroup broadcast: {t}")
 # A subgroup carries the name torch gave it (torch 2 looks it up by name, destroy_process_group(group) among others:
 # on torch 2.11 its own suite's test_destroy_group failed with "ProcessGroup name not set"), and destroying it leaves
 # the world's group working.
+# torch 2 asks a group for its backend on a device (init_process_group's and new_group's device_id, DeviceMesh):
+# the group answers for itself, and does not split through torch.
+be = mine._get_backend(torch.device("cpu"))
+check(be is mine and be.supports_splitting is False and be.name() == "cohort", f"_get_backend: {be!r}")
 c10d = dist.distributed_c10d
 torch_names = c10d._world.pg_names if hasattr(c10d, "_world") else c10d._pg_names  # torch 2, torch 1.13
 check(mine.group_name == torch_names[mine], f"subgroup name {mine.group_name!r}, torch's {torch_names[mine]!r}")

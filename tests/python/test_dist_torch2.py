@@ -8,7 +8,7 @@ Each part reports PASS or FAIL with its exception, and every part runs whatever 
 the GPU host says which of them work:
   1. DeviceMesh: a 1-D mesh over the world and a 2-D (1 x N) one; an all_reduce on each dimension's group, and the
      group found again by its name (torch 2 resolves groups by name: functional collectives, DTensor);
-  2. the functional collectives (all_reduce, the coalesced all-gather and reduce-scatter) and DTensor (distribute,
+  2. a group made with device_id, and the functional collectives (all_reduce, the coalesced all-gather and reduce-scatter) and DTensor (distribute,
      full_tensor, redistribute) on the mesh's group;
   3. DCP: a state dict with a tensor per rank saved to a shared directory and loaded into zeros, bitwise equal;
   4. FSDP2: a small MLP, fully_shard over the 1-D mesh, 4 SGD steps on each rank's own batch, against the same model
@@ -68,6 +68,18 @@ def _():
     t = torch.full((2,), float(R))
     dist.all_reduce(t, group=dp)  # one rank per dp group: unchanged
     assert torch.equal(t, torch.full((2,), float(R))), t
+
+
+@part("device_id")
+def _():
+    # A group made with device_id (as torchtitan and torchrun scripts do for their GPU): torch then asks the group's
+    # backend on that device whether it can split, which a group with no Backend objects of torch's could not answer.
+    dev = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    g = dist.new_group(list(range(N)), device_id=dev)
+    t = torch.full((2,), float(R))
+    dist.all_reduce(t, group=g)
+    assert torch.equal(t, torch.full((2,), float(N * (N - 1) / 2))), t
+    dist.destroy_process_group(g)
 
 
 @part("funcol_dtensor")

@@ -707,6 +707,16 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
     def _set_group_name(self, name):
         self._cohort_group_name = name
 
+    # torch 2 asks a group for its backend on a device (ProcessGroup._get_backend), and after making any group whose
+    # default group was bound to a device (init_process_group(device_id=...), new_group's device_id) whether that
+    # backend "supports_splitting", to connect it eagerly; this group registers no Backend objects (above), so
+    # torch's C++ would answer "No backend type associated with device type cuda" and the group could not be made.
+    # The group is its own backend on every device it serves, and splits only through cohort (cohort_comm_split).
+    supports_splitting = False
+
+    def _get_backend(self, device=None):
+        return self
+
     @property
     def group_name(self):
         name = getattr(self, "_cohort_group_name", None)
