@@ -5,7 +5,7 @@
 # as .data/bench-anchors (cp -r /work/shared/bench-anchors .data/), or set ANCHORS.
 #   1. the allreduce against OpenMPI at 2, 4, 8 and 16 ranks on one host (float32 sum, in place, both bound to cores):
 #      cohort-bench beside mpi_allreduce, busbw per size and the ratio; targets >= 1.0x from 4 KiB, >= 2x from 256 KiB
-#   2. the small path's threshold of the node allreduce (COHORT_SHM_SMALL_BYTES) at 4, 8 and 16 ranks, 4K-256K
+#   2. the small path's threshold of the node allreduce (COHORT_SHM_SMALL_BYTES) at 3, 4, 8 and 16 ranks, 4K-256K
 #   3. fmnist-train against torch DDP (gloo) at 1, 2, 4 and 8 ranks: bench/ddp_vs_torch.sh, cohortrun --bind core;
 #      targets cohort >= torch at every N, 1->8 scaling >= 90%
 set -u
@@ -54,9 +54,10 @@ done
 
 # Where the node allreduce's small path should end at each world size (COHORT_SHM_SMALL_BYTES; docs/env.md): the
 # first run on this host saw 8 and 16 ranks finish 256 KiB sooner than 64 KiB. Each threshold at 4 KiB..256 KiB,
-# busbw GB/s; the best per size is marked.
+# busbw GB/s; the best per size is marked. The default (auto: 65536 at 2 ranks, 0 from 3 on) came from the 4, 8 and
+# 16-rank rows of 2026-11-27; the 3-rank row says whether 3 belongs with 2.
 echo "== the small path's threshold by world size"
-for np in 4 8 16; do
+for np in 3 4 8 16; do
   for small in 0 8192 16384 32768 65536; do
     timeout -k 5 30 "$B/bin/cohortrun" -np $np --bind core env COHORT_SHM_SMALL_BYTES=$small "$B/bin/cohort-bench" \
       allreduce --min 4K --max 256K --factor 2 --in-place >"$W/small$np.$small.log" 2>&1
