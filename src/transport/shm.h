@@ -35,7 +35,7 @@ long cohort__shm_auto_arena_bytes(int size);
 /* COHORT_SHM_SMALL_BYTES=auto for size ranks on a host: the small path (every rank reduces the whole vector from all
  * size staging buffers) up to COHORT__SHM_SMALL_BYTES at 2 ranks, where it beats the sliced path by a round of
  * flags; none from 3 ranks on. On the 16-core GPU host (2026-11-27, every threshold at 4 KiB to 256 KiB) it won at
- * no size from 4 ranks on and lost by 1.4x to 3.8x at 8 and 16 ranks (docs/performance.md); 3 is unmeasured. */
+ * no size from 4 ranks on and lost by 1.4x to 4.4x at 8 and 16 ranks (docs/performance.md); 3 is unmeasured. */
 long cohort__shm_auto_small_bytes(int size);
 
 typedef struct cohort__shm_options {
