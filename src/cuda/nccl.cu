@@ -89,6 +89,10 @@ struct cc_nccl {
   ncclComm_t comm;
   int aborted; /* under guard */
   pthread_mutex_t guard;
+  /* What a waiting call (blocking, or asynchronous with a handle) polls: made at its first use and kept, since
+   * creating and destroying one cost 0.66 us a call on the GPU host (gpu_coll's host costs, 2026-11-27), a tenth of
+   * a small allreduce. One suffices: the communicator runs one call at a time (src/comm/work.c). */
+  cudaEvent_t done;
 };
 
 /* ncclCommGetAsyncError under the guard; 0 once the communicator is aborted (it is gone: nothing to ask). */
@@ -300,8 +304,8 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
     CC_CHECK(cc_reduce(&job, 1, call->dtype, COHORT_AVG, c->size, stream));
   }
   if (!call->wait && !call->ready) return COHORT_OK; /* stream-ordered: queued is done */
-  cudaEvent_t done;
-  CC_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  if (!c->nccl->done) CC_TRY(cudaEventCreateWithFlags(&c->nccl->done, cudaEventDisableTiming));
+  cudaEvent_t done = c->nccl->done;
   cudaError_t err = cudaEventRecord(done, stream);
   double last_poll = now_s();
   while (err == cudaSuccess) {
@@ -312,10 +316,7 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
     if (now_s() - last_poll > 1e-3) { /* the peers and NCCL, once a millisecond */
       last_poll = now_s();
       ncclResult_t state = ncclSuccess, r = ncclSuccess;
-      if (!query(c, &r, &state)) {
-        cudaEventDestroy(done);
-        return aborted_error(what);
-      }
+      if (!query(c, &r, &state)) return aborted_error(what);
       if (r != ncclSuccess) state = r;
       cohort_status st = state != ncclSuccess && state != ncclInProgress ? nccl_fail(c, state, what)
                          : c->size > 1                                   ? host->poll(host->ctx)
@@ -323,12 +324,10 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
       if (st != COHORT_OK) {
         if (state == ncclSuccess || state == ncclInProgress) cc_fail(st, "%s", "");
         cc_nccl_abort(c);
-        cudaEventDestroy(done);
         return st;
       }
     }
   }
-  cudaEventDestroy(done);
   if (err != cudaSuccess)
     return cc_fail(COHORT_ERR_SYSTEM, "%s failed on the device: %s", what, cudaGetErrorString(err));
   return COHORT_OK;
@@ -361,6 +360,7 @@ void cc_nccl_destroy(cohort__cuda_comm *c) {
     else
       fns.CommAbort(c->nccl->comm);
   }
+  if (c->nccl->done) cudaEventDestroy(c->nccl->done);
   pthread_mutex_destroy(&c->nccl->guard);
   free(c->nccl);
   c->nccl = NULL;
