@@ -238,6 +238,15 @@ def _counts(split_sizes, tensor, flat, n, what):
     return (ctypes.c_size_t * n)(*[s * per_row for s in split_sizes])
 
 
+def _one_dtype(tensors, what):
+    """The tensors as _flat gives them, and their one dtype code (U8 for none): the coalesced forms move one buffer."""
+    flats = [_flat(t, what) for t in tensors]
+    codes = {code for _, code, _ in flats}
+    if len(codes) > 1:
+        raise TypeError(f"cohort backend: {what}: the tensors have different dtypes")
+    return flats, codes.pop() if codes else _lib.U8
+
+
 def _copy_back(dst, flat):
     """Writes a result from the library's flat buffer (a complex tensor's real view, see _flat) into dst."""
     dst.copy_(torch.view_as_complex(flat) if dst.is_complex() else flat.view_as(dst))
@@ -965,19 +974,20 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                            lambda w: _c.cohort_iallgather(self._comm, _ptr(src), _ptr(dflat), n, code, w), finish,
                            (src, dst), like=input)
 
+    def _gather_packed(self, tensors, what):
+        """tensors flattened (_flat) and packed end to end into one buffer of their one dtype, and the [size, packed]
+        buffer an allgather of it fills: (flats, dtype code, packed, whole)."""
+        flats, code = _one_dtype(tensors, what)
+        packed = torch.cat([f.reshape(-1) for f, _, _ in flats]) if flats else torch.empty(0, dtype=torch.uint8)
+        return flats, code, packed, torch.empty((self.size(), packed.numel()), dtype=packed.dtype)
+
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i]: one allgather of the inputs packed end to end."""
         n = self.size()
         if len(output_lists) != n or any(len(o) != len(input_list) for o in output_lists):
             raise ValueError(f"cohort backend: all_gather_coalesced: the outputs must be {n} lists of "
                              f"{len(input_list)} tensors")
-        flats = [_flat(t, "all_gather_coalesced") for t in input_list]
-        codes = {code for _, code, _ in flats}
-        if len(codes) > 1:
-            raise TypeError("cohort backend: all_gather_coalesced: the tensors have different dtypes")
-        code = codes.pop() if codes else _lib.U8
-        packed = torch.cat([f.reshape(-1) for f, _, _ in flats]) if flats else torch.empty(0, dtype=torch.uint8)
-        whole = torch.empty((n, packed.numel()), dtype=packed.dtype)
+        flats, code, packed, whole = self._gather_packed(input_list, "all_gather_coalesced")
 
         def finish():
             for r in range(n):
@@ -1005,13 +1015,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             if o.numel() != n * i.numel() or o.dtype != i.dtype:
                 raise ValueError(f"cohort backend: all_gather_into_tensor_coalesced: an output of {o.numel()} "
                                  f"{o.dtype} elements for an input of {i.numel()} {i.dtype} ({n} ranks)")
-        flats = [_flat(t, "all_gather_into_tensor_coalesced") for t in inputs]
-        codes = {code for _, code, _ in flats}
-        if len(codes) > 1:
-            raise TypeError("cohort backend: all_gather_into_tensor_coalesced: the tensors have different dtypes")
-        code = codes.pop() if codes else _lib.U8
-        packed = torch.cat([f.reshape(-1) for f, _, _ in flats]) if flats else torch.empty(0, dtype=torch.uint8)
-        whole = torch.empty((n, packed.numel()), dtype=packed.dtype)
+        flats, code, packed, whole = self._gather_packed(inputs, "all_gather_into_tensor_coalesced")
 
         def finish():
             off = 0
@@ -1036,11 +1040,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
             if o.numel() * n != i.numel() or o.dtype != i.dtype:
                 raise ValueError(f"cohort backend: reduce_scatter_tensor_coalesced: an input of {i.numel()} {i.dtype} "
                                  f"elements for an output of {o.numel()} {o.dtype} ({n} ranks)")
-        flats = [_flat(t, "reduce_scatter_tensor_coalesced") for t in inputs]
-        codes = {code for _, code, _ in flats}
-        if len(codes) > 1:
-            raise TypeError("cohort backend: reduce_scatter_tensor_coalesced: the tensors have different dtypes")
-        code = codes.pop() if codes else _lib.U8
+        flats, code = _one_dtype(inputs, "reduce_scatter_tensor_coalesced")
         # Rank r's slices of every input side by side: the reduce-scatter hands rank r row r, reduced.
         rows = [f.reshape(n, -1) for f, _, _ in flats]
         whole = torch.cat(rows, dim=1).contiguous() if rows else torch.empty((n, 0), dtype=torch.uint8)
