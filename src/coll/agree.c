@@ -296,6 +296,8 @@ static cohort_status allgather_records(cohort__coll_ctx *ctx, const cohort__call
   return COHORT_OK;
 }
 
+const char cohort__agree_zeros[COHORT__AGREE_STAGE_MAX];
+
 cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signature *mine,
                                       const cohort__coll_args *ride, int *done) {
   ctx->refused = 0;
@@ -319,8 +321,7 @@ cohort_status cohort__coll_agree_with(cohort__coll_ctx *ctx, const cohort__signa
     size_t stage_bytes = 0;
     if (ride) stage = ride->sendbuf, stage_bytes = ride->count * cohort_dtype_size(ride->dtype);
     if (mine->call.coll == COHORT__COLL_JOIN) { /* whichever small node allreduce the others stage, ours is zeros */
-      static const char zeros[COHORT__AGREE_STAGE_MAX];
-      stage = zeros, stage_bytes = sizeof zeros;
+      stage = cohort__agree_zeros, stage_bytes = sizeof cohort__agree_zeros;
     }
     st = t->ops->agree(t, mine, sizeof *mine, all, stage, stage_bytes);
   } else if (pow2(n)) {

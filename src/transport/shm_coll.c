@@ -246,6 +246,8 @@ cohort_status cohort__shm_agree(cohort__transport *base, const void *mine, size_
   int n = t->base.size, r = t->base.rank;
   uint64_t k = ++t->agree_k;
   t->staged = 0;
+  /* A joined rank's zeros: as many as the largest input the others stage (at small_bytes 0, only an empty one). */
+  if (stage == cohort__agree_zeros && stage_bytes > t->small_bytes) stage_bytes = (size_t)t->small_bytes;
   if (stage && stage_bytes <= t->small_bytes) {
     uint64_t nk = t->node_k + 1;
     COHORT_CHECK(claim(t, nk));

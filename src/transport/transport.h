@@ -43,8 +43,11 @@ typedef struct cohort__transport cohort__transport;
 /* The most bytes of a rank's signature that a transport's agree operation carries. */
 #define COHORT__AGREE_MAX 64
 /* The most input bytes a transport's agree operation stages (shm: its small node allreduce). A rank in cohort_join
- * stages this many zeros in every round, whatever the others' call turns out to be (src/coll/agree.c). */
+ * stages zeros from cohort__agree_zeros in every round, whatever the others' call turns out to be
+ * (src/coll/agree.c): as many as the transport's small node allreduce takes (shm: COHORT_SHM_SMALL_BYTES), so that it
+ * stages whenever the others do. */
 #define COHORT__AGREE_STAGE_MAX ((size_t)64 << 10)
+extern const char cohort__agree_zeros[COHORT__AGREE_STAGE_MAX];
 
 /* Completes one reduced slice of a node allreduce in place, before the node's other ranks copy it: slice holds
  * count elements, the node's reduction (AVG as SUM) of elements [first, first + count) of the vector. Called once

@@ -15,6 +15,14 @@ foreach(np 2 3 4)
   set_tests_properties(mp.join.inproc.np${np} PROPERTIES LABELS "mp;sanitize" TIMEOUT 120
                        PASS_REGULAR_EXPRESSION "PASS \\(inproc" FAIL_REGULAR_EXPRESSION "FAILED")
 endforeach()
+# The node allreduce's small path below its most (COHORT_SHM_SMALL_BYTES): the others stage a small allreduce's input
+# in the agreement only up to it, and a joined rank's zeros must be staged exactly when theirs are.
+foreach(small 0 1000)
+  add_test(NAME mp.join.shm.small_bytes.${small} COMMAND $<TARGET_FILE:cohortrun> -np 3 $<TARGET_FILE:test_join>)
+  set_tests_properties(mp.join.shm.small_bytes.${small} PROPERTIES LABELS "mp" TIMEOUT 120 ENVIRONMENT
+                       "COHORT_TRANSPORT=shm;COHORT_SHM_SMALL_BYTES=${small};COHORT_OP_TIMEOUT=20"
+                       PASS_REGULAR_EXPRESSION "PASS \\(shm" FAIL_REGULAR_EXPRESSION "FAILED")
+endforeach()
 add_test(NAME mp.join.no_call_check COMMAND $<TARGET_FILE:cohortrun> -np 2 $<TARGET_FILE:test_join>)
 set_tests_properties(mp.join.no_call_check PROPERTIES LABELS "mp" TIMEOUT 60 ENVIRONMENT "COHORT_CALL_CHECK=off"
                      PASS_REGULAR_EXPRESSION "PASS \\(" FAIL_REGULAR_EXPRESSION "FAILED")

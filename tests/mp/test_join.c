@@ -69,6 +69,9 @@ static int still_running(cohort_comm *c, const int *joined, float *buf, float *o
   double sum = 0; /* of rank + 1 over the ranks still running */
   for (int q = 0; q < n; q++)
     if (!joined[q]) sum += q + 1;
+  /* an empty sum (shm: staged by the others at any COHORT_SHM_SMALL_BYTES, auto's 0 from 3 ranks on included, so
+   * the joined rank must stage too) */
+  failures += ok_or_fail(r, "empty allreduce sum", cohort_allreduce(c, buf, buf, 0, COHORT_F32, COHORT_SUM));
   /* a small sum and a small average */
   for (int i = 0; i < 5; i++)
     buf[i] = (float)(r + 1);
