@@ -92,6 +92,7 @@ struct cohort__p2p_op {
   struct cohort__p2p_op *next;
   cohort__p2p *p;
   int is_send, peer, tag;
+  int blocking; /* a receive of cohort_recv: its caller waits in it, so cannot send to itself meanwhile */
   cohort_dtype dtype;
   void *buf;
   size_t count, bytes;
@@ -175,8 +176,12 @@ static void list_remove(cohort__p2p_op **head, cohort__p2p_op *op) {
 
 /* A receive from any source once every other rank has left: nothing can come to it but a send of this rank to
  * itself, which a caller blocked in cohort_recv cannot make, so it fails rather than waiting for ever. (A rank
- * alone in its communicator receives only from itself: there it waits, as before.) */
+ * alone in its communicator receives only from itself: there it waits, as before; so does a cohort_irecv, which a
+ * later send of this rank to itself may still match.) */
 static int all_others_gone(const cohort__p2p *p) { return p->size > 1 && p->gone == p->size - 1; }
+static int hopeless_any_source(const cohort__p2p *p, const cohort__p2p_op *r) {
+  return r->peer == COHORT_ANY_SOURCE && r->blocking && all_others_gone(p);
+}
 
 static void fail_any_source(cohort__p2p *p, cohort__p2p_op *r) {
   char msg[MESSAGE_MAX];
@@ -346,7 +351,7 @@ static cohort_status start_recv(cohort__p2p *p, cohort__p2p_op *r, reject **rej)
     op_done(p, r, COHORT_ERR_REMOTE, msg);
     return COHORT_OK;
   }
-  if (r->peer == COHORT_ANY_SOURCE && all_others_gone(p)) {
+  if (hopeless_any_source(p, r)) {
     fail_any_source(p, r);
     return COHORT_OK;
   }
@@ -475,7 +480,7 @@ static cohort_status on_ctrl(cohort__p2p *p, int src, reject **rej) {
     x->state = RX_STOPPED;
     for (cohort__p2p_op *r = p->recvs, *next; r; r = next) {
       next = r->next;
-      if (r->peer == COHORT_ANY_SOURCE && all_others_gone(p)) {
+      if (hopeless_any_source(p, r)) {
         list_remove(&p->recvs, r);
         fail_any_source(p, r);
         continue;
@@ -771,13 +776,14 @@ void cohort__p2p_abort(cohort__p2p *p, cohort_status status, const char *message
   pthread_mutex_unlock(&p->mu);
 }
 
-cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, void *buf, size_t count, cohort_dtype dtype, int peer,
-                               int tag, cohort__p2p_op **out) {
+cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, int blocking, void *buf, size_t count,
+                               cohort_dtype dtype, int peer, int tag, cohort__p2p_op **out) {
   *out = NULL;
   cohort__p2p_op *op = calloc(1, sizeof *op);
   if (!op) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   *op = (cohort__p2p_op){.p = p,
                          .is_send = is_send,
+                         .blocking = blocking,
                          .peer = peer,
                          .tag = tag,
                          .dtype = dtype,

@@ -26,9 +26,10 @@ void cohort__p2p_destroy(cohort__p2p *p);
 void cohort__p2p_abort(cohort__p2p *p, cohort_status status, const char *message);
 
 /* Posts a send (peer: a rank) or a receive (peer: a rank or COHORT_ANY_SOURCE; tag: >= 0 or COHORT_ANY_TAG) of count
- * elements of dtype at buf; the arguments were checked. */
-cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, void *buf, size_t count, cohort_dtype dtype, int peer,
-                               int tag, cohort__p2p_op **out);
+ * elements of dtype at buf; the arguments were checked. blocking: the caller waits for it at once (cohort_send,
+ * cohort_recv), so a receive from any source fails once every other rank has left. */
+cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, int blocking, void *buf, size_t count, cohort_dtype dtype,
+                               int peer, int tag, cohort__p2p_op **out);
 /* Waits for op; returns its status (the message in cohort_last_error()). */
 cohort_status cohort__p2p_wait(cohort__p2p_op *op);
 /* *done = 1 and its status once op completed, else *done = 0 and COHORT_OK. */

@@ -569,14 +569,14 @@ static void p2p_name_ranks(cohort_comm *c, cohort_status st) {
   cohort__error_set_text(message);
 }
 
-static cohort_status p2p_post(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
+static cohort_status p2p_post(cohort_comm *c, const char *fn, int is_send, int blocking, const void *buf, size_t count,
                               cohort_dtype dtype, int peer, int tag, struct cohort__p2p_op **op) {
   COHORT_CHECK(p2p_check(c, fn, is_send, buf, count, dtype, peer, tag));
   if (!c->p2p)
     return cohort__error(COHORT_ERR_INVALID,
                          "%s: point-to-point messages are off on this communicator (COHORT_P2P=off when it was made)",
                          fn);
-  cohort_status st = cohort__p2p_post(c->p2p, is_send, (void *)buf, count, dtype, peer, tag, op);
+  cohort_status st = cohort__p2p_post(c->p2p, is_send, blocking, (void *)buf, count, dtype, peer, tag, op);
   p2p_name_ranks(c, st);
   return st;
 }
@@ -584,7 +584,7 @@ static cohort_status p2p_post(cohort_comm *c, const char *fn, int is_send, const
 static cohort_status p2p_blocking(cohort_comm *c, const char *fn, int is_send, const void *buf, size_t count,
                                   cohort_dtype dtype, int peer, int tag, cohort_recv_info *info) {
   struct cohort__p2p_op *op;
-  COHORT_CHECK(p2p_post(c, fn, is_send, buf, count, dtype, peer, tag, &op));
+  COHORT_CHECK(p2p_post(c, fn, is_send, 1, buf, count, dtype, peer, tag, &op));
   cohort_status st = cohort__p2p_wait(op);
   if (st == COHORT_OK && info) cohort__p2p_info(op, info);
   p2p_name_ranks(c, st);
@@ -603,7 +603,7 @@ static cohort_status p2p_async(cohort_comm *c, const char *fn, int is_send, cons
   cohort_work *w = calloc(1, sizeof *w);
   if (!w) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   w->comm = c;
-  cohort_status st = p2p_post(c, fn, is_send, buf, count, dtype, peer, tag, &w->p2p);
+  cohort_status st = p2p_post(c, fn, is_send, 0, buf, count, dtype, peer, tag, &w->p2p);
   if (st != COHORT_OK) {
     free(w);
     return st;

@@ -293,13 +293,12 @@ static void check_any_source_when_all_left(cohort_comm *c) {
   int me = cohort_rank(c), got = -1;
   cohort_comm *d = NULL;
   OK(cohort_comm_dup(c, &d));
-  cohort_work *w = NULL;
-  if (me == 0) OK(cohort_irecv(d, &got, 1, COHORT_I32, COHORT_ANY_SOURCE, 78, &w));
-  OK(cohort_barrier(c)); /* rank 0 waits before anyone leaves */
+  OK(cohort_barrier(c));
   if (me != 0) {
+    usleep(100000); /* rank 0 is in its receive first, mostly (either way it must fail) */
     cohort_comm_destroy(d);
   } else {
-    st = cohort_work_wait(w);
+    st = cohort_recv(d, &got, 1, COHORT_I32, COHORT_ANY_SOURCE, 78, NULL);
     CHECK(st == COHORT_ERR_REMOTE && strstr(cohort_last_error(), "every other rank") &&
               strstr(cohort_last_error(), "any source") && got == -1,
           "a receive from any source after every other rank left: %s: %s", cohort_strerror(st), cohort_last_error());
@@ -307,6 +306,28 @@ static void check_any_source_when_all_left(cohort_comm *c) {
     st = cohort_recv(d, &got, 1, COHORT_I32, COHORT_ANY_SOURCE, 79, NULL);
     CHECK(st == COHORT_ERR_REMOTE && got == -1, "a later receive from any source: %s: %s", cohort_strerror(st),
           cohort_last_error());
+    cohort_comm_destroy(d);
+  }
+  OK(cohort_barrier(c));
+}
+
+/* ... but a nonblocking receive from any source is not a caller blocked in it: once every other rank has left it
+ * may still be matched by a send of this rank to itself, posted after it (as before the rule above). */
+static void check_any_source_self_after_all_left(cohort_comm *c) {
+  cohort_status st;
+  int me = cohort_rank(c), got = -1, one = 41;
+  cohort_comm *d = NULL;
+  OK(cohort_comm_dup(c, &d));
+  if (me != 0) cohort_comm_destroy(d);
+  OK(cohort_barrier(c)); /* the others have left d */
+  if (me == 0) {
+    usleep(200000); /* their goodbyes are in */
+    cohort_work *w = NULL;
+    OK(cohort_irecv(d, &got, 1, COHORT_I32, COHORT_ANY_SOURCE, 80, &w));
+    OK(cohort_send(d, &one, 1, COHORT_I32, 0, 80));
+    st = cohort_work_wait(w);
+    CHECK(st == COHORT_OK && got == 41, "an irecv from any source, then a send to itself, after every other rank left: "
+          "%s: %s (got %d)", cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error(), got);
     cohort_work_free(w);
     cohort_comm_destroy(d);
   }
@@ -326,6 +347,8 @@ static int run_checks(cohort_comm *c) {
    * that left waits there, from any source or not. */
   if (!failures && cohort_size(c) > 1 && strcmp(cohort_transport_name(c), "inproc") != 0)
     check_any_source_when_all_left(c);
+  if (!failures && cohort_size(c) > 1 && strcmp(cohort_transport_name(c), "inproc") != 0)
+    check_any_source_self_after_all_left(c);
   if (!failures) {
     cohort_status st = cohort_barrier(c);
     if (st != COHORT_OK) failures++;
