@@ -776,8 +776,8 @@ void cohort__p2p_abort(cohort__p2p *p, cohort_status status, const char *message
   pthread_mutex_unlock(&p->mu);
 }
 
-cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, int blocking, void *buf, size_t count,
-                               cohort_dtype dtype, int peer, int tag, cohort__p2p_op **out) {
+cohort_status cohort__p2p_post(cohort__p2p *p, int is_send, int blocking, void *buf, size_t count, cohort_dtype dtype,
+                               int peer, int tag, cohort__p2p_op **out) {
   *out = NULL;
   cohort__p2p_op *op = calloc(1, sizeof *op);
   if (!op) return cohort__error(COHORT_ERR_SYSTEM, "out of memory");

@@ -326,8 +326,10 @@ static void check_any_source_self_after_all_left(cohort_comm *c) {
     OK(cohort_irecv(d, &got, 1, COHORT_I32, COHORT_ANY_SOURCE, 80, &w));
     OK(cohort_send(d, &one, 1, COHORT_I32, 0, 80));
     st = cohort_work_wait(w);
-    CHECK(st == COHORT_OK && got == 41, "an irecv from any source, then a send to itself, after every other rank left: "
-          "%s: %s (got %d)", cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error(), got);
+    CHECK(st == COHORT_OK && got == 41,
+          "an irecv from any source, then a send to itself, after every other rank left: "
+          "%s: %s (got %d)",
+          cohort_strerror(st), st == COHORT_OK ? "" : cohort_last_error(), got);
     cohort_work_free(w);
     cohort_comm_destroy(d);
   }
