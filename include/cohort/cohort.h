@@ -344,9 +344,9 @@ COHORT_API void cohort_work_free(cohort_work *work);
  *
  * Failures: a peer that dies fails every message in flight with COHORT_ERR_REMOTE naming it, within the transport's
  * usual grace (well under a second over tcp and shm), and every later message on comm; a receive from a rank that
- * destroyed its communicator without sending fails the same way, and so does a receive from any source once every
- * other rank has (not with in-process ranks, whose departures are not announced). A receive otherwise waits as long
- * as it takes:
+ * destroyed its communicator without sending fails the same way, and so does a blocking cohort_recv() from any
+ * source once every other rank has (a cohort_irecv() from any source still waits: this rank may send to itself; and
+ * not with in-process ranks, whose departures are not announced). A receive otherwise waits as long as it takes:
  * COHORT_OP_TIMEOUT does not apply. cohort_comm_abort() fails them too. Host memory only (device pointers give
  * COHORT_ERR_INVALID).
  */
