@@ -169,6 +169,12 @@ out = torch.empty(3)
 scatter_into = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
 scatter_into(out, torch.arange(3 * n, dtype=torch.float32) + r)
 check(out.tolist() == [float(n * (3 * r + j) + sum(range(n))) for j in range(3)], f"reduce_scatter_tensor: {out}")
+def _rs_opts(op):
+    o = dist.distributed_c10d.ReduceScatterOptions()
+    o.reduceOp = op
+    return o
+
+
 # The coalesced tensor forms torch 2's functional collectives call on the group (DTensor, FSDP2), called here on the
 # group itself as torch's C++ does: shapes of several dimensions, a complex tensor, and the ranks' values in order.
 pg = dist.distributed_c10d._get_default_group()
@@ -188,6 +194,22 @@ pg.reduce_scatter_tensor_coalesced(outs, ins, None).wait()
 check(outs[0].tolist() == [float(n * (2 * r + j) + sum(range(n))) for j in range(2)]
       and outs[1].tolist() == [[float(n * 10 * (3 * r + j)) for j in range(3)]],
       f"reduce_scatter_tensor_coalesced: {outs}")
+# A complex tensor goes as its real view, right for SUM and AVG only: MAX, MIN and PRODUCT are refused on every rank
+# before anything moves (they used to run on the real and imaginary parts apart), and the group goes on.
+def _scatter_complex(z, op):
+    return pg.reduce_scatter_tensor_coalesced([torch.empty(1, dtype=z.dtype)], [z], _rs_opts(op))
+
+
+for op, call in ((dist.ReduceOp.MAX, lambda z, op: dist.reduce(z, dst=0, op=op)),
+                 (dist.ReduceOp.PRODUCT, _scatter_complex)):
+    try:
+        call(torch.ones(n, dtype=torch.complex64), op)
+        check(False, f"{op} on a complex tensor was not refused")
+    except ValueError as e:
+        check("complex" in str(e), f"{op} on a complex tensor: {e}")
+t = torch.ones(2)
+dist.all_reduce(t)
+check(t.tolist() == [float(n)] * 2, f"all_reduce after the refusals: {t}")
 
 # all_to_all, even and uneven
 inp = torch.arange(n * 2, dtype=torch.float32) + 100 * r

@@ -72,16 +72,24 @@ for _op, _code in _OPS:
         break
 
 
-def _op_code(reduce_op, what):
+def _op_code(reduce_op, what, tensors=()):
+    """The library's code of reduce_op. A complex tensor among tensors goes as its real view (_flat), which is
+    element-wise right for SUM and AVG only: the other ops are refused on it, as torch's all_reduce refuses them."""
     try:
-        return _OP_OF[reduce_op]
-    except (KeyError, TypeError):
-        pass
-    for torch_op, code in _OPS:
+        code = _OP_OF.get(reduce_op)
+    except TypeError:  # not hashable in this torch
+        code = None
+    for torch_op, c in _OPS if code is None else ():
         if reduce_op == torch_op:
-            return code
-    raise ValueError(f"cohort backend: {what}: ReduceOp {reduce_op} is not supported (SUM, PRODUCT, MIN, MAX, AVG"
-                     f"{', BAND, BOR, BXOR' if hasattr(_lib, 'BAND') else ''})")
+            code = c
+    if code is None:
+        raise ValueError(f"cohort backend: {what}: ReduceOp {reduce_op} is not supported (SUM, PRODUCT, MIN, MAX, AVG"
+                         f"{', BAND, BOR, BXOR' if hasattr(_lib, 'BAND') else ''})")
+    if code not in (_lib.SUM, getattr(_lib, "AVG", _lib.SUM)) and any(isinstance(t, torch.Tensor) and t.is_complex()
+                                                                   for t in tensors):
+        raise ValueError(f"cohort backend: {what}: {reduce_op} on complex tensors (only SUM and AVG are defined on "
+                         f"them, as in torch)")
+    return code
 
 
 def _dtype_code(t, what):
@@ -840,7 +848,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
     # -- the collectives --
 
     def _allreduce_py(self, tensors, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce", tensors)
         return self._allreduce_many(tensors, op, "all_reduce")
 
     def _fast_failed(self, status, what, like=None):
@@ -848,7 +856,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         _raise(status, _with_shape(what, like) if like is not None and _shape_tag(like) else what)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce_coalesced")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "all_reduce_coalesced", tensors)
         return self._allreduce_many(tensors, op, "all_reduce_coalesced")
 
     def _allreduce_many(self, tensors, op, what):
@@ -1032,7 +1040,8 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """outputs[i] gets this rank's slice (outputs[i].numel() elements, in rank order) of inputs[i] reduced."""
         n = self.size()
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor_coalesced")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor_coalesced",
+                      inputs)
         if len(outputs) != len(inputs):
             raise ValueError(f"cohort backend: reduce_scatter_tensor_coalesced: {len(outputs)} outputs for "
                              f"{len(inputs)} inputs")
@@ -1064,7 +1073,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
         if len(output_tensors) != 1 or len(input_tensors) != 1:
             raise ValueError("cohort backend: reduce_scatter: one output tensor per call")
         out, ins = output_tensors[0], input_tensors[0]
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter", output_tensors)
         if len(ins) != self.size():
             raise ValueError(f"cohort backend: reduce_scatter: {len(ins)} input tensors for a group of "
                              f"{self.size()}")
@@ -1093,7 +1102,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
                            (whole, dst))
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce_scatter_tensor", [input])
         direct = _direct([output, input], op)
         src, code, n = _flat(input, "reduce_scatter_tensor", direct)
         if output.dtype != input.dtype or output.numel() * self.size() != input.numel():
@@ -1123,7 +1132,7 @@ class ProcessGroupCohort(_EXT.ProcessGroupCohortBase if _EXT else ProcessGroup):
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         self._check_root(root, "reduce")
-        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce")
+        op = _op_code(opts.reduceOp if opts is not None else ReduceOp.SUM, "reduce", tensors)
         if len(tensors) != 1:
             raise ValueError("cohort backend: reduce: one tensor per call")
         t = tensors[0]
