@@ -89,7 +89,7 @@ struct cc_nccl {
   ncclComm_t comm;
   int aborted; /* under guard */
   pthread_mutex_t guard;
-  /* What a waiting call (blocking, or asynchronous with a handle) polls: made at its first use and kept, since
+  /* What a waiting call (blocking, or asynchronous with a handle) polls: made with the communicator and kept, since
    * creating and destroying one cost 0.66 us a call on the GPU host (gpu_coll's host costs, 2026-11-27), a tenth of
    * a small allreduce. One suffices: the communicator runs one call at a time (src/comm/work.c). */
   cudaEvent_t done;
@@ -190,6 +190,10 @@ cohort_status cc_nccl_create(cohort__cuda_comm *c, const cohort__cuda_rank_info 
     return st;
   }
   cohort_status st = settle(c, host, "ncclCommInitRankConfig", 300);
+  /* Made here, on the communicator's device (plugin.cu's comm_create entered it), not at a first wait that might run
+   * with another device current. */
+  if (st == COHORT_OK && cudaEventCreateWithFlags(&c->nccl->done, cudaEventDisableTiming) != cudaSuccess)
+    st = cc_fail(COHORT_ERR_SYSTEM, "cudaEventCreate for the NCCL path's waits failed");
   if (st != COHORT_OK) {
     cc_nccl_destroy(c);
     return st;
@@ -304,7 +308,6 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
     CC_CHECK(cc_reduce(&job, 1, call->dtype, COHORT_AVG, c->size, stream));
   }
   if (!call->wait && !call->ready) return COHORT_OK; /* stream-ordered: queued is done */
-  if (!c->nccl->done) CC_TRY(cudaEventCreateWithFlags(&c->nccl->done, cudaEventDisableTiming));
   cudaEvent_t done = c->nccl->done;
   cudaError_t err = cudaEventRecord(done, stream);
   double last_poll = now_s();
