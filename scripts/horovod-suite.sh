@@ -77,7 +77,7 @@ exec "$@"
 EOF
 chmod +x "$W/gloo_env.sh"
 export PYTHONPATH="$BUILD/python:$W${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider "$W/test_torch.py")
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider --color=no "$W/test_torch.py")
 cd "$W" || exit 2
 : >"$LOG"
 case $MODE in
@@ -98,7 +98,7 @@ per-test)
   tests=$("$PY" -m pytest -q -p no:cacheprovider --collect-only "$W/test_torch.py" "$@" 2>/dev/null | grep '::')
   pass=0 fail=0 skip=0 failed=""
   for t in $tests; do
-    timeout 300 "$BUILD/bin/cohortrun" -np "$NP" "$W/gloo_env.sh" "$PY" -m pytest -q -p no:cacheprovider -rs "$t" \
+    timeout 300 "$BUILD/bin/cohortrun" -np "$NP" "$W/gloo_env.sh" "$PY" -m pytest -q -p no:cacheprovider --color=no -rs "$t" \
       >"$W/one.log" 2>&1
     one=$?
     cat "$W/one.log" >>"$LOG"
