@@ -59,8 +59,10 @@ static void on_crash(int sig) {
   raise(sig);
 }
 
+/* Before main: setvbuf must come before the first output on the stream, and some tests print before the runner. */
+__attribute__((constructor)) static void line_buffered_stdout(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+
 static void catch_crashes(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
   void *warm[1];
   backtrace(warm, 1); /* its first call loads libgcc, which a signal handler must not */
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
