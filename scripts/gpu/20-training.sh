@@ -9,7 +9,8 @@
 #   3. checkpoints across devices: GPU 40 steps -> CPU resumes to 60, CPU 40 -> GPU to 60, against GPU 60 straight
 #   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each;
 #      4b. at batch 1024, each of cohort's layers (fmnist-train --profile) beside torch's operators (its profiler)
-#   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank; then the same under NVIDIA's
+#   5. 2 ranks sharing the GPU at batch 64 per rank (cohortrun -np 2) against 1 rank (and with the IPC path's waits
+#      on the host, COHORT_GPU_IPC_SYNC=host, for comparison); then the same under NVIDIA's
 #      Multi-Process Service where nvidia-cuda-mps-control is installed (gpu-check.sh's mps_start: a daemon of the
 #      check's own, stopped when the step ends).
 #   6. 10 epochs at batch 64: test_acc >= 0.91
@@ -193,6 +194,10 @@ judge_two_ranks() {
   else bad "$1: ${r}x one rank's img/s, target 1.6x ($path)"; fi
 }
 judge_two_ranks nn_cuda.two_ranks "$W/ranks2.log" $rc "without MPS"
+# The same with the IPC path's waits on the host (as before 2026-11-28): what the flags on the device gain.
+COHORT_GPU_IPC_SYNC=host timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 \
+  --epochs 4 --log-every 100000 "${DATA[@]}" >"$W/ranks2_hostsync.log" 2>&1
+report "   the same with COHORT_GPU_IPC_SYNC=host (exit $?): $(final_field "$W/ranks2_hostsync.log" img_per_s) img/s"
 
 echo "== 5b. 2 ranks sharing the GPU under MPS"
 if mps_start "$W" 2>"$W/mps_why"; then

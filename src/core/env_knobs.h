@@ -53,6 +53,7 @@
   X(COHORT_HEARTBEAT_FD, heartbeat_fd, INT, RANGE(-1, 1L << 20), "-1", "set by cohortrun: the descriptor of a memfd page in which a worker counts its collectives; -1 or empty: none") \
   X(COHORT_TTY, tty, STR, ANY, "", "set by cohortrun: 1 when its stdout is a terminal (live progress lines), else 0") \
   X(COHORT_GPU_PATH, gpu_path, CHOICE, ONE_OF("auto,nccl,ipc,staged"), "auto", "device collectives: auto (nccl when every rank has a GPU of its own and NCCL loads, ipc when all share one GPU, else staged), nccl, ipc (CUDA IPC on one GPU) or staged (through host memory)") \
+  X(COHORT_GPU_IPC_SYNC, gpu_ipc_sync, CHOICE, ONE_OF("device,host"), "device", "cuda-ipc path (ranks sharing one GPU): device: the ranks' streams wait for each other at flags in shared host memory, so a stream-ordered call returns once queued; host: every wait is on the host (the input, rank 0's kernel); one rank asking for host puts every rank there") \
   X(COHORT_CUDA_LIBRARY, cuda_library, STR, ANY, "", "path of libcohort_cuda.so (the device collectives); default: beside libcohort, then the linker's path") \
   X(COHORT_ELASTIC_DIR, elastic_dir, STR, ANY, "", "cohort.torch's hvd.elastic: the directory where rank 0 keeps the last commit for the next generation; empty: a directory of the temporary directory named after the job") \
   X(COHORT_TORCH_EXT, torch_ext, CHOICE, ONE_OF("0,1"), "1", "the torch.distributed backend \"cohort\": 1 uses its C++ half (cohort.torch._c10d) where it was built; 0 runs the backend in Python alone") \

@@ -89,6 +89,8 @@ struct cohort__cuda_comm {
 
 cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *infos, const cohort__cuda_host *host);
 cohort_status cc_ipc_run(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host);
+/* Any thread: releases every stream waiting at the IPC path's flags, and fails its later runs. */
+void cc_ipc_abort(cohort__cuda_comm *c);
 void cc_ipc_destroy(cohort__cuda_comm *c);
 
 /* 1 when libnccl.so.2 loads here (the reason of a failure in *why, for the path choice's message). */

@@ -1,16 +1,32 @@
 /*
  * ipc.cu: the path for ranks of one host that share one GPU (NCCL refuses them: "Duplicate GPU detected").
  *
- * Rank 0 leads. Every other rank waits until its input is ready, then sends rank 0 the CUDA IPC handles of its
- * buffers; rank 0 maps them (once per allocation: the mappings are cached by the driver's buffer id), runs the whole
- * collective in one launch of its own kernels, waits for it, and tells every rank the outcome. On one GPU the ranks'
- * kernels would only take turns (time slicing between processes), so one launch of rank 0's does all the work and
- * moves the fewest bytes: each input read once, each output written once. Nothing waits inside a kernel: every wait
- * is on the host, in frames of the host transport, which fail naming the rank that died or called something else.
+ * Rank 0 leads. Every other rank sends rank 0 the CUDA IPC handles of its buffers; rank 0 maps them (once per
+ * allocation: the mappings are cached by the driver's buffer id), runs the whole collective in one launch of its own
+ * kernels, and tells every rank the outcome. On one GPU the ranks' kernels would only take turns (time slicing
+ * between processes), so one launch of rank 0's does all the work and moves the fewest bytes: each input read once,
+ * each output written once. Nothing waits inside a kernel.
+ *
+ * When the ranks' streams meet: a page of flags in shared host memory, registered with CUDA in every process
+ * (struct ipc_flags). Each call has a number, the same on every rank. A rank's stream writes ready[rank] = number
+ * when its input is ready (cuStreamWriteValue32, behind the caller's work); rank 0's stream waits for every ready
+ * flag (cuStreamWaitValue32), runs the kernel and writes done = number; every other rank's stream waits for done.
+ * So a stream-ordered call (cohort_allreduce_stream) returns once its work is queued, as NCCL's do, and the GPU
+ * never drains between the ranks' steps; the host only swaps the buffers' handles and the outcome, in frames of
+ * the host transport, which fail naming the rank that died or called something else. A blocking call waits for
+ * its input and for done on the host. Because the flags are host memory, an abort (a peer died) releases every
+ * stream still waiting on them by writing them from the host. Where the flags cannot be set up (or
+ * COHORT_GPU_IPC_SYNC=host on some rank), every wait is on the host as before: the input's event or stream, then
+ * rank 0's stream, then the frames.
  */
+#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cuda/internal.h"
 
@@ -29,6 +45,8 @@ typedef struct cc_ipc_desc {
 
 typedef struct cc_ipc_hello {
   cc_ipc_desc send, recv;
+  int32_t status; /* COHORT_OK, or why this rank's input is not there (its message follows) */
+  char message[252];
 } cc_ipc_hello;
 
 typedef struct cc_ipc_done {
@@ -47,12 +65,162 @@ typedef struct import_slot {
   uint64_t used; /* a clock for eviction */
 } import_slot;
 
+/* The flags the ranks' streams meet at, one cache line each (see the top of the file). */
+#define FLAG_STRIDE 16 /* uint32_t: 64 bytes */
+typedef struct ipc_flags {
+  uint32_t done[FLAG_STRIDE];
+  uint32_t ready[COHORT__CUDA_IPC_MAX_RANKS][FLAG_STRIDE];
+} ipc_flags;
+#define FLAGS_BYTES 4096
+typedef char flags_fit_a_page[sizeof(ipc_flags) <= FLAGS_BYTES ? 1 : -1];
+
 struct cc_ipc {
   export_slot exports[EXPORT_SLOTS];
   int next_export;
   import_slot (*imports)[IMPORT_SLOTS]; /* [size][IMPORT_SLOTS] on rank 0 */
   uint64_t clock;
+  ipc_flags *flags;     /* NULL: every wait on the host */
+  CUdeviceptr dflags;   /* the same page as the device sees it */
+  uint32_t number;      /* of the last call; the same on every rank */
+  volatile int aborted; /* 1: the flags were forced, nothing may wait on them again */
 };
+
+/* ---- the flags: shared host memory, registered with CUDA ---- */
+
+typedef struct flags_offer {
+  int32_t ok; /* rank 0 has the page: name is its shared memory object */
+  char name[60];
+} flags_offer;
+
+static volatile uint32_t *host_flag(ipc_flags *f, int rank) { return rank < 0 ? &f->done[0] : &f->ready[rank][0]; }
+static CUdeviceptr device_flag(struct cc_ipc *ipc, int rank) {
+  return ipc->dflags + (CUdeviceptr)((char *)(uintptr_t)host_flag(ipc->flags, rank) - (char *)ipc->flags);
+}
+
+static void unmap_flags(struct cc_ipc *ipc) {
+  if (!ipc->flags) return;
+  cuMemHostUnregister(ipc->flags);
+  munmap(ipc->flags, FLAGS_BYTES);
+  ipc->flags = NULL;
+  ipc->dflags = 0;
+}
+
+/* Maps the shared page (rank 0 made it with create) and registers it with CUDA: 0 on success. */
+static int map_flags(struct cc_ipc *ipc, const char *name, int create) {
+  int fd = create ? shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600) : shm_open(name, O_RDWR, 0600);
+  if (fd < 0) return -1;
+  void *p = MAP_FAILED;
+  if (!create || ftruncate(fd, FLAGS_BYTES) == 0)
+    p = mmap(NULL, FLAGS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return -1;
+  CUdeviceptr d = 0;
+  if (cuMemHostRegister(p, FLAGS_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+    munmap(p, FLAGS_BYTES);
+    return -1;
+  }
+  if (cuMemHostGetDevicePointer(&d, p, 0) != CUDA_SUCCESS) {
+    cuMemHostUnregister(p);
+    munmap(p, FLAGS_BYTES);
+    return -1;
+  }
+  ipc->flags = (ipc_flags *)p;
+  ipc->dflags = d;
+  return 0;
+}
+
+/* Whether this device can wait on host memory from a stream (every GPU of CUDA 12's era can; asked, not assumed). */
+static int streams_can_wait_on_host(int device) {
+  CUdevice dev;
+  int host_ptr = 0;
+  if (cuDeviceGet(&dev, device) != CUDA_SUCCESS) return 0;
+  if (cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev) != CUDA_SUCCESS)
+    return 0;
+  return host_ptr;
+}
+
+/* Collective: every rank maps rank 0's page, or none does (then every wait is on the host). Only a failure of the
+ * frames fails it. */
+static cohort_status setup_flags(cohort__cuda_comm *c, const cohort__cuda_rank_info *infos,
+                                 const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
+  int want = streams_can_wait_on_host(c->device);
+  for (int r = 0; r < c->size; r++)
+    if (infos[r].ipc_sync == COHORT__CUDA_IPC_SYNC_HOST) want = 0;
+  if (c->rank == 0) {
+    static int made;
+    flags_offer offer;
+    memset(&offer, 0, sizeof offer);
+    snprintf(offer.name, sizeof offer.name, "/cohort-cuda-ipc-%d-%d", (int)getpid(),
+             __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED));
+    offer.ok = want && map_flags(ipc, offer.name, 1) == 0;
+    int all = offer.ok;
+    cohort_status st = COHORT_OK;
+    for (int r = 1; r < c->size && st == COHORT_OK; r++)
+      st = host->send(host->ctx, r, &offer, sizeof offer);
+    for (int r = 1; r < c->size && st == COHORT_OK; r++) {
+      int32_t ok = 0;
+      st = host->recv(host->ctx, r, &ok, sizeof ok);
+      all &= ok;
+    }
+    if (offer.ok) shm_unlink(offer.name); /* every rank has it mapped now, or never will */
+    int32_t verdict = all;
+    for (int r = 1; r < c->size && st == COHORT_OK; r++)
+      st = host->send(host->ctx, r, &verdict, sizeof verdict);
+    if (st != COHORT_OK || !verdict) unmap_flags(ipc);
+    return st == COHORT_OK ? st : cc_fail(st, "%s", "");
+  }
+  flags_offer offer;
+  cohort_status st = host->recv(host->ctx, 0, &offer, sizeof offer);
+  if (st != COHORT_OK) return cc_fail(st, "%s", "");
+  offer.name[sizeof offer.name - 1] = '\0';
+  int32_t ok = offer.ok && want && map_flags(ipc, offer.name, 0) == 0;
+  int32_t verdict = 0;
+  st = host->send(host->ctx, 0, &ok, sizeof ok);
+  if (st == COHORT_OK) st = host->recv(host->ctx, 0, &verdict, sizeof verdict);
+  if (st != COHORT_OK || !verdict) unmap_flags(ipc);
+  return st == COHORT_OK ? st : cc_fail(st, "%s", "");
+}
+
+/* Any thread: every flag jumps far ahead, so that no stream waits on them any longer (a cyclic comparison: a wait
+ * for any number up to 2^30 calls from now is met). */
+void cc_ipc_abort(cohort__cuda_comm *c) {
+  struct cc_ipc *ipc = c->ipc;
+  if (!ipc || !ipc->flags) return;
+  ipc->aborted = 1;
+  uint32_t far = ipc->number + (1u << 30);
+  __atomic_store_n(host_flag(ipc->flags, -1), far, __ATOMIC_RELEASE);
+  for (int r = 0; r < c->size; r++)
+    __atomic_store_n(host_flag(ipc->flags, r), far, __ATOMIC_RELEASE);
+}
+
+/* The host waits until flag reaches number (cyclically), watching the peers: a blocking call's wait for done. */
+static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t number, const cohort__cuda_host *host) {
+  volatile uint32_t *flag = host_flag(c->ipc->flags, rank);
+  struct timespec last, now;
+  clock_gettime(CLOCK_MONOTONIC, &last);
+  for (unsigned spins = 0; (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) < 0 && !c->ipc->aborted;
+       spins++) {
+    if (spins < 1000) {
+      sched_yield();
+      continue;
+    }
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - last.tv_sec) * 1000000000L + (now.tv_nsec - last.tv_nsec) > 1000000L) { /* once a millisecond */
+      last = now;
+      cohort_status st = host->poll(host->ctx);
+      if (st != COHORT_OK) {
+        cc_ipc_abort(c);
+        return cc_fail(st, "%s", "");
+      }
+    }
+  }
+  /* An abort forces the flags: what they say then is not a result. */
+  if (c->ipc->aborted) return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted");
+  return COHORT_OK;
+}
 
 cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *infos, const cohort__cuda_host *host) {
   c->ipc = (struct cc_ipc *)calloc(1, sizeof *c->ipc);
@@ -65,7 +233,13 @@ cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *
       return cc_fail(COHORT_ERR_SYSTEM, "out of memory");
     }
   }
-  return COHORT_OK;
+  cohort_status st = c->size > 1 ? setup_flags(c, infos, host) : COHORT_OK;
+  if (st != COHORT_OK) {
+    free(c->ipc->imports);
+    free(c->ipc);
+    c->ipc = NULL;
+  }
+  return st;
 }
 
 void cc_ipc_destroy(cohort__cuda_comm *c) {
@@ -74,6 +248,7 @@ void cc_ipc_destroy(cohort__cuda_comm *c) {
     for (int r = 0; r < c->size; r++)
       for (int i = 0; i < IMPORT_SLOTS; i++)
         if (c->ipc->imports[r][i].mapped) cudaIpcCloseMemHandle(c->ipc->imports[r][i].mapped);
+  unmap_flags(c->ipc);
   free(c->ipc->imports);
   free(c->ipc);
   c->ipc = NULL;
@@ -155,7 +330,8 @@ static cohort_status map_peer(struct cc_ipc *ipc, int peer, const cc_ipc_desc *d
 }
 
 /* The whole collective, on rank 0, over every rank's buffers in this process. */
-static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call, void *const *send, void *const *recv) {
+static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call, void *const *send, void *const *recv,
+                            cudaStream_t stream) {
   int n = c->size;
   size_t es = cc_dtype_size(call->dtype), bytes = call->count * es;
   switch (call->coll) {
@@ -168,14 +344,14 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
     }
     job.nin = job.nout = n;
     job.count = call->count;
-    return cc_reduce(&job, 1, call->dtype, call->op, n, c->stream);
+    return cc_reduce(&job, 1, call->dtype, call->op, n, stream);
   }
   case 2: { /* broadcast: buf is send and recv */
     cc_copy_job jobs[COHORT__CUDA_IPC_MAX_RANKS];
     int k = 0;
     for (int r = 0; r < n; r++)
       if (r != call->root) jobs[k++] = (cc_copy_job){send[call->root], recv[r], bytes};
-    return cc_copy(jobs, k, c->stream);
+    return cc_copy(jobs, k, stream);
   }
   case 3: { /* allgather */
     cc_copy_job jobs[CC_COPY_MAX_JOBS];
@@ -185,7 +361,7 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
         char *dst = (char *)recv[q] + (size_t)r * bytes;
         if (dst != send[r]) jobs[k++] = (cc_copy_job){send[r], dst, bytes};
       }
-    return cc_copy(jobs, k, c->stream);
+    return cc_copy(jobs, k, stream);
   }
   case 4: { /* reduce_scatter: block q of every input into rank q's output */
     cc_reduce_job jobs[COHORT__CUDA_IPC_MAX_RANKS];
@@ -198,34 +374,15 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
       jobs[q].nout = 1;
       jobs[q].count = call->count;
     }
-    return cc_reduce(jobs, n, call->dtype, call->op, n, c->stream);
+    return cc_reduce(jobs, n, call->dtype, call->op, n, stream);
   }
   default:
     return cc_fail(COHORT_ERR_INTERNAL, "the IPC path has no collective %d", call->coll);
   }
 }
 
-static cohort_status lead(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host) {
-  struct cc_ipc *ipc = c->ipc;
-  void *send[COHORT__CUDA_IPC_MAX_RANKS], *recv[COHORT__CUDA_IPC_MAX_RANKS];
-  send[0] = (void *)call->sendbuf;
-  recv[0] = call->recvbuf;
-  cc_ipc_hello hello[COHORT__CUDA_IPC_MAX_RANKS];
-  for (int r = 1; r < c->size; r++) {
-    cohort_status st = host->recv(host->ctx, r, &hello[r], sizeof hello[r]);
-    if (st != COHORT_OK) return cc_fail(st, "%s", ""); /* the host side's message names the rank */
-  }
-  cohort_status st = COHORT_OK;
-  for (int r = 1; r < c->size && st == COHORT_OK; r++) {
-    st = map_peer(ipc, r, &hello[r].send, &send[r]);
-    if (st == COHORT_OK) st = map_peer(ipc, r, &hello[r].recv, &recv[r]);
-  }
-  if (st == COHORT_OK) st = launch(c, call, send, recv);
-  if (st == COHORT_OK) {
-    cudaError_t err = cudaStreamSynchronize(c->stream);
-    if (err != cudaSuccess)
-      st = cc_fail(COHORT_ERR_SYSTEM, "rank 0's collective kernel failed: %s", cudaGetErrorString(err));
-  }
+/* Rank 0 tells every other rank the outcome (its message where it failed); returns st. */
+static cohort_status tell_peers(cohort__cuda_comm *c, cohort_status st, const cohort__cuda_host *host) {
   cc_ipc_done done;
   memset(&done, 0, sizeof done);
   done.status = st;
@@ -240,21 +397,132 @@ static cohort_status lead(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   return COHORT_OK;
 }
 
-cohort_status cc_ipc_run(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host) {
+/* The peers' hellos and the mappings of their buffers (send[r], recv[r] for r >= 1). *frames_failed: the host
+ * transport failed (a peer died or aborted): its own message names the rank, and nothing more can be told. */
+static cohort_status gather_buffers(cohort__cuda_comm *c, const cohort__cuda_host *host, cc_ipc_hello *hello,
+                                    void **send, void **recv, int *frames_failed) {
+  *frames_failed = 0;
+  for (int r = 1; r < c->size; r++) {
+    cohort_status st = host->recv(host->ctx, r, &hello[r], sizeof hello[r]);
+    if (st != COHORT_OK) {
+      *frames_failed = 1;
+      return cc_fail(st, "%s", ""); /* the host side's message names the rank */
+    }
+  }
+  for (int r = 1; r < c->size; r++) {
+    if (hello[r].status != COHORT_OK) {
+      hello[r].message[sizeof hello[r].message - 1] = '\0';
+      return cc_fail((cohort_status)hello[r].status, "rank %d: %s", r, hello[r].message);
+    }
+  }
+  for (int r = 1; r < c->size; r++) {
+    CC_CHECK(map_peer(c->ipc, r, &hello[r].send, &send[r]));
+    CC_CHECK(map_peer(c->ipc, r, &hello[r].recv, &recv[r]));
+  }
+  return COHORT_OK;
+}
+
+/* Every wait on the host: the input, rank 0's stream, then the frames (where the flags could not be set up). */
+static cohort_status lead_on_host(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host) {
+  void *send[COHORT__CUDA_IPC_MAX_RANKS], *recv[COHORT__CUDA_IPC_MAX_RANKS];
+  send[0] = (void *)call->sendbuf;
+  recv[0] = call->recvbuf;
+  cc_ipc_hello hello[COHORT__CUDA_IPC_MAX_RANKS];
+  int frames_failed;
+  cohort_status st = cc_wait_input(call);
+  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
+  if (frames_failed) return got;
+  if (st == COHORT_OK) st = got;
+  if (st == COHORT_OK) st = launch(c, call, send, recv, c->stream);
+  if (st == COHORT_OK) {
+    cudaError_t err = cudaStreamSynchronize(c->stream);
+    if (err != cudaSuccess)
+      st = cc_fail(COHORT_ERR_SYSTEM, "rank 0's collective kernel failed: %s", cudaGetErrorString(err));
+  }
+  return tell_peers(c, st, host);
+}
+
+/* The streams meet at the flags: rank 0's stream (the caller's for a stream-ordered call, else its own) waits for
+ * every peer's ready flag, runs the kernel and writes done, even when something failed before it (the peers' streams
+ * wait for done). A blocking call then waits for its stream on the host. */
+static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_call *call, uint32_t number,
+                                    const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
+  int ordered = !call->wait && !call->ready;
+  cudaStream_t stream = ordered ? (cudaStream_t)call->stream : c->stream;
+  void *send[COHORT__CUDA_IPC_MAX_RANKS], *recv[COHORT__CUDA_IPC_MAX_RANKS];
+  send[0] = (void *)call->sendbuf;
+  recv[0] = call->recvbuf;
+  cc_ipc_hello hello[COHORT__CUDA_IPC_MAX_RANKS];
+  int frames_failed;
+  cohort_status st = ordered ? COHORT_OK : cc_wait_input(call);
+  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
+  if (st == COHORT_OK) st = got;
+  for (int r = 1; r < c->size && st == COHORT_OK; r++) {
+    CUresult cr = cuStreamWaitValue32(stream, device_flag(ipc, r), number, CU_STREAM_WAIT_VALUE_GEQ);
+    if (cr != CUDA_SUCCESS) st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32 on rank %d's flag failed (%d)", r, cr);
+  }
+  if (st == COHORT_OK) st = launch(c, call, send, recv, stream);
+  /* With the default flags the write is fenced: the kernel's output is visible to the peers before done is. */
+  if (cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+    __atomic_store_n(host_flag(ipc->flags, -1), number, __ATOMIC_RELEASE); /* never leave a peer's stream waiting */
+  if (frames_failed) return got;
+  if (st == COHORT_OK && !ordered) {
+    cudaError_t err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess)
+      st = cc_fail(COHORT_ERR_SYSTEM, "rank 0's collective kernel failed: %s", cudaGetErrorString(err));
+  }
+  return tell_peers(c, st, host);
+}
+
+/* A rank other than 0: its input is marked ready (by its stream, or by the host once it has waited for it), its
+ * buffers go to rank 0, and it waits for rank 0's done (its stream waits, or the host). */
+static cohort_status follow(cohort__cuda_comm *c, const cohort__cuda_call *call, uint32_t number,
+                            const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
   size_t send_bytes, recv_bytes;
   cc_call_bytes(call, c->size, &send_bytes, &recv_bytes);
-  CC_CHECK(cc_wait_input(call));
-  if (c->rank == 0) return lead(c, call, host);
+  int on_device = ipc->flags != NULL;
+  int ordered = on_device && !call->wait && !call->ready;
   cc_ipc_hello hello;
   memset(&hello, 0, sizeof hello);
+  cohort_status st = COHORT_OK;
+  if (ordered) {
+    if (cuStreamWriteValue32((CUstream)call->stream, device_flag(ipc, c->rank), number,
+                             CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+      st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWriteValue32 on the caller's stream failed");
+  } else {
+    st = cc_wait_input(call);
+  }
+  if (on_device && (!ordered || st != COHORT_OK)) /* rank 0's stream must never wait for a flag nobody writes */
+    __atomic_store_n(host_flag(ipc->flags, c->rank), number, __ATOMIC_RELEASE);
   int bcast = call->coll == 2;
-  CC_CHECK(describe(c->ipc, bcast ? call->recvbuf : call->sendbuf, send_bytes, &hello.send));
-  CC_CHECK(describe(c->ipc, call->recvbuf, recv_bytes, &hello.recv));
-  cohort_status st = host->send(host->ctx, 0, &hello, sizeof hello);
-  if (st != COHORT_OK) return cc_fail(st, "%s", "");
+  if (st == COHORT_OK) st = describe(ipc, bcast ? call->recvbuf : call->sendbuf, send_bytes, &hello.send);
+  if (st == COHORT_OK) st = describe(ipc, call->recvbuf, recv_bytes, &hello.recv);
+  hello.status = st;
+  if (st != COHORT_OK) snprintf(hello.message, sizeof hello.message, "%s", cc_last_error());
+  cohort_status sst = host->send(host->ctx, 0, &hello, sizeof hello);
+  if (sst != COHORT_OK) return cc_fail(sst, "%s", "");
   cc_ipc_done done;
-  st = host->recv(host->ctx, 0, &done, sizeof done);
-  if (st != COHORT_OK) return cc_fail(st, "%s", "");
+  sst = host->recv(host->ctx, 0, &done, sizeof done); /* also after a failure here: the frames stay in step */
+  if (sst != COHORT_OK) return cc_fail(sst, "%s", "");
+  if (st != COHORT_OK) return cc_fail(st, "%s", hello.message); /* rank 0 told the others */
+  if (ordered) {
+    CUresult cr = cuStreamWaitValue32((CUstream)call->stream, device_flag(ipc, -1), number, CU_STREAM_WAIT_VALUE_GEQ);
+    if (cr != CUDA_SUCCESS && done.status == COHORT_OK)
+      return cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32 on rank 0's flag failed (%d)", cr);
+  } else if (on_device && done.status == COHORT_OK) {
+    CC_CHECK(host_wait_flag(c, -1, number, host));
+  }
+  done.message[sizeof done.message - 1] = '\0';
   if (done.status != COHORT_OK) return cc_fail((cohort_status)done.status, "%s (reported by rank 0)", done.message);
   return COHORT_OK;
+}
+
+cohort_status cc_ipc_run(cohort__cuda_comm *c, const cohort__cuda_call *call, const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
+  if (ipc->aborted) return cc_fail(COHORT_ERR_REMOTE, "the device collectives of this communicator were aborted");
+  uint32_t number = ++ipc->number;
+  if (c->rank == 0) return ipc->flags ? lead_on_device(c, call, number, host) : lead_on_host(c, call, host);
+  return follow(c, call, number, host);
 }

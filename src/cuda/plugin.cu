@@ -219,6 +219,7 @@ static cohort_status run(cohort__cuda_comm *c, const cohort__cuda_call *call, co
 
 static void comm_abort(cohort__cuda_comm *c) {
   if (c && c->path == COHORT__CUDA_PATH_NCCL) cc_nccl_abort(c);
+  if (c && c->path == COHORT__CUDA_PATH_IPC) cc_ipc_abort(c);
 }
 
 static void comm_destroy(cohort__cuda_comm *c) {

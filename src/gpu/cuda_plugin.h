@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define COHORT__CUDA_PLUGIN_VERSION 2 /* 2: cohort__cuda_call.agreed */
+#define COHORT__CUDA_PLUGIN_VERSION 3 /* 2: cohort__cuda_call.agreed; 3: cohort__cuda_rank_info.ipc_sync */
 #define COHORT__CUDA_PLUGIN_FILE "libcohort_cuda.so"
 #define COHORT__CUDA_PLUGIN_ENTRY "cohort_cuda_plugin_v1"
 /* The most ranks the IPC path serves (its kernels take every rank's pointer as a parameter). */
@@ -33,8 +33,13 @@ typedef struct cohort__cuda_rank_info {
   int32_t nccl;       /* 1 when the plugin could load NCCL here */
   uint64_t host_hash; /* which host (the boot id and host name): IPC needs one host */
   int32_t pid;
-  int32_t pad;
+  int32_t ipc_sync; /* COHORT__CUDA_IPC_SYNC_*: where this rank wants the IPC path's waits (COHORT_GPU_IPC_SYNC) */
 } cohort__cuda_rank_info;
+
+/* Where the IPC path's ranks wait for each other: their streams at flags in shared host memory (so that a stream-
+ * ordered call returns once queued), or the host. One rank asking for the host puts every rank there. */
+#define COHORT__CUDA_IPC_SYNC_DEVICE 0
+#define COHORT__CUDA_IPC_SYNC_HOST 1
 
 typedef enum cohort__cuda_path {
   COHORT__CUDA_PATH_NONE = 0,
@@ -94,8 +99,8 @@ typedef struct cohort__cuda_api {
                                const cohort__cuda_host *host, cohort__cuda_comm **out);
   /* Runs one collective on comm (its path's way); the host side has set the call already. */
   cohort_status (*run)(cohort__cuda_comm *comm, const cohort__cuda_call *call, const cohort__cuda_host *host);
-  /* Any thread: makes comm's work in flight and every later run fail (NCCL: ncclCommAbort), so nothing waits in a
-   * kernel for a rank that is gone. */
+  /* Any thread: makes comm's work in flight and every later run fail (NCCL: ncclCommAbort; IPC: its flags are
+   * forced), so nothing waits on the device for a rank that is gone. */
   void (*abort)(cohort__cuda_comm *comm);
   void (*comm_destroy)(cohort__cuda_comm *comm);
 

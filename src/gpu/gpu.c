@@ -339,6 +339,7 @@ static cohort_status setup(cohort__gpu **out, cohort__transport *t, const cohort
   cohort__cuda_rank_info mine, *infos = calloc((size_t)t->size, sizeof *infos);
   cohort_status st = infos ? api->rank_info(device, &mine) : cohort__error(COHORT_ERR_SYSTEM, "out of memory");
   if (infos && st != COHORT_OK) plugin_error(api, st);
+  mine.ipc_sync = strcmp(cfg->gpu_ipc_sync, "host") == 0 ? COHORT__CUDA_IPC_SYNC_HOST : COHORT__CUDA_IPC_SYNC_DEVICE;
   if (st == COHORT_OK) st = exchange(t, &mine, infos, sizeof mine);
   if (st == COHORT_OK) st = cohort__gpu_choose_path(infos, t->size, cfg->gpu_path, &g->path);
   if (st == COHORT_OK && g->path != COHORT__CUDA_PATH_STAGED) {

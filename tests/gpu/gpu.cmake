@@ -13,11 +13,15 @@ if(COHORT_HAVE_CUDA)
   set_tests_properties(gpu.coll.staged.np2 PROPERTIES ENVIRONMENT "COHORT_GPU_PATH=staged")
   add_test(NAME gpu.coll.tcp.np2 COMMAND $<TARGET_FILE:cohortrun> -np 2 $<TARGET_FILE:test_gpu_coll>)
   set_tests_properties(gpu.coll.tcp.np2 PROPERTIES ENVIRONMENT "COHORT_TRANSPORT=tcp")
+  # The IPC path with every wait on the host, as before 2026-11-28 (the default waits on the device).
+  add_test(NAME gpu.coll.ipc_host_sync.np2 COMMAND $<TARGET_FILE:cohortrun> -np 2 $<TARGET_FILE:test_gpu_coll>)
+  set_tests_properties(gpu.coll.ipc_host_sync.np2 PROPERTIES ENVIRONMENT "COHORT_GPU_IPC_SYNC=host")
   add_test(NAME gpu.fault.kill.np3 COMMAND ${gpu_run} 3 $<TARGET_FILE:test_gpu_coll> faults_kill)
+  add_test(NAME gpu.fault.kill_stream.np3 COMMAND ${gpu_run} 3 $<TARGET_FILE:test_gpu_coll> faults_kill_stream)
   add_test(NAME gpu.fault.mismatch.np2 COMMAND ${gpu_run} 2 $<TARGET_FILE:test_gpu_coll> faults_mismatch)
   add_test(NAME gpu.fault.mismatch_host.np2 COMMAND ${gpu_run} 2 $<TARGET_FILE:test_gpu_coll> faults_mismatch)
   set_tests_properties(gpu.fault.mismatch_host.np2 PROPERTIES ENVIRONMENT "COHORT_TEST_MISMATCH_HOST=1")
-  set_tests_properties(gpu.coll.np1 gpu.coll.np2 gpu.coll.np4 gpu.coll.staged.np2 gpu.coll.tcp.np2 gpu.fault.kill.np3
-                       gpu.fault.mismatch.np2 gpu.fault.mismatch_host.np2
+  set_tests_properties(gpu.coll.np1 gpu.coll.np2 gpu.coll.np4 gpu.coll.staged.np2 gpu.coll.tcp.np2
+                       gpu.coll.ipc_host_sync.np2 gpu.fault.kill.np3 gpu.fault.kill_stream.np3 gpu.fault.mismatch.np2 gpu.fault.mismatch_host.np2
                        PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 300 RESOURCE_LOCK gpu)
 endif()

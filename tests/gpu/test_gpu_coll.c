@@ -7,7 +7,8 @@
  * in the range where f16 and bf16 hold integers exactly) and the check is bitwise. Outputs are poisoned first, so an
  * element that was not written shows. Exits 77 (ctest's SKIP) with the reason where there is no usable GPU.
  *
- *   test_gpu_coll [matrix] [stream] [faults_kill] [faults_mismatch]     (no argument: matrix and stream)
+ *   test_gpu_coll [matrix] [stream] [stream_order] [faults_kill] [faults_kill_stream] [faults_mismatch]
+ *   (no argument: matrix, stream and stream_order)
  */
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -263,6 +264,74 @@ TEST(matrix) {
   if (R == 0) printf("matrix: every collective, dtype and op on device memory, path %s\n", cohort_device_path(comm));
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A host function queued on a stream: the stream stalls for that long (the stream's work is late, not the host). */
+static void CUDART_CB stall_stream(void *ms) {
+  struct timespec ts = {0, (long)(intptr_t)ms * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Whether a _stream call returns once queued (cuda-ipc with its waits on the device; NCCL), not once done. */
+static int returns_once_queued(void) {
+  const char *path = cohort_device_path(comm), *sync = getenv("COHORT_GPU_IPC_SYNC");
+  return path && strcmp(path, "cuda-ipc") == 0 && !(sync && strcmp(sync, "host") == 0);
+}
+
+/* The ranks' streams meet where they should, whoever is late: one rank's stream stalls 150 ms before its input is
+ * written, then the allreduce_stream, then a copy of the result out, then its buffer is overwritten with -1. The
+ * sum is right only if the kernel waited for the late rank's input (ready) and no rank overwrote its buffer before
+ * the kernel was done with it (done). Each rank is the late one in turn, rank 0 (which runs the kernel) too. Where
+ * the path's waits are on the device, the call returns long before its stream reaches it. */
+TEST(stream_order) {
+  size_t count = (1u << 20) + 3, bytes = count * sizeof(float);
+  float *pin_in = NULL, *pin_out = NULL, *minus = NULL;
+  CUDA_OK(cudaMallocHost((void **)&pin_in, bytes));
+  CUDA_OK(cudaMallocHost((void **)&pin_out, bytes));
+  CUDA_OK(cudaMallocHost((void **)&minus, bytes));
+  float *dbuf = dev_alloc(bytes);
+  ASSERT_TRUE(dbuf != NULL && pin_in && pin_out && minus);
+  for (size_t i = 0; i < count; i++)
+    minus[i] = -1.0f;
+  double slowest_return = 0;
+  for (int late = 0; late < N; late++) {
+    for (size_t i = 0; i < count; i++)
+      pin_in[i] = (float)(R + late + (int)(i % 7));
+    CUDA_OK(cudaMemcpyAsync(dbuf, minus, bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    COHORT_OK_(cohort_barrier(comm));
+    if (R == late) CUDA_OK(cudaLaunchHostFunc(stream, stall_stream, (void *)(intptr_t)150));
+    CUDA_OK(cudaMemcpyAsync(dbuf, pin_in, bytes, cudaMemcpyHostToDevice, stream));
+    double t0 = now_s();
+    COHORT_OK_(cohort_allreduce_stream(comm, dbuf, dbuf, count, COHORT_F32, COHORT_SUM, stream));
+    double took = now_s() - t0;
+    if (took > slowest_return) slowest_return = took;
+    CUDA_OK(cudaMemcpyAsync(pin_out, dbuf, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaMemcpyAsync(dbuf, minus, bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < count; i++) {
+      float want = (float)(N * (late + (int)(i % 7)) + N * (N - 1) / 2);
+      if (pin_out[i] != want) {
+        TEST_FAIL_("rank %d late: element %zu is %g, expected %g", late, i, (double)pin_out[i], (double)want);
+        break;
+      }
+    }
+    if (cohort_test_failed) break;
+  }
+  if (R == 0)
+    printf("stream_order: the slowest return of allreduce_stream took %.1f ms (path %s%s)\n", slowest_return * 1e3,
+           cohort_device_path(comm), returns_once_queued() ? ", waits on the device" : "");
+  if (returns_once_queued() && N > 1) ASSERT_TRUE(slowest_return < 0.1);
+  cudaFree(dbuf);
+  cudaFreeHost(pin_in);
+  cudaFreeHost(pin_out);
+  cudaFreeHost(minus);
+}
+
 /* The _stream and asynchronous forms, and their order on the caller's stream: the input is written by a copy queued
  * on the stream just before the call, the result read by a copy queued just after it. */
 TEST(stream) {
@@ -298,12 +367,6 @@ TEST(stream) {
   cudaFreeHost(pin_out);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The last rank dies mid-way through a series of large allreduces: every survivor's call fails within 2 s, naming
  * it. Run with cohortrun --keep-going (or as the test's script does) so that the survivors report. */
 TEST(faults_kill) {
@@ -327,6 +390,47 @@ TEST(faults_kill) {
       ASSERT_TRUE(strstr(cohort_last_error(), want) != NULL);
       ASSERT_TRUE(took < 2.0);
       ASSERT_TRUE(i >= 5);
+      printf("[rank %d] FAULT-OK\n", R);
+      cudaFree(d);
+      return;
+    }
+  }
+  TEST_FAIL_("no allreduce failed although rank %d died", N - 1);
+}
+
+static void give_up(int sig) {
+  (void)sig;
+  static const char text[] = "the stream still waits for the dead rank 2 s after the failure: FAIL\n";
+  if (write(1, text, sizeof text - 1) < 0) _exit(1);
+  _exit(1);
+}
+
+/* The last rank dies while the others' streams may be waiting for it (stream-ordered allreduces, queued without
+ * waiting): a survivor's call fails naming it, and then its stream does not wait for the dead rank any longer (the
+ * abort releases it): synchronizing the stream returns within 2 s. */
+TEST(faults_kill_stream) {
+  size_t count = 1u << 22;
+  float *d = dev_alloc(count * sizeof(float));
+  ASSERT_TRUE(d != NULL);
+  CUDA_OK(cudaMemset(d, 0, count * sizeof(float)));
+  for (int i = 0; i < 200; i++) {
+    if (R == N - 1 && i == 50) {
+      fprintf(stderr, "[rank %d] dying now, in stream allreduce number %d\n", R, i);
+      raise(SIGKILL);
+    }
+    if (R == N - 1) CUDA_OK(cudaLaunchHostFunc(stream, stall_stream, (void *)(intptr_t)2)); /* the others wait */
+    cohort_status st = cohort_allreduce_stream(comm, d, d, count, COHORT_F32, COHORT_SUM, stream);
+    if (st != COHORT_OK) {
+      char want[32];
+      snprintf(want, sizeof want, "rank %d", N - 1);
+      printf("[rank %d] stream allreduce %d failed: %s: %s\n", R, i, cohort_strerror(st), cohort_last_error());
+      ASSERT_TRUE(strstr(cohort_last_error(), want) != NULL);
+      ASSERT_TRUE(i >= 50);
+      signal(SIGALRM, give_up);
+      alarm(2);
+      cudaError_t e = cudaStreamSynchronize(stream); /* whatever it says: it must return */
+      alarm(0);
+      printf("[rank %d] the stream returned after the failure (%s)\n", R, cudaGetErrorString(e));
       printf("[rank %d] FAULT-OK\n", R);
       cudaFree(d);
       return;
@@ -376,10 +480,14 @@ int main(int argc, char **argv) {
     return expect_gpu_skip();
   }
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  static const cohort_test_case cases[] = {TEST_CASE(matrix), TEST_CASE(stream), TEST_CASE(faults_kill),
+  static const cohort_test_case cases[] = {TEST_CASE(matrix),
+                                           TEST_CASE(stream),
+                                           TEST_CASE(stream_order),
+                                           TEST_CASE(faults_kill),
+                                           TEST_CASE(faults_kill_stream),
                                            TEST_CASE(faults_mismatch)};
   /* The fault cases only when named: they kill a rank or fail the communicator. */
-  int rc = cohort_test_run(argc, argv, cases, argc > 1 ? 4 : 2);
+  int rc = cohort_test_run(argc, argv, cases, argc > 1 ? 6 : 3);
   if (R == 0) printf("transport %s, device path %s\n", cohort_transport_name(comm), cohort_device_path(comm));
   cudaStreamDestroy(stream);
   cohort_comm_destroy(comm);

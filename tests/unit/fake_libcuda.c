@@ -6,6 +6,7 @@
  * statically) takes from the driver, so that the plugin loads where it was built and its cuInit is what is reached;
  * where it was not built, cohort's own look at the pointer (cuPointerGetAttribute) is.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,5 +54,48 @@ int cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned lo
 int cuCtxGetCurrent(void **ctx) {
   (void)ctx;
   reached("cuCtxGetCurrent");
+  return 0;
+}
+
+/* The IPC path's flags in shared host memory (src/cuda/ipc.cu). */
+int cuDeviceGet(int *device, int ordinal) {
+  (void)device, (void)ordinal;
+  reached("cuDeviceGet");
+  return 0;
+}
+
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+  (void)value, (void)attribute, (void)device;
+  reached("cuDeviceGetAttribute");
+  return 0;
+}
+
+int cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
+  (void)p, (void)bytes, (void)flags;
+  reached("cuMemHostRegister_v2");
+  return 0;
+}
+
+int cuMemHostUnregister(void *p) {
+  (void)p;
+  reached("cuMemHostUnregister");
+  return 0;
+}
+
+int cuMemHostGetDevicePointer_v2(unsigned long long *dptr, void *p, unsigned flags) {
+  (void)dptr, (void)p, (void)flags;
+  reached("cuMemHostGetDevicePointer_v2");
+  return 0;
+}
+
+int cuStreamWaitValue32_v2(void *stream, unsigned long long addr, unsigned value, unsigned flags) {
+  (void)stream, (void)addr, (void)value, (void)flags;
+  reached("cuStreamWaitValue32_v2");
+  return 0;
+}
+
+int cuStreamWriteValue32_v2(void *stream, unsigned long long addr, unsigned value, unsigned flags) {
+  (void)stream, (void)addr, (void)value, (void)flags;
+  reached("cuStreamWriteValue32_v2");
   return 0;
 }
