@@ -55,6 +55,19 @@ for h in "${hints[@]}"; do
 done
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 
+# oneDNN, which the host's image lacks (nn's CPU kernels, issue 35): scripts/pack-onednn.sh packs this machine's
+# (Debian's libdnnl 2.6.3, the version Debian's torch uses) into .data/onednn.tar.xz, carried with the checkout; it is
+# unpacked here for the build and the runs. Without it the CPU parts measure the reference kernels (OpenBLAS).
+DNNL_PREFIX=""
+if ! ldconfig -p 2>/dev/null | grep -q 'libdnnl\.so' && [ -f .data/onednn.tar.xz ]; then
+  DNNL_PREFIX=$SCRATCH/onednn
+  mkdir -p "$DNNL_PREFIX" && tar -xJf .data/onednn.tar.xz -C "$DNNL_PREFIX" &&
+    export LD_LIBRARY_PATH="$DNNL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ||
+    { report "   (.data/onednn.tar.xz did not unpack: the reference kernels only)" && DNNL_PREFIX=""; }
+fi
+report "   oneDNN: $(if ldconfig -p 2>/dev/null | grep -q 'libdnnl\.so'; then echo "the host's"
+  elif [ -n "$DNNL_PREFIX" ]; then echo "carried (.data/onednn.tar.xz)"; else echo "none: reference kernels"; fi)"
+
 # Data for the training checks.
 if [ -z "${FMNIST_DIR:-}" ]; then
   for d in .data/fashion-mnist /usr/share/datasets/fashion-mnist; do
@@ -74,7 +87,7 @@ BUILD=${BUILD:-build-gpu}
 export BUILD
 t0=$(date +%s)
 if cmake -S . -B "$BUILD" -DCOHORT_CUDA=ON -DCOHORT_CUDA_ARCHITECTURES=90 -DCOHORT_PYTHON="$PY" \
-  -DCOHORT_CUDA_HINTS="$CUDA_HINTS" >"$OUT/build.log" 2>&1 &&
+  -DCOHORT_CUDA_HINTS="$CUDA_HINTS" ${DNNL_PREFIX:+-DCMAKE_PREFIX_PATH="$DNNL_PREFIX"} >"$OUT/build.log" 2>&1 &&
   cmake --build "$BUILD" -j"$(nproc)" >>"$OUT/build.log" 2>&1; then
   report "PASS build ($(($(date +%s) - t0)) s)"
 else
@@ -82,7 +95,7 @@ else
   tail -40 "$OUT/build.log"
   exit 1
 fi
-grep -E "CUDA plugins|NCCL|cuDNN" "$OUT/build.log" | sed 's/^/   /' | tee -a "$REPORT"
+grep -E "CUDA plugins|NCCL|cuDNN|oneDNN" "$OUT/build.log" | sed 's/^/   /' | tee -a "$REPORT"
 # The shared-arena allocator (cohort.torch._shared_alloc) is built with everything under torch 1.13 only; under the
 # host's torch 2 CMake leaves it to a request, tried here so that 35-torch-cpu and 40-torch2 run it where it builds.
 if grep -q "_shared_alloc): on request only" "$OUT/build.log"; then
