@@ -65,6 +65,10 @@ __attribute__((constructor)) static void line_buffered_stdout(void) { setvbuf(st
 static void catch_crashes(void) {
   void *warm[1];
   backtrace(warm, 1); /* its first call loads libgcc, which a signal handler must not */
+  /* A stack overflow leaves no stack for the handler: it runs on one of its own (the runner's thread's). */
+  static char alt[64 * 1024];
+  stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+  int on_alt = sigaltstack(&ss, NULL) == 0;
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
     struct sigaction old;
@@ -72,6 +76,7 @@ static void catch_crashes(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_crash;
+    sa.sa_flags = on_alt ? SA_ONSTACK : 0;
     sigemptyset(&sa.sa_mask);
     sigaction(sigs[i], &sa, NULL);
   }

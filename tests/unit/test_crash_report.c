@@ -1,0 +1,76 @@
+/*
+ * test_crash_report.c: the suite's own crash report (tests/test.c): a case that dies of a signal names itself and
+ * its stack on stderr and dies of the same signal, also when it overflowed its stack (the handler runs on a stack
+ * of its own). Each crash runs in a child: this binary runs itself with the case's name.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static volatile int sink;
+static int *volatile nowhere; /* NULL, which the compiler cannot know */
+static volatile int bottom = -1; /* never reached */
+
+TEST(crash_segv) { sink = *nowhere; }
+
+static int recurse(int depth) {
+  volatile char pad[4096];
+  pad[0] = (char)depth;
+  if (depth == bottom) return 0;
+  return recurse(depth + 1) + pad[0]; /* not a tail call: each level keeps its frame */
+}
+
+TEST(crash_overflow) { sink = recurse(0); }
+
+static const char *self;
+
+/* Runs this binary with one case, returns its wait status and its stderr in err. */
+static int run_case(const char *name, char *err, size_t len) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[1], 2);
+    close(fd[0]);
+    close(fd[1]);
+    execl(self, self, name, (char *)NULL);
+    _exit(127);
+  }
+  close(fd[1]);
+  size_t n = 0;
+  ssize_t k;
+  while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
+    n += (size_t)k;
+  err[n] = '\0';
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+static void expect_report(const char *name, int sig) {
+  char err[16384], want[128];
+  int status = run_case(name, err, sizeof err);
+  printf("%s: %s %d; stderr:\n%s\n", name, WIFSIGNALED(status) ? "signal" : "exit",
+         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), err);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_EQ(WTERMSIG(status), sig);
+  snprintf(want, sizeof want, "CRASH in case %s: SIGSEGV; its stack, innermost first:", name);
+  ASSERT_TRUE(strstr(err, want) != NULL);
+  ASSERT_TRUE(strstr(err, "test_crash_report") != NULL); /* at least one frame of this binary */
+}
+
+TEST(segv_reported) { expect_report("crash_segv", SIGSEGV); }
+
+TEST(overflow_reported) { expect_report("crash_overflow", SIGSEGV); }
+
+int main(int argc, char **argv) {
+  self = argv[0];
+  static const cohort_test_case cases[] = {TEST_CASE(segv_reported), TEST_CASE(overflow_reported),
+                                           TEST_CASE(crash_segv), TEST_CASE(crash_overflow)};
+  /* The crashing cases only when named (by the reporting ones, in a child). */
+  return cohort_test_run(argc, argv, cases, argc > 1 ? 4 : 2);
+}
