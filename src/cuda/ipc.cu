@@ -83,7 +83,32 @@ struct cc_ipc {
   CUdeviceptr dflags;   /* the same page as the device sees it */
   uint32_t number;      /* of the last call; the same on every rank */
   volatile int aborted; /* 1: the flags were forced, nothing may wait on them again */
+  /* The callers' streams that hold flag operations (stream-ordered calls), each with an event after its last one:
+   * the page stays registered until they are through (cc_ipc_destroy); untracked: more streams than slots. */
+  struct {
+    CUstream stream;
+    cudaEvent_t after;
+  } users[8];
+  int untracked;
 };
+
+/* After a stream-ordered call's last flag operation on stream: an event, so that destroy knows when the page is free. */
+static void track_stream(struct cc_ipc *ipc, CUstream stream) {
+  int i, n = (int)(sizeof ipc->users / sizeof ipc->users[0]);
+  for (i = 0; i < n && ipc->users[i].after && ipc->users[i].stream != stream; i++) {
+  }
+  if (i == n) {
+    ipc->untracked = 1;
+    return;
+  }
+  if (!ipc->users[i].after && cudaEventCreateWithFlags(&ipc->users[i].after, cudaEventDisableTiming) != cudaSuccess) {
+    ipc->users[i].after = NULL;
+    ipc->untracked = 1;
+    return;
+  }
+  ipc->users[i].stream = stream;
+  if (cudaEventRecord(ipc->users[i].after, (cudaStream_t)stream) != cudaSuccess) ipc->untracked = 1;
+}
 
 /* ---- the flags: shared host memory, registered with CUDA ---- */
 
@@ -217,8 +242,11 @@ static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t num
       }
     }
   }
-  /* An abort forces the flags: what they say then is not a result. */
+  /* An abort forces the flags: what they say then is not a result. Another process's abort shows only in the flag:
+   * a value far past number (cc_ipc_abort's 2^30; a live rank is never more than a few calls ahead). */
   if (c->ipc->aborted) return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted");
+  if ((int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) >= (int32_t)(1u << 29))
+    return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted by another rank (its flags were forced)");
   return COHORT_OK;
 }
 
@@ -242,8 +270,36 @@ cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *
   return st;
 }
 
+/* Whether every stream that waits on or writes the page is through with it: a second of waiting for the streams as
+ * they are (the peers' results are still being made), then a second more with the flags forced (re-forced while
+ * waiting, as a live peer's queued write may move one back), for a peer that died. */
+static int flags_released(cohort__cuda_comm *c) {
+  struct cc_ipc *ipc = c->ipc;
+  int n = (int)(sizeof ipc->users / sizeof ipc->users[0]);
+  if (ipc->untracked) return 0;
+  for (int tries = 0; tries < 2000; tries++) {
+    int busy = 0;
+    for (int i = 0; i < n; i++)
+      if (ipc->users[i].after && cudaEventQuery(ipc->users[i].after) == cudaErrorNotReady) busy = 1;
+    if (!busy) return 1;
+    if (tries >= 1000 || ipc->aborted) cc_ipc_abort(c);
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+  return 0;
+}
+
 void cc_ipc_destroy(cohort__cuda_comm *c) {
   if (!c->ipc) return;
+  /* Rank 0's kernels may still be queued on the callers' streams behind the flags: they run before the mappings go. */
+  if (c->ipc->flags && !flags_released(c)) {
+    /* A stream still holds an operation on the page: unregistering it would fault that stream's context. The page
+     * (and the peers' mappings, which the queued kernels use) are left to the process's end. */
+    c->ipc->flags = NULL;
+    if (c->ipc->imports) memset(c->ipc->imports, 0, (size_t)c->size * sizeof *c->ipc->imports);
+  }
+  for (size_t i = 0; i < sizeof c->ipc->users / sizeof c->ipc->users[0]; i++)
+    if (c->ipc->users[i].after) cudaEventDestroy(c->ipc->users[i].after);
   if (c->ipc->imports)
     for (int r = 0; r < c->size; r++)
       for (int i = 0; i < IMPORT_SLOTS; i++)
@@ -458,14 +514,38 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
   cohort_status st = ordered ? COHORT_OK : cc_wait_input(call);
   cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
   if (st == COHORT_OK) st = got;
-  for (int r = 1; r < c->size && st == COHORT_OK; r++) {
-    CUresult cr = cuStreamWaitValue32(stream, device_flag(ipc, r), number, CU_STREAM_WAIT_VALUE_GEQ);
-    if (cr != CUDA_SUCCESS) st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32 on rank %d's flag failed (%d)", r, cr);
+  if (ordered) {
+    for (int r = 1; r < c->size && st == COHORT_OK; r++) {
+      CUresult cr = cuStreamWaitValue32(stream, device_flag(ipc, r), number, CU_STREAM_WAIT_VALUE_GEQ);
+      if (cr != CUDA_SUCCESS)
+        st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32 on rank %d's flag failed (%d)", r, cr);
+    }
+  } else {
+    /* A blocking or asynchronous call waits for the peers on the host, watching them (host_wait_flag polls the
+     * host transport): rank 0's own stream then never waits for another process, and its synchronization below
+     * cannot hang on a peer that died with its ready write still queued. The previous done (maybe written by
+     * another stream, that of an earlier stream-ordered call) lands first, so that done never goes back. */
+    for (int r = 1; r < c->size && st == COHORT_OK; r++)
+      st = host_wait_flag(c, r, number, host);
+    if (st == COHORT_OK) st = host_wait_flag(c, -1, number - 1, host);
   }
-  if (st == COHORT_OK) st = launch(c, call, send, recv, stream);
-  /* With the default flags the write is fenced: the kernel's output is visible to the peers before done is. */
-  if (cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+  int launched = 0;
+  if (st == COHORT_OK) {
+    st = launch(c, call, send, recv, stream);
+    launched = st == COHORT_OK;
+  }
+  /* done only moves forward: where this call's stream is not the stream of the last done, it waits for that one
+   * (already met on the same stream). With the default flags the write is fenced: the kernel's output is visible to
+   * the peers before done is. */
+  CUresult wr = CUDA_SUCCESS;
+  if (ordered) wr = cuStreamWaitValue32(stream, device_flag(ipc, -1), number - 1, CU_STREAM_WAIT_VALUE_GEQ);
+  if (wr == CUDA_SUCCESS) wr = cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (wr != CUDA_SUCCESS) {
+    if (st == COHORT_OK) st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWriteValue32 on rank 0's done flag failed (%d)", wr);
+    if (launched) cudaStreamSynchronize(stream); /* the peers must not see done before the kernel is through */
     __atomic_store_n(host_flag(ipc->flags, -1), number, __ATOMIC_RELEASE); /* never leave a peer's stream waiting */
+  }
+  if (ordered) track_stream(ipc, (CUstream)stream);
   if (frames_failed) return got;
   if (st == COHORT_OK && !ordered) {
     cudaError_t err = cudaStreamSynchronize(stream);
@@ -487,12 +567,18 @@ static cohort_status follow(cohort__cuda_comm *c, const cohort__cuda_call *call,
   cc_ipc_hello hello;
   memset(&hello, 0, sizeof hello);
   cohort_status st = COHORT_OK;
+  /* The ready flag only moves forward: this call's write waits for the previous one, which another stream (an
+   * earlier stream-ordered call on another stream) may still hold queued. Were it to land after this one, rank 0's
+   * wait for this call would have been met early (a stale input read) and its wait for the next one never would. */
   if (ordered) {
-    if (cuStreamWriteValue32((CUstream)call->stream, device_flag(ipc, c->rank), number,
-                             CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
-      st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWriteValue32 on the caller's stream failed");
+    CUstream s = (CUstream)call->stream;
+    if (cuStreamWaitValue32(s, device_flag(ipc, c->rank), number - 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
+        cuStreamWriteValue32(s, device_flag(ipc, c->rank), number, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+      st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32/cuStreamWriteValue32 on the caller's stream failed");
+    track_stream(ipc, s);
   } else {
     st = cc_wait_input(call);
+    if (st == COHORT_OK && on_device) st = host_wait_flag(c, c->rank, number - 1, host);
   }
   if (on_device && (!ordered || st != COHORT_OK)) /* rank 0's stream must never wait for a flag nobody writes */
     __atomic_store_n(host_flag(ipc->flags, c->rank), number, __ATOMIC_RELEASE);
@@ -509,6 +595,7 @@ static cohort_status follow(cohort__cuda_comm *c, const cohort__cuda_call *call,
   if (st != COHORT_OK) return cc_fail(st, "%s", hello.message); /* rank 0 told the others */
   if (ordered) {
     CUresult cr = cuStreamWaitValue32((CUstream)call->stream, device_flag(ipc, -1), number, CU_STREAM_WAIT_VALUE_GEQ);
+    track_stream(ipc, (CUstream)call->stream);
     if (cr != CUDA_SUCCESS && done.status == COHORT_OK)
       return cc_fail(COHORT_ERR_SYSTEM, "cuStreamWaitValue32 on rank 0's flag failed (%d)", cr);
   } else if (on_device && done.status == COHORT_OK) {
