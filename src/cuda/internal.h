@@ -62,9 +62,11 @@ typedef struct cc_reduce_job {
   size_t count;
 } cc_reduce_job;
 
-/* Runs njobs reductions (at most COHORT__CUDA_IPC_MAX_RANKS) in one launch on stream; AVG divides by avg_n. */
+/* Runs njobs reductions (at most COHORT__CUDA_IPC_MAX_RANKS) in one launch on stream; AVG divides by avg_n. skip:
+ * a device-visible word that, non-zero when the kernel starts, makes it touch nothing (an aborted communicator's
+ * kernels, released from their waits, must not write into a dead rank's buffers); NULL: none. */
 cohort_status cc_reduce(const cc_reduce_job *jobs, int njobs, cohort_dtype dtype, cohort_op op, int avg_n,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const uint32_t *skip);
 
 /* One copy of bytes from src to dst. */
 typedef struct cc_copy_job {
@@ -74,8 +76,8 @@ typedef struct cc_copy_job {
 } cc_copy_job;
 
 #define CC_COPY_MAX_JOBS (COHORT__CUDA_IPC_MAX_RANKS * COHORT__CUDA_IPC_MAX_RANKS)
-/* Runs njobs copies (at most CC_COPY_MAX_JOBS) in one launch on stream. */
-cohort_status cc_copy(const cc_copy_job *jobs, int njobs, cudaStream_t stream);
+/* Runs njobs copies (at most CC_COPY_MAX_JOBS) in one launch on stream; skip as for cc_reduce. */
+cohort_status cc_copy(const cc_copy_job *jobs, int njobs, cudaStream_t stream, const uint32_t *skip);
 
 /* ---- the paths ---- */
 

@@ -68,6 +68,7 @@ typedef struct import_slot {
 /* The flags the ranks' streams meet at, one cache line each (see the top of the file). */
 #define FLAG_STRIDE 16 /* uint32_t: 64 bytes */
 typedef struct ipc_flags {
+  uint32_t aborted[FLAG_STRIDE]; /* 1 once any rank aborted: the kernels that start after it touch nothing */
   uint32_t done[FLAG_STRIDE];
   uint32_t ready[COHORT__CUDA_IPC_MAX_RANKS][FLAG_STRIDE];
 } ipc_flags;
@@ -92,7 +93,8 @@ struct cc_ipc {
   int untracked;
 };
 
-/* After a stream-ordered call's last flag operation on stream: an event, so that destroy knows when the page is free. */
+/* After a stream-ordered call's last flag operation on stream: an event, so that destroy knows when the page is free.
+ */
 static void track_stream(struct cc_ipc *ipc, CUstream stream) {
   int i, n = (int)(sizeof ipc->users / sizeof ipc->users[0]);
   for (i = 0; i < n && ipc->users[i].after && ipc->users[i].stream != stream; i++) {
@@ -154,22 +156,12 @@ static int map_flags(struct cc_ipc *ipc, const char *name, int create) {
   return 0;
 }
 
-/* Whether this device can wait on host memory from a stream (every GPU of CUDA 12's era can; asked, not assumed). */
-static int streams_can_wait_on_host(int device) {
-  CUdevice dev;
-  int host_ptr = 0;
-  if (cuDeviceGet(&dev, device) != CUDA_SUCCESS) return 0;
-  if (cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev) != CUDA_SUCCESS)
-    return 0;
-  return host_ptr;
-}
-
 /* Collective: every rank maps rank 0's page, or none does (then every wait is on the host). Only a failure of the
  * frames fails it. */
 static cohort_status setup_flags(cohort__cuda_comm *c, const cohort__cuda_rank_info *infos,
                                  const cohort__cuda_host *host) {
   struct cc_ipc *ipc = c->ipc;
-  int want = streams_can_wait_on_host(c->device);
+  int want = 1; /* stream memory operations are always there from CUDA 12 on; registration may still fail */
   for (int r = 0; r < c->size; r++)
     if (infos[r].ipc_sync == COHORT__CUDA_IPC_SYNC_HOST) want = 0;
   if (c->rank == 0) {
@@ -213,6 +205,7 @@ void cc_ipc_abort(cohort__cuda_comm *c) {
   struct cc_ipc *ipc = c->ipc;
   if (!ipc || !ipc->flags) return;
   ipc->aborted = 1;
+  __atomic_store_n(&ipc->flags->aborted[0], 1u, __ATOMIC_RELEASE); /* before the waits are released */
   uint32_t far = ipc->number + (1u << 30);
   __atomic_store_n(host_flag(ipc->flags, -1), far, __ATOMIC_RELEASE);
   for (int r = 0; r < c->size; r++)
@@ -389,6 +382,9 @@ static cohort_status map_peer(struct cc_ipc *ipc, int peer, const cc_ipc_desc *d
 static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call, void *const *send, void *const *recv,
                             cudaStream_t stream) {
   int n = c->size;
+  /* The kernels released from their waits by an abort skip their work: a dead rank's buffers may be gone. */
+  const uint32_t *skip =
+      c->ipc->flags ? (const uint32_t *)(uintptr_t)(c->ipc->dflags + offsetof(ipc_flags, aborted)) : NULL;
   size_t es = cc_dtype_size(call->dtype), bytes = call->count * es;
   switch (call->coll) {
   case 1: { /* allreduce */
@@ -400,14 +396,14 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
     }
     job.nin = job.nout = n;
     job.count = call->count;
-    return cc_reduce(&job, 1, call->dtype, call->op, n, stream);
+    return cc_reduce(&job, 1, call->dtype, call->op, n, stream, skip);
   }
   case 2: { /* broadcast: buf is send and recv */
     cc_copy_job jobs[COHORT__CUDA_IPC_MAX_RANKS];
     int k = 0;
     for (int r = 0; r < n; r++)
       if (r != call->root) jobs[k++] = (cc_copy_job){send[call->root], recv[r], bytes};
-    return cc_copy(jobs, k, stream);
+    return cc_copy(jobs, k, stream, skip);
   }
   case 3: { /* allgather */
     cc_copy_job jobs[CC_COPY_MAX_JOBS];
@@ -417,7 +413,7 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
         char *dst = (char *)recv[q] + (size_t)r * bytes;
         if (dst != send[r]) jobs[k++] = (cc_copy_job){send[r], dst, bytes};
       }
-    return cc_copy(jobs, k, stream);
+    return cc_copy(jobs, k, stream, skip);
   }
   case 4: { /* reduce_scatter: block q of every input into rank q's output */
     cc_reduce_job jobs[COHORT__CUDA_IPC_MAX_RANKS];
@@ -430,7 +426,7 @@ static cohort_status launch(cohort__cuda_comm *c, const cohort__cuda_call *call,
       jobs[q].nout = 1;
       jobs[q].count = call->count;
     }
-    return cc_reduce(jobs, n, call->dtype, call->op, n, stream);
+    return cc_reduce(jobs, n, call->dtype, call->op, n, stream, skip);
   }
   default:
     return cc_fail(COHORT_ERR_INTERNAL, "the IPC path has no collective %d", call->coll);
@@ -539,7 +535,8 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
    * the peers before done is. */
   CUresult wr = CUDA_SUCCESS;
   if (ordered) wr = cuStreamWaitValue32(stream, device_flag(ipc, -1), number - 1, CU_STREAM_WAIT_VALUE_GEQ);
-  if (wr == CUDA_SUCCESS) wr = cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (wr == CUDA_SUCCESS)
+    wr = cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT);
   if (wr != CUDA_SUCCESS) {
     if (st == COHORT_OK) st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWriteValue32 on rank 0's done flag failed (%d)", wr);
     if (launched) cudaStreamSynchronize(stream); /* the peers must not see done before the kernel is through */

@@ -75,14 +75,24 @@ template <typename D, int OP> __device__ typename D::S finish(typename D::A acc,
   return D::store(acc / (typename D::A)avg_n);
 }
 
+/* Whether the block is to skip its work: one read of the word (host memory) per block, shared by its threads. */
+__device__ bool skipped(const volatile uint32_t *skip) {
+  __shared__ int skip_block;
+  if (threadIdx.x == 0) skip_block = skip ? (int)*skip : 0;
+  __syncthreads();
+  return skip_block != 0;
+}
+
 struct ReduceParams {
   cc_reduce_job jobs[COHORT__CUDA_IPC_MAX_RANKS];
   int avg_n;
+  const volatile uint32_t *skip; /* non-zero there: the communicator was aborted, touch nothing (NULL: never) */
 };
 
 template <typename D, int OP, bool VEC> __global__ void __launch_bounds__(512) reduce_kernel(ReduceParams p) {
   typedef typename D::S S;
   typedef typename D::A A;
+  if (skipped(p.skip)) return;
   const cc_reduce_job &job = p.jobs[blockIdx.y];
   const size_t count = job.count;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -178,9 +188,11 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 struct CopyParams {
   cc_copy_job jobs[CC_COPY_MAX_JOBS];
+  const volatile uint32_t *skip; /* as ReduceParams.skip */
 };
 
 __global__ void __launch_bounds__(512) copy_kernel(CopyParams p) {
+  if (skipped(p.skip)) return;
   const cc_copy_job &job = p.jobs[blockIdx.y];
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -202,12 +214,13 @@ __global__ void __launch_bounds__(512) copy_kernel(CopyParams p) {
 } // namespace
 
 cohort_status cc_reduce(const cc_reduce_job *jobs, int njobs, cohort_dtype dtype, cohort_op op, int avg_n,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const uint32_t *skip) {
   if (njobs <= 0) return COHORT_OK;
   if (njobs > COHORT__CUDA_IPC_MAX_RANKS) return cc_fail(COHORT_ERR_INTERNAL, "cc_reduce: %d jobs", njobs);
   ReduceParams p;
   memset(&p, 0, sizeof p);
   p.avg_n = avg_n;
+  p.skip = skip;
   bool vec = true;
   size_t max_count = 0;
   for (int j = 0; j < njobs; j++) {
@@ -251,11 +264,12 @@ cohort_status cc_reduce(const cc_reduce_job *jobs, int njobs, cohort_dtype dtype
   return COHORT_OK;
 }
 
-cohort_status cc_copy(const cc_copy_job *jobs, int njobs, cudaStream_t stream) {
+cohort_status cc_copy(const cc_copy_job *jobs, int njobs, cudaStream_t stream, const uint32_t *skip) {
   if (njobs <= 0) return COHORT_OK;
   if (njobs > CC_COPY_MAX_JOBS) return cc_fail(COHORT_ERR_INTERNAL, "cc_copy: %d jobs", njobs);
   CopyParams p;
   memset(&p, 0, sizeof p);
+  p.skip = skip;
   size_t max_bytes = 0;
   for (int j = 0; j < njobs; j++) {
     p.jobs[j] = jobs[j];

@@ -305,7 +305,7 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
     job.in[0] = job.out[0] = call->recvbuf;
     job.nin = job.nout = 1;
     job.count = call->count;
-    CC_CHECK(cc_reduce(&job, 1, call->dtype, COHORT_AVG, c->size, stream));
+    CC_CHECK(cc_reduce(&job, 1, call->dtype, COHORT_AVG, c->size, stream, NULL));
   }
   if (!call->wait && !call->ready) return COHORT_OK; /* stream-ordered: queued is done */
   cudaEvent_t done = c->nccl->done;

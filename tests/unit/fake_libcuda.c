@@ -58,18 +58,6 @@ int cuCtxGetCurrent(void **ctx) {
 }
 
 /* The IPC path's flags in shared host memory (src/cuda/ipc.cu). */
-int cuDeviceGet(int *device, int ordinal) {
-  (void)device, (void)ordinal;
-  reached("cuDeviceGet");
-  return 0;
-}
-
-int cuDeviceGetAttribute(int *value, int attribute, int device) {
-  (void)value, (void)attribute, (void)device;
-  reached("cuDeviceGetAttribute");
-  return 0;
-}
-
 int cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
   (void)p, (void)bytes, (void)flags;
   reached("cuMemHostRegister_v2");
