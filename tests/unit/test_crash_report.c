@@ -10,7 +10,7 @@
 #include "test.h"
 
 static volatile int sink;
-static int *volatile nowhere; /* NULL, which the compiler cannot know */
+static int *volatile nowhere;    /* NULL, which the compiler cannot know */
 static volatile int bottom = -1; /* never reached */
 
 TEST(crash_segv) { sink = *nowhere; }
