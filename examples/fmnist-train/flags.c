@@ -355,14 +355,14 @@ int train_flags_parse(int argc, char **argv, train_config *cfg) {
                        ": leave out --checkpoint-every (mid-epoch, the ranks are at different places)");
   if (cfg->metrics && cfg->sync != TRAIN_SYNC_DDP)
     return usage_error("--metrics needs --sync ddp%s%s", "", " (the engine gathers them)");
-  /* The GPU path is one fused allreduce after backward and a plain optimizer: what it does not do yet, it says. */
+  /* The GPU path averages buckets during backward (--sync ddp, --bucket-mb) or once after it (--sync fused), with a
+   * plain optimizer: what it does not do yet, it says. */
   if (cfg->device == TRAIN_DEVICE_CUDA) {
     const char *no = cfg->replicas > 0                           ? "--replicas"
                      : cfg->zero                                 ? "--zero 1"
                      : cfg->accumulate > 1                       ? "--accumulate"
                      : cfg->uneven                               ? "--uneven"
                      : cfg->compress != COHORT_DDP_COMPRESS_NONE ? "--compress"
-                     : cfg->bucket_mb > 0                        ? "--bucket-mb"
                      : cfg->metrics                              ? "--metrics"
                                                                  : NULL;
     if (no) return usage_error("%s does not run with --device cuda yet%s", no, " (use --device cpu)");

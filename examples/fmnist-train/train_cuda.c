@@ -72,6 +72,13 @@ static int send_order(train_job *job) {
   return 0;
 }
 
+/* The DDP engine's bucket size where --bucket-mb does not say: COHORT_BUCKET_MB (docs/env.md), else 25 MiB. */
+static double default_bucket_mb(void) {
+  const char *v = getenv("COHORT_BUCKET_MB");
+  const double mb = v && *v ? strtod(v, NULL) : 0;
+  return mb > 0 ? mb : 25;
+}
+
 static int start(train_job *job, struct train_gpu *gpu) {
   const train_config *cfg = job->cfg;
   const cohort__nnc_api *api = gpu->api;
@@ -147,10 +154,18 @@ static int start(train_job *job, struct train_gpu *gpu) {
   gpu->comm.allreduce_avg = cohort_allreduce_stream ? comm_allreduce : NULL;
   gpu->comm.allreduce_avg_host = comm_allreduce_host;
   gpu->comm.last_error = comm_last_error;
+  const double bucket_mb = cfg->bucket_mb > 0 ? cfg->bucket_mb : default_bucket_mb();
+  gpu->comm.bucket_bytes = cfg->sync == TRAIN_SYNC_DDP ? (size_t)(bucket_mb * 1048576.0) : 0;
+  char how[160];
+  snprintf(how, sizeof how,
+           "buckets of at most %g MiB (the first 1 MiB), each averaged by cohort_allreduce_stream on a stream of its "
+           "own while backward goes on",
+           bucket_mb);
   snprintf(gpu->line, sizeof gpu->line, "device: cuda, %s; gradients: %s", api->describe(),
-           job->world == 1           ? "one rank, the whole step in one CUDA graph"
-           : cohort_allreduce_stream ? "cohort_allreduce_stream on device memory between two CUDA graphs"
-                                     : "staged through host memory (this libcohort has no device collectives)");
+           job->world == 1              ? "one rank, the whole step in one CUDA graph"
+           : !cohort_allreduce_stream   ? "staged through host memory (this libcohort has no device collectives)"
+           : gpu->comm.bucket_bytes > 0 ? how
+                                        : "one cohort_allreduce_stream on device memory between two CUDA graphs");
   return 0;
 }
 

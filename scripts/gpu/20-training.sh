@@ -6,6 +6,8 @@
 #   1. the GPU layer tests (ctest gpu.nn: layers vs the CPU, optimizer steps vs the CPU, 20 steps vs torch's numbers;
 #      and gpu.fmnist_device; the device collectives' gpu.coll and gpu.fault are 10-collectives')
 #   2. a 30-step run on both devices: the mean loss and the parameters within float32's error (4 gamma(9216))
+#   2b. 2 ranks sharing the GPU: the gradient buckets overlapped with backward (--sync ddp, 2 and 4 buckets) end
+#      with the same parameters, bit for bit, as one allreduce after backward (--sync fused)
 #   3. checkpoints across devices: GPU 40 steps -> CPU resumes to 60, CPU 40 -> GPU to 60, against GPU 60 straight
 #   4. img/s at batch 64, 256, 1024 beside torch (bench/torch_fmnist_cuda.py), interleaved, two rounds, best of each;
 #      4b. at batch 1024, each of cohort's layers (fmnist-train --profile) beside torch's operators (its profiler)
@@ -79,6 +81,26 @@ EOF
   report "   30 steps: $cmp; test_acc cpu $ac gpu $ag"
   case "$cmp" in ok*) ok "nn_cuda.vs_cpu_30_steps" ;; *) bad "nn_cuda.vs_cpu_30_steps: $cmp" ;; esac
 fi
+
+echo "== 2b. 2 ranks sharing the GPU: gradient buckets overlapped with backward against one allreduce after it"
+# The buckets' averages are the fused allreduce's, cut at layer boundaries: the same sums in the same order per
+# element, so the parameters must be the same bit for bit; 4 buckets with --bucket-mb 0.1, 2 by default.
+r2=(--steps 30 --epochs 1 --batch 64 --log-every 1000 --eval-images 0 "${DATA[@]}" --device cuda)
+for v in "fused:--sync fused" "ddp:--sync ddp" "ddp01:--sync ddp --bucket-mb 0.1"; do
+  IFS=: read -r name flags <<<"$v"
+  # shellcheck disable=SC2086 # flags are words
+  timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" "${r2[@]}" $flags --dump-params "$W/r2_$name.bin" \
+    >"$W/r2_$name.log" 2>&1
+  echo "exit $? for $name" >>"$W/r2_$name.log"
+  cat "$W/r2_$name.log"
+done
+for name in ddp ddp01; do
+  if [ -s "$W/r2_fused.bin" ] && cmp -s "$W/r2_fused.bin" "$W/r2_$name.bin"; then
+    ok "nn_cuda.buckets_equal_fused.$name (2 ranks, 30 steps: parameters bit for bit; $(grep -o '[0-9]* gradient buckets' "$W/r2_$name.log" | head -1))"
+  else
+    bad "nn_cuda.buckets_equal_fused.$name: parameters differ or missing ($(tail -1 "$W/r2_$name.log"); $(grep -m1 -iE 'error|fmnist-train:' "$W/r2_$name.log"))"
+  fi
+done
 
 echo "== 3. checkpoints across devices"
 ck=(--epochs 1 --batch 64 --quiet "${DATA[@]}")

@@ -27,7 +27,9 @@
 
 #define NNC_MAX_LAYERS COHORT__NNC_MAX_LAYERS
 #define NNC_MAX_PLANS 16
-#define NNC_MAX_GRAPHS 8
+#define NNC_MAX_GRAPHS 32
+/* Gradient buckets of the overlapped multi-rank step (cohort__nnc_comm.bucket_bytes): at most this many. */
+#define NNC_MAX_BUCKETS 8
 /* Partial sums per tensor of LARS's norms (a fixed grid, so that the sums are the same on every rank and run). */
 #define NNC_NORM_BLOCKS 64
 /* The most blocks a bias gradient's channel is split over (their partial sums are then added in order). */
@@ -123,7 +125,10 @@ typedef struct nnc_plan {
   nnc_conv_plan conv[NNC_MAX_LAYERS];
 } nnc_plan;
 
-/* A captured step: part 0 the whole step (one rank), 1 the forward and backward, 2 the update (several ranks). */
+/* A captured step: part 0 the whole step (one rank), 1 the forward and backward, 2 the update (several ranks);
+ * NNC_PART_BUCKET + s: the backward of bucket s's layers (several ranks, buckets), bucket 0's after the gather, the
+ * forward and the loss. */
+#define NNC_PART_BUCKET 16
 typedef struct nnc_graph {
   int n, part;
   cudaGraphExec_t exec;
@@ -167,6 +172,15 @@ struct cohort__nnc_net {
   nnc_plan plans[NNC_MAX_PLANS];
   int graphs_n;
   nnc_graph graphs[NNC_MAX_GRAPHS];
+  /* The buckets of the overlapped step, made for bucket_bytes (0: not made): bucket s holds the gradients of the
+   * layers from top[s] down to top[s + 1] + 1 (the last one's down to layer 0), grads[lo[s], hi[s]); bucket 0 is the
+   * last layers' and carries the loss (grads[count]). Each is averaged on comm_stream once ready[s] has passed. */
+  size_t buckets_for;
+  int buckets_n;
+  int bucket_top[NNC_MAX_BUCKETS];
+  size_t bucket_lo[NNC_MAX_BUCKETS], bucket_hi[NNC_MAX_BUCKETS];
+  cudaStream_t comm_stream;
+  cudaEvent_t bucket_ready[NNC_MAX_BUCKETS], comm_done;
   char description[1024];
   /* While profile() runs: an event recorded after each layer's forward (mark NNC_MARK_FWD + i) and backward
    * (NNC_MARK_BWD(net) + i); NULL otherwise. */
@@ -212,6 +226,8 @@ void nnc_layers_free(cohort__nnc_net *net);
 int nnc_plan_get(cohort__nnc_net *net, int n, nnc_plan **out);
 int nnc_forward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n);
 int nnc_backward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n);
+/* The backward of layers from down to to (from >= to): a bucket's part of it. */
+int nnc_backward_layers(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n, int from, int to);
 const float *nnc_logits(const cohort__nnc_net *net);
 /* "conv2d", "linear", ...: a layer kind's name, for messages. */
 const char *nnc_kind_name(cohort_layer_kind k);

@@ -349,7 +349,11 @@ int nnc_forward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int 
 }
 
 int nnc_backward(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n) {
-  for (int i = net->nlayers - 1; i >= 0; i--) {
+  return nnc_backward_layers(net, plan, x, n, net->nlayers - 1, 0);
+}
+
+int nnc_backward_layers(cohort__nnc_net *net, const nnc_plan *plan, const float *x, int n, int from, int to) {
+  for (int i = from; i >= to; i--) {
     const nnc_layer *l = &net->layers[i];
     const float *in = input_of(net, i, x);
     float *dx = input_grad_of(net, i);

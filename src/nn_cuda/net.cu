@@ -68,6 +68,13 @@ static const char *describe(void) {
 static void destroy(cohort__nnc_net *net) {
   if (!net) return;
   if (net->stream) cudaStreamSynchronize(net->stream);
+  if (net->comm_stream) {
+    cudaStreamSynchronize(net->comm_stream);
+    cudaStreamDestroy(net->comm_stream);
+  }
+  for (int s = 0; s < NNC_MAX_BUCKETS; s++)
+    if (net->bucket_ready[s]) cudaEventDestroy(net->bucket_ready[s]);
+  if (net->comm_done) cudaEventDestroy(net->comm_done);
   for (int i = 0; i < net->graphs_n; i++)
     cudaGraphExecDestroy(net->graphs[i].exec);
   nnc_layers_free(net);
@@ -189,7 +196,16 @@ static const char *net_describe(cohort__nnc_net *net) {
                               net->plans[p].n, net->layers[i].info.name, (int)c->fwd, (int)c->bwd_filter,
                               (int)c->bwd_data, (int)c->fwd_math, (int)c->bwd_filter_math, (int)c->bwd_data_math);
     }
-  if (!len) snprintf(net->description, sizeof net->description, "no convolution planned yet");
+  if (!len) len = (size_t)snprintf(net->description, sizeof net->description, "no convolution planned yet");
+  if (net->buckets_n > 1 && len < sizeof net->description) {
+    len += (size_t)snprintf(
+        net->description + len, sizeof net->description - len,
+        "; %d gradient buckets averaged while backward goes on (floats, from the output:", net->buckets_n);
+    for (int b = 0; b < net->buckets_n && len < sizeof net->description; b++)
+      len += (size_t)snprintf(net->description + len, sizeof net->description - len, " %zu",
+                              net->bucket_hi[b] - net->bucket_lo[b] - (b == 0));
+    if (len < sizeof net->description) snprintf(net->description + len, sizeof net->description - len, ")");
+  }
   return net->description;
 }
 
@@ -367,16 +383,26 @@ static int set_order(cohort__nnc_net *net, const int64_t *indices, size_t n, siz
 }
 
 /* The parts of a step, as launches on the net's stream. */
-static int queue_forward_backward(cohort__nnc_net *net, const nnc_plan *plan, int n) {
+static int queue_forward(cohort__nnc_net *net, const nnc_plan *plan, int n) {
   NNC_TRY(
       nnc_gather(net->stream, net->order, net->counters, net->train_x, net->train_y, net->per, n, net->x, net->labels));
   NNC_TRY(nnc_forward(net, plan, net->x, n));
-  NNC_TRY(nnc_softmax_xent(net->stream, nnc_logits(net), net->labels, n, net->desc.classes, nnc_dlogits(net),
-                           net->grads + net->count));
+  return nnc_softmax_xent(net->stream, nnc_logits(net), net->labels, n, net->desc.classes, nnc_dlogits(net),
+                          net->grads + net->count);
+}
+
+static int queue_forward_backward(cohort__nnc_net *net, const nnc_plan *plan, int n) {
+  NNC_TRY(queue_forward(net, plan, n));
   return nnc_backward(net, plan, net->x, n);
 }
 
 static int queue_part(cohort__nnc_net *net, const nnc_plan *plan, int n, int part) {
+  if (part >= NNC_PART_BUCKET) {
+    const int b = part - NNC_PART_BUCKET;
+    if (b == 0) NNC_TRY(queue_forward(net, plan, n));
+    const int to = b + 1 < net->buckets_n ? net->bucket_top[b + 1] + 1 : 0;
+    return nnc_backward_layers(net, plan, net->x, n, net->bucket_top[b], to);
+  }
   if (part != 2) NNC_TRY(queue_forward_backward(net, plan, n));
   if (part != 1) NNC_TRY(nnc_optim_update(net, n));
   return 0;
@@ -449,6 +475,101 @@ static int allreduce(cohort__nnc_net *net, const cohort__nnc_comm *comm) {
   return 0;
 }
 
+/* Where layer l's gradients lie in grads: [*lo, *hi); 0 when it has no parameters. */
+static int layer_grads(const cohort__nnc_net *net, const nnc_layer *l, size_t *lo, size_t *hi) {
+  int found = 0;
+  const float *mine[2] = {l->gw, l->gb};
+  for (int k = 0; k < 2; k++) {
+    if (!mine[k]) continue;
+    for (int t = 0; t < net->tensors.n; t++) {
+      if (net->grads + net->tensors.off[t] != mine[k]) continue;
+      const size_t a = (size_t)net->tensors.off[t], z = a + (size_t)net->tensors.numel[t];
+      if (!found || a < *lo) *lo = a;
+      if (!found || z > *hi) *hi = z;
+      found = 1;
+    }
+  }
+  return found;
+}
+
+/* The buckets for bucket_bytes, as the CPU engine makes them (src/ddp/layout.c): layers from the last, a bucket
+ * closed where the next layer's gradients would pass its cap (1 MiB for the first, so that its average starts
+ * early; bucket_bytes after); a layer larger than the cap gets a bucket of its own. Every bucket must be one range
+ * of grads (the layers' parameters lie in the model's order); where not, one bucket: the fused step. */
+static int make_buckets(cohort__nnc_net *net, size_t bucket_bytes) {
+  int n = 0, top = net->nlayers - 1;
+  size_t bytes = 0, cap = bucket_bytes < (1u << 20) ? bucket_bytes : (1u << 20);
+  for (int i = net->nlayers - 1; i >= 0; i--) {
+    size_t lo, hi;
+    if (!layer_grads(net, &net->layers[i], &lo, &hi)) continue;
+    const size_t b = (hi - lo) * sizeof(float);
+    if (bytes > 0 && bytes + b > cap && n < NNC_MAX_BUCKETS - 1) {
+      net->bucket_top[n++] = top;
+      top = i;
+      bytes = 0;
+      cap = bucket_bytes;
+    }
+    bytes += b;
+  }
+  net->bucket_top[n++] = top;
+  /* Each bucket's range: from its lowest layer's gradients to where the bucket after it (nearer the output) starts;
+   * bucket 0 to the end, the loss included. Checked: the layers of a bucket cover exactly that range. */
+  size_t end = net->count + 1;
+  int ok = 1;
+  for (int b = 0; b < n && ok; b++) {
+    const int to = b + 1 < n ? net->bucket_top[b + 1] + 1 : 0;
+    size_t lo = end, covered = 0;
+    for (int i = net->bucket_top[b]; i >= to; i--) {
+      size_t a, z;
+      if (!layer_grads(net, &net->layers[i], &a, &z)) continue;
+      if (a < lo) lo = a;
+      covered += z - a;
+    }
+    ok = lo < end && covered == end - lo - (b == 0 ? 1 : 0);
+    net->bucket_lo[b] = lo;
+    net->bucket_hi[b] = end;
+    end = lo;
+  }
+  if (!ok || end != 0) n = 1; /* not one range each (or parameters before the first layer's): fused */
+  if (n > 1 && !net->comm_stream) {
+    NNC_CUDA(cudaStreamCreateWithFlags(&net->comm_stream, cudaStreamNonBlocking), "the buckets' stream");
+    for (int b = 0; b < NNC_MAX_BUCKETS; b++)
+      NNC_CUDA(cudaEventCreateWithFlags(&net->bucket_ready[b], cudaEventDisableTiming), "a bucket's event");
+    NNC_CUDA(cudaEventCreateWithFlags(&net->comm_done, cudaEventDisableTiming), "the buckets' event");
+  }
+  drop_graphs(net); /* the buckets' parts are cut anew */
+  net->buckets_n = n;
+  net->buckets_for = bucket_bytes;
+  return 0;
+}
+
+/* Several ranks, buckets: each bucket's backward is one graph on the net's stream, with an event after it; then,
+ * on the buckets' stream, each bucket's average waits for its event only, so it runs while the net's stream goes
+ * on with the backward of the layers before; the update waits for the last average. All the graphs are queued
+ * before the first average: an allreduce that waits on the host for its input (staged, or cuda-ipc with
+ * COHORT_GPU_IPC_SYNC=host) then does not hold back the backward behind it. */
+static int overlapped_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *comm) {
+  cudaGraphExec_t exec;
+  for (int b = 0; b < net->buckets_n; b++) {
+    NNC_TRY(graph_for(net, batch, NNC_PART_BUCKET + b, &exec));
+    NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching a bucket's backward");
+    NNC_CUDA(cudaEventRecord(net->bucket_ready[b], net->stream), "marking a bucket ready");
+  }
+  for (int b = 0; b < net->buckets_n; b++) {
+    NNC_CUDA(cudaStreamWaitEvent(net->comm_stream, net->bucket_ready[b], 0), "the buckets' stream waiting");
+    if (comm->allreduce_avg(comm->ctx, net->grads + net->bucket_lo[b], net->bucket_hi[b] - net->bucket_lo[b],
+                            (void *)net->comm_stream) != 0)
+      return nnc_fail("averaging gradient bucket %d of %d (%zu floats) over %d ranks: %s", b, net->buckets_n,
+                      net->bucket_hi[b] - net->bucket_lo[b], comm->world,
+                      comm->last_error ? comm->last_error(comm->ctx) : "the allreduce failed");
+  }
+  NNC_CUDA(cudaEventRecord(net->comm_done, net->comm_stream), "marking the averages done");
+  NNC_CUDA(cudaStreamWaitEvent(net->stream, net->comm_done, 0), "the update waiting for the averages");
+  NNC_TRY(graph_for(net, batch, 2, &exec));
+  NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching the update");
+  return 0;
+}
+
 static int train_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *comm) {
   if (!net->train_x || !net->order_n) return nnc_fail("a training step before set_data and set_order");
   if (batch < 1 || (size_t)(net->cursor_h + batch) > net->order_n)
@@ -456,10 +577,14 @@ static int train_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *c
   if (net->lr_step_h >= net->lr_n)
     return nnc_fail("step %lld is past the schedule's %lld steps", net->lr_step_h, (long long)net->lr_n);
   const int ranks = comm && comm->world > 1;
+  const int bucketed = ranks && comm->allreduce_avg && comm->bucket_bytes;
+  if (bucketed && net->buckets_for != comm->bucket_bytes) NNC_TRY(make_buckets(net, comm->bucket_bytes));
   cudaGraphExec_t exec;
   if (!ranks) {
     NNC_TRY(graph_for(net, batch, 0, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching the step's graph");
+  } else if (bucketed && net->buckets_n > 1) {
+    NNC_TRY(overlapped_step(net, batch, comm));
   } else {
     NNC_TRY(graph_for(net, batch, 1, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching forward and backward");

@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define COHORT__NNC_PLUGIN_VERSION 2
+#define COHORT__NNC_PLUGIN_VERSION 3
 #define COHORT__NNC_PLUGIN_FILE "libcohort_nn_cuda.so"
 #define COHORT__NNC_PLUGIN_ENTRY "cohort_nn_cuda_plugin_v1"
 /* The most parameter tensors a net may have (the optimizer's kernels take their table by value). */
@@ -73,6 +73,10 @@ typedef struct cohort__nnc_comm {
    * gradients through pinned host memory around it. */
   int (*allreduce_avg_host)(void *ctx, float *host_buf, size_t count);
   const char *(*last_error)(void *ctx);
+  /* With allreduce_avg: 0, one allreduce of every gradient after backward; else gradient buckets of at most this
+   * many bytes (the first, of the last layers, at most 1 MiB), each averaged on a stream of its own as soon as
+   * backward has made it, while backward goes on with the layers before (DDP's overlap). */
+  size_t bucket_bytes;
 } cohort__nnc_comm;
 
 typedef struct cohort__nnc_net cohort__nnc_net;
