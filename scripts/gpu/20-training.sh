@@ -220,6 +220,10 @@ judge_two_ranks nn_cuda.two_ranks "$W/ranks2.log" $rc "without MPS"
 COHORT_GPU_IPC_SYNC=host timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 \
   --epochs 4 --log-every 100000 "${DATA[@]}" >"$W/ranks2_hostsync.log" 2>&1
 report "   the same with COHORT_GPU_IPC_SYNC=host (exit $?): $(final_field "$W/ranks2_hostsync.log" img_per_s) img/s"
+# And with one allreduce after backward instead of the buckets (--sync fused).
+timeout -k 5 90 "$BIN/cohortrun" -np 2 "$FT_BIN" --device cuda --batch 64 --steps 1000 --epochs 4 --sync fused \
+  --log-every 100000 "${DATA[@]}" >"$W/ranks2_fused.log" 2>&1
+report "   the same with --sync fused (exit $?): $(final_field "$W/ranks2_fused.log" img_per_s) img/s"
 
 echo "== 5b. 2 ranks sharing the GPU under MPS"
 if mps_start "$W" 2>"$W/mps_why"; then
