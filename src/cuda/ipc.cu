@@ -212,12 +212,20 @@ void cc_ipc_abort(cohort__cuda_comm *c) {
     __atomic_store_n(host_flag(ipc->flags, r), far, __ATOMIC_RELEASE);
 }
 
+/* Whether any rank aborted (the aborted word of the page, which only ever goes from 0 to 1). A forced flag alone does
+ * not tell it: a live rank's queued stream write may move the flag back to a plain number after the abort forced it,
+ * and a kernel released by the abort skipped its work (kernels.cu) although the flags then read as if it was done. */
+static int page_aborted(const struct cc_ipc *ipc) {
+  return ipc->flags && __atomic_load_n(&ipc->flags->aborted[0], __ATOMIC_ACQUIRE) != 0;
+}
+
 /* The host waits until flag reaches number (cyclically), watching the peers: a blocking call's wait for done. */
 static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t number, const cohort__cuda_host *host) {
   volatile uint32_t *flag = host_flag(c->ipc->flags, rank);
   struct timespec last, now;
   clock_gettime(CLOCK_MONOTONIC, &last);
-  for (unsigned spins = 0; (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) < 0 && !c->ipc->aborted;
+  for (unsigned spins = 0;
+       (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) < 0 && !c->ipc->aborted && !page_aborted(c->ipc);
        spins++) {
     if (spins < 1000) {
       sched_yield();
@@ -238,7 +246,7 @@ static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t num
   /* An abort forces the flags: what they say then is not a result. Another process's abort shows only in the flag:
    * a value far past number (cc_ipc_abort's 2^30; a live rank is never more than a few calls ahead). */
   if (c->ipc->aborted) return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted");
-  if ((int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) >= (int32_t)(1u << 29))
+  if (page_aborted(c->ipc) || (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) >= (int32_t)(1u << 29))
     return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted by another rank (its flags were forced)");
   return COHORT_OK;
 }
@@ -548,6 +556,8 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
     cudaError_t err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess)
       st = cc_fail(COHORT_ERR_SYSTEM, "rank 0's collective kernel failed: %s", cudaGetErrorString(err));
+    else if (page_aborted(ipc)) /* another rank aborted after the waits above: the kernel may have skipped its work */
+      st = cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted by another rank (its flags were forced)");
   }
   return tell_peers(c, st, host);
 }
