@@ -219,6 +219,19 @@ static int page_aborted(const struct cc_ipc *ipc) {
   return ipc->flags && __atomic_load_n(&ipc->flags->aborted[0], __ATOMIC_ACQUIRE) != 0;
 }
 
+/* Whether stream is being captured into a CUDA graph, or cannot be told apart from one (the legacy stream while a
+ * blocking stream captures). Nothing of a call may go on such a stream: the graph would replay the flags' waits and
+ * writes with this call's number unchanged, while the host's frames and the numbers move on: on a replay rank 0's
+ * waits are met at once (its kernel reads inputs not yet written, the peers' waits for done pass before it ran), and
+ * a replayed write moves a flag back below a later call's, whose waits then never end. */
+#define CAPTURED_MESSAGE                                                                                               \
+  "the caller's stream is being captured into a CUDA graph, which the cuda-ipc path's stream-ordered calls cannot be " \
+  "(its flags carry each call's number): call it outside the capture"
+static int capturing(CUstream stream) {
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cuStreamIsCapturing(stream, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* The host waits until flag reaches number (cyclically), watching the peers: a blocking call's wait for done. */
 static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t number, const cohort__cuda_host *host) {
   volatile uint32_t *flag = host_flag(c->ipc->flags, rank);
@@ -249,6 +262,18 @@ static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t num
   if (page_aborted(c->ipc) || (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) >= (int32_t)(1u << 29))
     return cc_fail(COHORT_ERR_REMOTE, "the device collective was aborted by another rank (its flags were forced)");
   return COHORT_OK;
+}
+
+/* The host writes flag = number where a stream could not, once the previous number is there (a stream, of an
+ * earlier stream-ordered call, may still hold its write): so the flag never moves back below number, and no wait of
+ * the previous call (rank 0's for ready, a peer's for done) is met before that call's own write. Keeps this thread's
+ * message. */
+static void host_write_flag(cohort__cuda_comm *c, int rank, uint32_t number, const cohort__cuda_host *host) {
+  char keep[1024];
+  snprintf(keep, sizeof keep, "%s", cc_last_error());
+  host_wait_flag(c, rank, number - 1, host); /* fails only where the flags are forced: written anyway */
+  __atomic_store_n(host_flag(c->ipc->flags, rank), number, __ATOMIC_RELEASE);
+  cc_fail(COHORT_OK, "%s", keep);
 }
 
 cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *infos, const cohort__cuda_host *host) {
@@ -518,7 +543,9 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
   cohort_status st = ordered ? COHORT_OK : cc_wait_input(call);
   cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
   if (st == COHORT_OK) st = got;
-  if (ordered) {
+  int captured = ordered && capturing((CUstream)stream); /* then nothing goes on the stream, done included */
+  if (captured && st == COHORT_OK) st = cc_fail(COHORT_ERR_INVALID, "%s", CAPTURED_MESSAGE);
+  if (ordered && !captured) {
     for (int r = 1; r < c->size && st == COHORT_OK; r++) {
       CUresult cr = cuStreamWaitValue32(stream, device_flag(ipc, r), number, CU_STREAM_WAIT_VALUE_GEQ);
       if (cr != CUDA_SUCCESS)
@@ -542,15 +569,19 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
    * (already met on the same stream). With the default flags the write is fenced: the kernel's output is visible to
    * the peers before done is. */
   CUresult wr = CUDA_SUCCESS;
-  if (ordered) wr = cuStreamWaitValue32(stream, device_flag(ipc, -1), number - 1, CU_STREAM_WAIT_VALUE_GEQ);
-  if (wr == CUDA_SUCCESS)
-    wr = cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (captured) {
+    host_write_flag(c, -1, number, host);
+  } else {
+    if (ordered) wr = cuStreamWaitValue32(stream, device_flag(ipc, -1), number - 1, CU_STREAM_WAIT_VALUE_GEQ);
+    if (wr == CUDA_SUCCESS)
+      wr = cuStreamWriteValue32(stream, device_flag(ipc, -1), number, CU_STREAM_WRITE_VALUE_DEFAULT);
+  }
   if (wr != CUDA_SUCCESS) {
     if (st == COHORT_OK) st = cc_fail(COHORT_ERR_SYSTEM, "cuStreamWriteValue32 on rank 0's done flag failed (%d)", wr);
     if (launched) cudaStreamSynchronize(stream); /* the peers must not see done before the kernel is through */
-    __atomic_store_n(host_flag(ipc->flags, -1), number, __ATOMIC_RELEASE); /* never leave a peer's stream waiting */
+    host_write_flag(c, -1, number, host);        /* never leave a peer's stream waiting */
   }
-  if (ordered) track_stream(ipc, (CUstream)stream);
+  if (ordered && !captured) track_stream(ipc, (CUstream)stream);
   if (frames_failed) return got;
   if (st == COHORT_OK && !ordered) {
     cudaError_t err = cudaStreamSynchronize(stream);
@@ -577,7 +608,9 @@ static cohort_status follow(cohort__cuda_comm *c, const cohort__cuda_call *call,
   /* The ready flag only moves forward: this call's write waits for the previous one, which another stream (an
    * earlier stream-ordered call on another stream) may still hold queued. Were it to land after this one, rank 0's
    * wait for this call would have been met early (a stale input read) and its wait for the next one never would. */
-  if (ordered) {
+  if (ordered && capturing((CUstream)call->stream)) {
+    st = cc_fail(COHORT_ERR_INVALID, "%s", CAPTURED_MESSAGE); /* nothing goes on the stream; ready from the host */
+  } else if (ordered) {
     CUstream s = (CUstream)call->stream;
     if (cuStreamWaitValue32(s, device_flag(ipc, c->rank), number - 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS ||
         cuStreamWriteValue32(s, device_flag(ipc, c->rank), number, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
@@ -587,8 +620,10 @@ static cohort_status follow(cohort__cuda_comm *c, const cohort__cuda_call *call,
     st = cc_wait_input(call);
     if (st == COHORT_OK && on_device) st = host_wait_flag(c, c->rank, number - 1, host);
   }
-  if (on_device && (!ordered || st != COHORT_OK)) /* rank 0's stream must never wait for a flag nobody writes */
+  if (on_device && !ordered && st == COHORT_OK) /* host_wait_flag above saw the previous number */
     __atomic_store_n(host_flag(ipc->flags, c->rank), number, __ATOMIC_RELEASE);
+  else if (on_device && st != COHORT_OK) /* rank 0's stream must never wait for a flag nobody writes */
+    host_write_flag(c, c->rank, number, host);
   int bcast = call->coll == 2;
   if (st == COHORT_OK) st = describe(ipc, bcast ? call->recvbuf : call->sendbuf, send_bytes, &hello.send);
   if (st == COHORT_OK) st = describe(ipc, call->recvbuf, recv_bytes, &hello.recv);
