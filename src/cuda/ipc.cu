@@ -63,6 +63,7 @@ typedef struct import_slot {
   uint64_t buffer_id, base, range;
   void *mapped;
   uint64_t used; /* a clock for eviction */
+  uint32_t last; /* the number of the last call whose kernel uses it (maybe still queued on a caller's stream) */
 } import_slot;
 
 /* The flags the ranks' streams meet at, one cache line each (see the top of the file). */
@@ -375,9 +376,26 @@ static cohort_status describe(struct cc_ipc *ipc, const void *ptr, size_t bytes,
   return COHORT_OK;
 }
 
+/* Rank 0 closes a mapping once no kernel queued for an earlier call uses it: a stream-ordered call's kernel may still
+ * wait on its caller's stream, and done is written behind it. */
+static void close_mapping(cohort__cuda_comm *c, import_slot *s, uint32_t number, const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
+  if (ipc->flags && s->last != number &&
+      (int32_t)(__atomic_load_n(host_flag(ipc->flags, -1), __ATOMIC_ACQUIRE) - s->last) < 0) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", cc_last_error());
+    host_wait_flag(c, -1, s->last, host); /* fails only where the flags are forced: the kernels skip then */
+    cc_fail(COHORT_OK, "%s", keep);
+  }
+  cudaIpcCloseMemHandle(s->mapped);
+  memset(s, 0, sizeof *s);
+}
+
 /* Rank 0: peer's buffer in this process. An allocation of the peer's that overlaps a cached one means the cached one
  * was freed: its mapping goes, so that it does not keep the peer's freed memory alive. */
-static cohort_status map_peer(struct cc_ipc *ipc, int peer, const cc_ipc_desc *d, void **out) {
+static cohort_status map_peer(cohort__cuda_comm *c, int peer, const cc_ipc_desc *d, void **out, uint32_t number,
+                              const cohort__cuda_host *host) {
+  struct cc_ipc *ipc = c->ipc;
   *out = NULL;
   if (!d->present) return COHORT_OK;
   import_slot *slots = ipc->imports[peer];
@@ -386,16 +404,14 @@ static cohort_status map_peer(struct cc_ipc *ipc, int peer, const cc_ipc_desc *d
     import_slot *s = &slots[i];
     if (s->mapped && s->buffer_id == d->buffer_id && s->base == d->base) {
       s->used = ++ipc->clock;
+      s->last = number;
       *out = (char *)s->mapped + d->offset;
       return COHORT_OK;
     }
-    if (s->mapped && s->base < d->base + d->range && d->base < s->base + s->range) {
-      cudaIpcCloseMemHandle(s->mapped);
-      memset(s, 0, sizeof *s);
-    }
+    if (s->mapped && s->base < d->base + d->range && d->base < s->base + s->range) close_mapping(c, s, number, host);
     if (!s->mapped || (victim->mapped && s->used < victim->used)) victim = s;
   }
-  if (victim->mapped) cudaIpcCloseMemHandle(victim->mapped);
+  if (victim->mapped) close_mapping(c, victim, number, host);
   memset(victim, 0, sizeof *victim);
   void *mapped = NULL;
   cudaError_t err = cudaIpcOpenMemHandle(&mapped, d->handle, cudaIpcMemLazyEnablePeerAccess);
@@ -407,6 +423,7 @@ static cohort_status map_peer(struct cc_ipc *ipc, int peer, const cc_ipc_desc *d
   victim->range = d->range;
   victim->mapped = mapped;
   victim->used = ++ipc->clock;
+  victim->last = number;
   *out = (char *)mapped + d->offset;
   return COHORT_OK;
 }
@@ -485,7 +502,7 @@ static cohort_status tell_peers(cohort__cuda_comm *c, cohort_status st, const co
 /* The peers' hellos and the mappings of their buffers (send[r], recv[r] for r >= 1). *frames_failed: the host
  * transport failed (a peer died or aborted): its own message names the rank, and nothing more can be told. */
 static cohort_status gather_buffers(cohort__cuda_comm *c, const cohort__cuda_host *host, cc_ipc_hello *hello,
-                                    void **send, void **recv, int *frames_failed) {
+                                    void **send, void **recv, int *frames_failed, uint32_t number) {
   *frames_failed = 0;
   for (int r = 1; r < c->size; r++) {
     cohort_status st = host->recv(host->ctx, r, &hello[r], sizeof hello[r]);
@@ -501,8 +518,8 @@ static cohort_status gather_buffers(cohort__cuda_comm *c, const cohort__cuda_hos
     }
   }
   for (int r = 1; r < c->size; r++) {
-    CC_CHECK(map_peer(c->ipc, r, &hello[r].send, &send[r]));
-    CC_CHECK(map_peer(c->ipc, r, &hello[r].recv, &recv[r]));
+    CC_CHECK(map_peer(c, r, &hello[r].send, &send[r], number, host));
+    CC_CHECK(map_peer(c, r, &hello[r].recv, &recv[r], number, host));
   }
   return COHORT_OK;
 }
@@ -515,7 +532,7 @@ static cohort_status lead_on_host(cohort__cuda_comm *c, const cohort__cuda_call 
   cc_ipc_hello hello[COHORT__CUDA_IPC_MAX_RANKS];
   int frames_failed;
   cohort_status st = cc_wait_input(call);
-  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
+  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed, 0);
   if (frames_failed) return got;
   if (st == COHORT_OK) st = got;
   if (st == COHORT_OK) st = launch(c, call, send, recv, c->stream);
@@ -541,7 +558,7 @@ static cohort_status lead_on_device(cohort__cuda_comm *c, const cohort__cuda_cal
   cc_ipc_hello hello[COHORT__CUDA_IPC_MAX_RANKS];
   int frames_failed;
   cohort_status st = ordered ? COHORT_OK : cc_wait_input(call);
-  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed);
+  cohort_status got = gather_buffers(c, host, hello, send, recv, &frames_failed, number);
   if (st == COHORT_OK) st = got;
   int captured = ordered && capturing((CUstream)stream); /* then nothing goes on the stream, done included */
   if (captured && st == COHORT_OK) st = cc_fail(COHORT_ERR_INVALID, "%s", CAPTURED_MESSAGE);
