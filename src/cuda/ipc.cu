@@ -100,6 +100,9 @@ static void track_stream(struct cc_ipc *ipc, CUstream stream) {
   int i, n = (int)(sizeof ipc->users / sizeof ipc->users[0]);
   for (i = 0; i < n && ipc->users[i].after && ipc->users[i].stream != stream; i++) {
   }
+  if (i == n) /* every slot holds another stream: one whose operations are through is free again */
+    for (i = 0; i < n && cudaEventQuery(ipc->users[i].after) == cudaErrorNotReady; i++) {
+    }
   if (i == n) {
     ipc->untracked = 1;
     return;
@@ -297,19 +300,21 @@ cohort_status cc_ipc_create(cohort__cuda_comm *c, const cohort__cuda_rank_info *
   return st;
 }
 
-/* Whether every stream that waits on or writes the page is through with it: a second of waiting for the streams as
- * they are (the peers' results are still being made), then a second more with the flags forced (re-forced while
- * waiting, as a live peer's queued write may move one back), for a peer that died. */
+/* Whether every stream that waits on or writes the page is through with it. A failed communicator's flags are
+ * forced at once and again while waiting (a live peer's queued write may move one back), for up to 2 s: its peers
+ * may be dead. A healthy one's are never forced: forcing sets the aborted word, and every rank's kernels after it
+ * would skip their work; destroy is not collective, and a peer's stream may lag. Its streams get 30 s. */
 static int flags_released(cohort__cuda_comm *c) {
   struct cc_ipc *ipc = c->ipc;
   int n = (int)(sizeof ipc->users / sizeof ipc->users[0]);
   if (ipc->untracked) return 0;
-  for (int tries = 0; tries < 2000; tries++) {
+  const int failed = ipc->aborted || page_aborted(ipc);
+  for (int tries = 0; tries < (failed ? 2000 : 30000); tries++) {
     int busy = 0;
     for (int i = 0; i < n; i++)
       if (ipc->users[i].after && cudaEventQuery(ipc->users[i].after) == cudaErrorNotReady) busy = 1;
     if (!busy) return 1;
-    if (tries >= 1000 || ipc->aborted) cc_ipc_abort(c);
+    if (failed) cc_ipc_abort(c);
     struct timespec nap = {0, 1000000};
     nanosleep(&nap, NULL);
   }

@@ -158,11 +158,11 @@ cudaError_t launch_reduce(const ReduceParams &p, int njobs, bool vec, size_t max
   if (cap < 1) cap = 1;
   unsigned blocks = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
   dim3 grid(blocks, (unsigned)njobs);
-  if (vec)
-    reduce_kernel<D, OP, true><<<grid, threads, 0, stream>>>(p);
-  else
-    reduce_kernel<D, OP, false><<<grid, threads, 0, stream>>>(p);
-  return cudaGetLastError();
+  /* cudaLaunchKernel says whether this launch failed; cudaGetLastError after <<<>>> could return an earlier error of
+   * the program's own, and clear it. */
+  void *args[] = {(void *)&p};
+  const void *fn = vec ? (const void *)reduce_kernel<D, OP, true> : (const void *)reduce_kernel<D, OP, false>;
+  return cudaLaunchKernel(fn, grid, dim3((unsigned)threads), args, 0, stream);
 }
 
 template <typename D>
@@ -281,8 +281,8 @@ cohort_status cc_copy(const cc_copy_job *jobs, int njobs, cudaStream_t stream, c
   size_t cap = (size_t)sm_count() * 4 / (size_t)njobs;
   if (cap < 1) cap = 1;
   dim3 grid((unsigned)(want < 1 ? 1 : want > cap ? cap : want), (unsigned)njobs);
-  copy_kernel<<<grid, threads, 0, stream>>>(p);
-  cudaError_t err = cudaGetLastError();
+  void *args[] = {(void *)&p};
+  cudaError_t err = cudaLaunchKernel((const void *)copy_kernel, grid, dim3((unsigned)threads), args, 0, stream);
   if (err != cudaSuccess)
     return cc_fail(COHORT_ERR_SYSTEM, "the copy kernel did not launch: %s", cudaGetErrorString(err));
   return COHORT_OK;

@@ -87,3 +87,9 @@ int cuStreamWriteValue32_v2(void *stream, unsigned long long addr, unsigned valu
   reached("cuStreamWriteValue32_v2");
   return 0;
 }
+
+int cuStreamIsCapturing(void *stream, int *status) {
+  (void)stream, (void)status;
+  reached("cuStreamIsCapturing");
+  return 0;
+}
