@@ -531,12 +531,14 @@ static int make_buckets(cohort__nnc_net *net, size_t bucket_bytes) {
     end = lo;
   }
   if (!ok || end != 0) n = 1; /* not one range each (or parameters before the first layer's): fused */
-  if (n > 1 && !net->comm_stream) {
+  /* Each made once; one that failed is tried again by the next step's make_buckets (buckets_for is set last). */
+  if (n > 1 && !net->comm_stream)
     NNC_CUDA(cudaStreamCreateWithFlags(&net->comm_stream, cudaStreamNonBlocking), "the buckets' stream");
-    for (int b = 0; b < NNC_MAX_BUCKETS; b++)
+  for (int b = 0; n > 1 && b < NNC_MAX_BUCKETS; b++)
+    if (!net->bucket_ready[b])
       NNC_CUDA(cudaEventCreateWithFlags(&net->bucket_ready[b], cudaEventDisableTiming), "a bucket's event");
+  if (n > 1 && !net->comm_done)
     NNC_CUDA(cudaEventCreateWithFlags(&net->comm_done, cudaEventDisableTiming), "the buckets' event");
-  }
   drop_graphs(net); /* the buckets' parts are cut anew */
   net->buckets_n = n;
   net->buckets_for = bucket_bytes;
