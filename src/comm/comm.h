@@ -65,6 +65,7 @@ struct cohort_comm {
   cohort_work *queue_head, *queue_tail;
   cohort_work *live; /* under mu: the async handles not yet freed (cohort_work_free), detached at destroy */
   int busy;
+  int idle_waiters; /* blocking calls waiting for the queue to drain and busy to fall (a per-thread stream's) */
   int stopping;
   int thread_started;
   uint64_t fork_generation; /* cohort__fork_generation() when it was made: another means a forked child has it */

@@ -116,6 +116,12 @@ static cohort_status refuse_inherited(const char *fn) {
                        fn);
 }
 
+/* CUDA's per-thread default stream (cudaStreamPerThread) names the calling thread's own: a _stream call on it must
+ * run on the caller's thread, never queued to the progress thread, whose handle 0x2 is another stream. */
+static int callers_thread_only(const cohort__coll_args *a, int stream_call) {
+  return stream_call && a->stream == (void *)(uintptr_t)2;
+}
+
 static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stream_call) {
   a->tag = take_call_tag();
   if (!c) return cohort__error(COHORT_ERR_INVALID, "communicator is NULL");
@@ -129,6 +135,16 @@ static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stre
     pthread_mutex_unlock(&c->mu);
     return failed;
   }
+  if (callers_thread_only(a, stream_call)) { /* what is queued runs first (the call order), then this, here */
+    c->idle_waiters++;
+    while (c->busy || c->queue_head)
+      pthread_cond_wait(&c->cv, &c->mu);
+    c->idle_waiters--;
+    if ((failed = cohort__failure_raise(&c->failure)) != COHORT_OK) { /* what ran before it failed */
+      pthread_mutex_unlock(&c->mu);
+      return failed;
+    }
+  }
   if (!c->busy && !c->queue_head) { /* the fast path: nothing queued, run here */
     c->busy = 1;
     uint32_t seq = c->seq++;
@@ -136,9 +152,10 @@ static cohort_status run_blocking(cohort_comm *c, cohort__coll_args *a, int stre
     cohort_status st = execute(c, a, seq);
     pthread_mutex_lock(&c->mu);
     c->busy = 0;
-    /* Only the progress thread waits for busy to fall, and only with work queued behind this call. Waking it for
-     * nothing cost a futex wake and two context switches per call: a quarter of a small blocking call's time. */
-    if (c->queue_head) pthread_cond_broadcast(&c->cv);
+    /* Only the progress thread waits for busy to fall, with work queued behind this call, and a call on a per-thread
+     * stream. Waking them for nothing cost a futex wake and two context switches per call: a quarter of a small
+     * blocking call's time. */
+    if (c->queue_head || c->idle_waiters) pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return st;
   }

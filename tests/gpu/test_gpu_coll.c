@@ -368,6 +368,31 @@ TEST(stream) {
                    (double)want);
     }
   }
+  /* The per-thread default stream names the calling thread's: a _stream call on it made while an asynchronous call
+   * is in flight runs on this thread after it (ordered on this thread's stream), not on the progress thread, whose
+   * per-thread stream is another. The input lands 100 ms late on this thread's stream. */
+  float *dasync = dev_alloc(bytes);
+  ASSERT_TRUE(dasync != NULL);
+  for (size_t i = 0; i < count; i++)
+    pin_in[i] = (float)(R + 1 + (int)(i % 3));
+  CUDA_OK(cudaMemcpy(dasync, pin_in, bytes, cudaMemcpyHostToDevice));
+  cohort_work *w = NULL;
+  COHORT_OK_(cohort_iallreduce(comm, dasync, dasync, count, COHORT_F32, COHORT_SUM, &w));
+  CUDA_OK(cudaLaunchHostFunc(cudaStreamPerThread, stall_stream, (void *)(intptr_t)100));
+  CUDA_OK(cudaMemcpyAsync(dbuf, pin_in, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
+  COHORT_OK_(cohort_allreduce_stream(comm, dbuf, dbuf, count, COHORT_F32, COHORT_SUM, cudaStreamPerThread));
+  CUDA_OK(cudaMemcpyAsync(pin_out, dbuf, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  CUDA_OK(cudaStreamSynchronize(cudaStreamPerThread));
+  COHORT_OK_(cohort_work_wait(w));
+  cohort_work_free(w);
+  for (size_t i = 0; i < count; i++) {
+    float want = (float)(N * (1 + (int)(i % 3)) + N * (N - 1) / 2);
+    if (pin_out[i] != want) {
+      TEST_FAIL_("per-thread stream: element %zu is %g, expected %g", i, (double)pin_out[i], (double)want);
+      break;
+    }
+  }
+  cudaFree(dasync);
   cudaFree(dbuf);
   cudaFreeHost(pin_in);
   cudaFreeHost(pin_out);
