@@ -155,10 +155,14 @@ static int start(train_job *job, struct train_gpu *gpu) {
   gpu->comm.allreduce_avg_host = comm_allreduce_host;
   gpu->comm.last_error = comm_last_error;
   const double bucket_mb = cfg->bucket_mb > 0 ? cfg->bucket_mb : default_bucket_mb();
-  gpu->comm.bucket_bytes = cfg->sync == TRAIN_SYNC_DDP ? (size_t)(bucket_mb * 1048576.0) : 0;
+  const size_t bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+  gpu->comm.bucket_bytes = cfg->sync != TRAIN_SYNC_DDP    ? 0
+                           : bucket_bytes < sizeof(float) ? sizeof(float)
+                                                          : bucket_bytes;
   char how[160];
   snprintf(how, sizeof how,
-           "buckets of at most %g MiB (the first 1 MiB), each averaged by cohort_allreduce_stream on a stream of its "
+           "buckets of at most %g MiB (the first at most 1 MiB), each averaged by cohort_allreduce_stream on a stream "
+           "of its "
            "own while backward goes on",
            bucket_mb);
   snprintf(gpu->line, sizeof gpu->line, "device: cuda, %s; gradients: %s", api->describe(),
