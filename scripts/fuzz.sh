@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-10}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx ckpt hostfile auth store_server frame)
+[ ${#targets[@]} -gt 0 ] || targets=(idx ckpt hostfile auth store_server frame p2p)
 command -v clang >/dev/null || { echo "fuzz.sh: clang is missing (apt-get install clang)"; exit 1; }
 CC=clang cmake -S . -B build-fuzz -DCOHORT_FUZZ=ON -DCOHORT_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}" >/dev/null
