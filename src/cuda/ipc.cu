@@ -241,6 +241,7 @@ static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t num
   volatile uint32_t *flag = host_flag(c->ipc->flags, rank);
   struct timespec last, now;
   clock_gettime(CLOCK_MONOTONIC, &last);
+  const double start = (double)last.tv_sec + (double)last.tv_nsec * 1e-9;
   for (unsigned spins = 0;
        (int32_t)(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - number) < 0 && !c->ipc->aborted && !page_aborted(c->ipc);
        spins++) {
@@ -257,6 +258,17 @@ static cohort_status host_wait_flag(cohort__cuda_comm *c, int rank, uint32_t num
       if (st != COHORT_OK) {
         cc_ipc_abort(c);
         return cc_fail(st, "%s", "");
+      }
+      const double waited = (double)now.tv_sec + (double)now.tv_nsec * 1e-9 - start;
+      if (host->timeout_s > 0 && waited > host->timeout_s) { /* alive, but not there: a stuck stream or kernel */
+        cc_ipc_abort(c);
+        if (rank < 0)
+          return cc_fail(COHORT_ERR_TIMEOUT, "waited %.0f s (COHORT_OP_TIMEOUT) for rank 0's collective kernel",
+                         waited);
+        return cc_fail(COHORT_ERR_TIMEOUT,
+                       "waited %.0f s (COHORT_OP_TIMEOUT) for rank %d's input to be ready on its "
+                       "stream",
+                       waited, rank);
       }
     }
   }

@@ -298,7 +298,7 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   pthread_mutex_unlock(&c->nccl->guard);
   if (aborted) return aborted_error(what);
   if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(c, r, what);
-  if (r == ncclInProgress) CC_CHECK(settle(c, host, what, 600));
+  if (r == ncclInProgress) CC_CHECK(settle(c, host, what, host->timeout_s > 0 ? host->timeout_s : 600));
   if (call->op == COHORT_AVG && !is_float && call->coll != 2 && call->coll != 3 && c->size > 1) {
     cc_reduce_job job;
     memset(&job, 0, sizeof job);
@@ -310,7 +310,7 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
   if (!call->wait && !call->ready) return COHORT_OK; /* stream-ordered: queued is done */
   cudaEvent_t done = c->nccl->done;
   cudaError_t err = cudaEventRecord(done, stream);
-  double last_poll = now_s();
+  double last_poll = now_s(), deadline = host->timeout_s > 0 ? last_poll + host->timeout_s : 0;
   while (err == cudaSuccess) {
     err = cudaEventQuery(done);
     if (err == cudaSuccess) break;
@@ -324,8 +324,10 @@ cohort_status cc_nccl_run(cohort__cuda_comm *c, const cohort__cuda_call *call, c
       cohort_status st = state != ncclSuccess && state != ncclInProgress ? nccl_fail(c, state, what)
                          : c->size > 1                                   ? host->poll(host->ctx)
                                                                          : COHORT_OK;
+      if (st == COHORT_OK && deadline > 0 && last_poll > deadline)
+        st = cc_fail(COHORT_ERR_TIMEOUT, "%s did not finish within %.0f s (COHORT_OP_TIMEOUT)", what, host->timeout_s);
       if (st != COHORT_OK) {
-        if (state == ncclSuccess || state == ncclInProgress) cc_fail(st, "%s", "");
+        if ((state == ncclSuccess || state == ncclInProgress) && st != COHORT_ERR_TIMEOUT) cc_fail(st, "%s", "");
         cc_nccl_abort(c);
         return st;
       }

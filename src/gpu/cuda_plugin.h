@@ -20,7 +20,8 @@
 extern "C" {
 #endif
 
-#define COHORT__CUDA_PLUGIN_VERSION 3 /* 2: cohort__cuda_call.agreed; 3: cohort__cuda_rank_info.ipc_sync */
+#define COHORT__CUDA_PLUGIN_VERSION                                                                                    \
+  4 /* 2: cohort__cuda_call.agreed; 3: cohort__cuda_rank_info.ipc_sync; 4: host.timeout_s */
 #define COHORT__CUDA_PLUGIN_FILE "libcohort_cuda.so"
 #define COHORT__CUDA_PLUGIN_ENTRY "cohort_cuda_plugin_v1"
 /* The most ranks the IPC path serves (its kernels take every rank's pointer as a parameter). */
@@ -57,6 +58,9 @@ typedef struct cohort__cuda_host {
   cohort_status (*recv)(void *ctx, int peer, void *buf, size_t bytes);
   /* Checks the links without waiting: a peer that died or aborted fails it (the NCCL path's watchdog). */
   cohort_status (*poll)(void *ctx);
+  /* COHORT_OP_TIMEOUT: how long a wait of the plugin's on the peers (a flag, NCCL's progress) may last before it fails
+   * with COHORT_ERR_TIMEOUT; 0: no limit. */
+  double timeout_s;
 } cohort__cuda_host;
 
 /* One device collective. Counts as in cohort.h (per rank for allgather and reduce_scatter). */

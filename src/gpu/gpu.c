@@ -257,9 +257,14 @@ static cohort_status host_poll(void *ctx) {
   return t->ops->poll ? t->ops->poll(t) : COHORT_OK;
 }
 
-static cohort__cuda_host host_of(cohort__transport *t) {
-  return (cohort__cuda_host){
-      .ctx = t, .rank = t->rank, .size = t->size, .send = host_send, .recv = host_recv, .poll = host_poll};
+static cohort__cuda_host host_of(cohort__transport *t, const cohort__config *cfg) {
+  return (cohort__cuda_host){.ctx = t,
+                             .rank = t->rank,
+                             .size = t->size,
+                             .send = host_send,
+                             .recv = host_recv,
+                             .poll = host_poll,
+                             .timeout_s = (double)cfg->op_timeout_s};
 }
 
 /* Every rank's bytes from every rank (small: the ranks' descriptions at the first device collective). */
@@ -343,7 +348,7 @@ static cohort_status setup(cohort__gpu **out, cohort__transport *t, const cohort
   if (st == COHORT_OK) st = exchange(t, &mine, infos, sizeof mine);
   if (st == COHORT_OK) st = cohort__gpu_choose_path(infos, t->size, cfg->gpu_path, &g->path);
   if (st == COHORT_OK && g->path != COHORT__CUDA_PATH_STAGED) {
-    cohort__cuda_host host = host_of(t);
+    cohort__cuda_host host = host_of(t, cfg);
     st = api->comm_create(g->path, device, infos, &host, &g->dev);
     if (st != COHORT_OK) plugin_error(api, st);
   }
@@ -424,7 +429,7 @@ cohort_status cohort__gpu_run(cohort__gpu **gp, cohort__transport *t, cohort__co
                           .ready = a->ready,
                           .wait = !a->stream_ordered,
                           .agreed = coll->call_check};
-  cohort__cuda_host host = host_of(t);
+  cohort__cuda_host host = host_of(t, cfg);
   cohort_status st = g->api->run(g->dev, &dc, &host);
   return st == COHORT_OK ? st : plugin_error(g->api, st);
 }
