@@ -23,13 +23,13 @@
 #include <cudnn.h>
 #include <stdint.h>
 
+#include "nn_cuda/buckets.h"
 #include "nn_cuda/nn_cuda_plugin.h"
 
 #define NNC_MAX_LAYERS COHORT__NNC_MAX_LAYERS
 #define NNC_MAX_PLANS 16
 #define NNC_MAX_GRAPHS 32
-/* Gradient buckets of the overlapped multi-rank step (cohort__nnc_comm.bucket_bytes): at most this many. */
-#define NNC_MAX_BUCKETS 8
+
 /* Partial sums per tensor of LARS's norms (a fixed grid, so that the sums are the same on every rank and run). */
 #define NNC_NORM_BLOCKS 64
 /* The most blocks a bias gradient's channel is split over (their partial sums are then added in order). */
@@ -172,13 +172,10 @@ struct cohort__nnc_net {
   nnc_plan plans[NNC_MAX_PLANS];
   int graphs_n;
   nnc_graph graphs[NNC_MAX_GRAPHS];
-  /* The buckets of the overlapped step, made for bucket_bytes (0: not made): bucket s holds the gradients of the
-   * layers from top[s] down to top[s + 1] + 1 (the last one's down to layer 0), grads[lo[s], hi[s]); bucket 0 is the
-   * last layers' and carries the loss (grads[count]). Each is averaged on comm_stream once ready[s] has passed. */
+  /* The buckets of the overlapped step (buckets.h), cut for buckets_for bytes (0: not cut yet); each is averaged on
+   * comm_stream once its bucket_ready event has passed. */
   size_t buckets_for;
-  int buckets_n;
-  int bucket_top[NNC_MAX_BUCKETS];
-  size_t bucket_lo[NNC_MAX_BUCKETS], bucket_hi[NNC_MAX_BUCKETS];
+  nnc_bucket_cut buckets;
   cudaStream_t comm_stream;
   cudaEvent_t bucket_ready[NNC_MAX_BUCKETS], comm_done;
   char description[1024];

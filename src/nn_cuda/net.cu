@@ -197,13 +197,13 @@ static const char *net_describe(cohort__nnc_net *net) {
                               (int)c->bwd_data, (int)c->fwd_math, (int)c->bwd_filter_math, (int)c->bwd_data_math);
     }
   if (!len) len = (size_t)snprintf(net->description, sizeof net->description, "no convolution planned yet");
-  if (net->buckets_n > 1 && len < sizeof net->description) {
+  if (net->buckets.n > 1 && len < sizeof net->description) {
     len += (size_t)snprintf(
         net->description + len, sizeof net->description - len,
-        "; %d gradient buckets averaged while backward goes on (floats, from the output:", net->buckets_n);
-    for (int b = 0; b < net->buckets_n && len < sizeof net->description; b++)
+        "; %d gradient buckets averaged while backward goes on (floats, from the output:", net->buckets.n);
+    for (int b = 0; b < net->buckets.n && len < sizeof net->description; b++)
       len += (size_t)snprintf(net->description + len, sizeof net->description - len, " %zu",
-                              net->bucket_hi[b] - net->bucket_lo[b] - (b == 0));
+                              net->buckets.hi[b] - net->buckets.lo[b] - (b == 0));
     if (len < sizeof net->description) snprintf(net->description + len, sizeof net->description - len, ")");
   }
   return net->description;
@@ -400,8 +400,8 @@ static int queue_part(cohort__nnc_net *net, const nnc_plan *plan, int n, int par
   if (part >= NNC_PART_BUCKET) {
     const int b = part - NNC_PART_BUCKET;
     if (b == 0) NNC_TRY(queue_forward(net, plan, n));
-    const int to = b + 1 < net->buckets_n ? net->bucket_top[b + 1] + 1 : 0;
-    return nnc_backward_layers(net, plan, net->x, n, net->bucket_top[b], to);
+    const int to = b + 1 < net->buckets.n ? net->buckets.top[b + 1] + 1 : 0;
+    return nnc_backward_layers(net, plan, net->x, n, net->buckets.top[b], to);
   }
   if (part != 2) NNC_TRY(queue_forward_backward(net, plan, n));
   if (part != 1) NNC_TRY(nnc_optim_update(net, n));
@@ -492,45 +492,15 @@ static int layer_grads(const cohort__nnc_net *net, const nnc_layer *l, size_t *l
   return found;
 }
 
-/* The buckets for bucket_bytes, as the CPU engine makes them (src/ddp/layout.c): layers from the last, a bucket
- * closed where the next layer's gradients would pass its cap (1 MiB for the first, so that its average starts
- * early; bucket_bytes after); a layer larger than the cap gets a bucket of its own. Every bucket must be one range
- * of grads (the layers' parameters lie in the model's order); where not, one bucket: the fused step. */
+/* The buckets for bucket_bytes (buckets.h says where they are cut), and the stream and events of their averages. */
 static int make_buckets(cohort__nnc_net *net, size_t bucket_bytes) {
-  int n = 0, top = net->nlayers - 1;
-  size_t bytes = 0, cap = bucket_bytes < (1u << 20) ? bucket_bytes : (1u << 20);
-  for (int i = net->nlayers - 1; i >= 0; i--) {
-    size_t lo, hi;
-    if (!layer_grads(net, &net->layers[i], &lo, &hi)) continue;
-    const size_t b = (hi - lo) * sizeof(float);
-    if (bytes > 0 && bytes + b > cap && n < NNC_MAX_BUCKETS - 1) {
-      net->bucket_top[n++] = top;
-      top = i;
-      bytes = 0;
-      cap = bucket_bytes;
-    }
-    bytes += b;
-  }
-  net->bucket_top[n++] = top;
-  /* Each bucket's range: from its lowest layer's gradients to where the bucket after it (nearer the output) starts;
-   * bucket 0 to the end, the loss included. Checked: the layers of a bucket cover exactly that range. */
-  size_t end = net->count + 1;
-  int ok = 1;
-  for (int b = 0; b < n && ok; b++) {
-    const int to = b + 1 < n ? net->bucket_top[b + 1] + 1 : 0;
-    size_t lo = end, covered = 0;
-    for (int i = net->bucket_top[b]; i >= to; i--) {
-      size_t a, z;
-      if (!layer_grads(net, &net->layers[i], &a, &z)) continue;
-      if (a < lo) lo = a;
-      covered += z - a;
-    }
-    ok = lo < end && covered == end - lo - (b == 0 ? 1 : 0);
-    net->bucket_lo[b] = lo;
-    net->bucket_hi[b] = end;
-    end = lo;
-  }
-  if (!ok || end != 0) n = 1; /* not one range each (or parameters before the first layer's): fused */
+  int has[NNC_MAX_LAYERS];
+  size_t lo[NNC_MAX_LAYERS], hi[NNC_MAX_LAYERS];
+  for (int i = 0; i < net->nlayers; i++)
+    has[i] = layer_grads(net, &net->layers[i], &lo[i], &hi[i]);
+  nnc_bucket_cut cut;
+  nnc_cut_buckets(net->nlayers, has, lo, hi, net->count, bucket_bytes, &cut);
+  const int n = cut.n;
   /* Each made once; one that failed is tried again by the next step's make_buckets (buckets_for is set last). */
   if (n > 1 && !net->comm_stream)
     NNC_CUDA(cudaStreamCreateWithFlags(&net->comm_stream, cudaStreamNonBlocking), "the buckets' stream");
@@ -540,7 +510,7 @@ static int make_buckets(cohort__nnc_net *net, size_t bucket_bytes) {
   if (n > 1 && !net->comm_done)
     NNC_CUDA(cudaEventCreateWithFlags(&net->comm_done, cudaEventDisableTiming), "the buckets' event");
   drop_graphs(net); /* the buckets' parts are cut anew */
-  net->buckets_n = n;
+  net->buckets = cut;
   net->buckets_for = bucket_bytes;
   return 0;
 }
@@ -552,17 +522,17 @@ static int make_buckets(cohort__nnc_net *net, size_t bucket_bytes) {
  * COHORT_GPU_IPC_SYNC=host) then does not hold back the backward behind it. */
 static int overlapped_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *comm) {
   cudaGraphExec_t exec;
-  for (int b = 0; b < net->buckets_n; b++) {
+  for (int b = 0; b < net->buckets.n; b++) {
     NNC_TRY(graph_for(net, batch, NNC_PART_BUCKET + b, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching a bucket's backward");
     NNC_CUDA(cudaEventRecord(net->bucket_ready[b], net->stream), "marking a bucket ready");
   }
-  for (int b = 0; b < net->buckets_n; b++) {
+  for (int b = 0; b < net->buckets.n; b++) {
     NNC_CUDA(cudaStreamWaitEvent(net->comm_stream, net->bucket_ready[b], 0), "the buckets' stream waiting");
-    if (comm->allreduce_avg(comm->ctx, net->grads + net->bucket_lo[b], net->bucket_hi[b] - net->bucket_lo[b],
+    if (comm->allreduce_avg(comm->ctx, net->grads + net->buckets.lo[b], net->buckets.hi[b] - net->buckets.lo[b],
                             (void *)net->comm_stream) != 0)
-      return nnc_fail("averaging gradient bucket %d of %d (%zu floats) over %d ranks: %s", b, net->buckets_n,
-                      net->bucket_hi[b] - net->bucket_lo[b], comm->world,
+      return nnc_fail("averaging gradient bucket %d of %d (%zu floats) over %d ranks: %s", b, net->buckets.n,
+                      net->buckets.hi[b] - net->buckets.lo[b], comm->world,
                       comm->last_error ? comm->last_error(comm->ctx) : "the allreduce failed");
   }
   NNC_CUDA(cudaEventRecord(net->comm_done, net->comm_stream), "marking the averages done");
@@ -585,7 +555,7 @@ static int train_step(cohort__nnc_net *net, int batch, const cohort__nnc_comm *c
   if (!ranks) {
     NNC_TRY(graph_for(net, batch, 0, &exec));
     NNC_CUDA(cudaGraphLaunch(exec, net->stream), "launching the step's graph");
-  } else if (bucketed && net->buckets_n > 1) {
+  } else if (bucketed && net->buckets.n > 1) {
     NNC_TRY(overlapped_step(net, batch, comm));
   } else {
     NNC_TRY(graph_for(net, batch, 1, &exec));
