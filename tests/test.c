@@ -3,6 +3,7 @@
 
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int cohort_test_failed;
@@ -29,6 +30,35 @@ const char *cohort_test_tmp_path(const char *name) {
   static char path[512];
   snprintf(path, sizeof path, "%s/%s", cohort_test_tmp_dir(), name);
   return path;
+}
+
+int cohort_test_in_child(int (*child)(void *arg), void *arg, char *err, size_t len) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(fd[0]);
+    dup2(fd[1], 2);
+    close(fd[1]);
+    _exit(child(arg));
+  }
+  close(fd[1]);
+  size_t n = 0;
+  ssize_t k;
+  while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
+    n += (size_t)k;
+  err[n] = '\0';
+  close(fd[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return status;
 }
 
 /* ---- a crash names its case and its stack ----

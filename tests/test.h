@@ -27,6 +27,9 @@ extern int cohort_test_failed;
 /* A path inside this process's own temporary directory (made on first use, removed at exit). The returned string
  * is overwritten by the next call. */
 const char *cohort_test_tmp_path(const char *name);
+/* Runs child(arg) in a forked process (its exit status is what child returns) with the child's stderr captured into
+ * err (at most len - 1 bytes, NUL-terminated); returns the child's wait status, or -1 where it could not start. */
+int cohort_test_in_child(int (*child)(void *arg), void *arg, char *err, size_t len);
 /* The temporary directory itself (stable for the whole process). */
 const char *cohort_test_tmp_dir(void);
 int cohort_test_run(int argc, char **argv, const cohort_test_case *cases, int ncases);

@@ -26,34 +26,15 @@ TEST(crash_overflow) { sink = recurse(0); }
 
 static const char *self;
 
-/* Runs this binary with one case, returns its wait status and its stderr in err. */
-static int run_case(const char *name, char *err, size_t len) {
-  int fd[2];
-  if (pipe(fd) != 0) return -1;
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fd[1], 2);
-    close(fd[0]);
-    close(fd[1]);
-    execl(self, self, name, (char *)NULL);
-    _exit(127);
-  }
-  close(fd[1]);
-  size_t n = 0;
-  ssize_t k;
-  while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
-    n += (size_t)k;
-  err[n] = '\0';
-  close(fd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
+/* The child: this binary again, running one case. */
+static int run_case(void *name) {
+  execl(self, self, (const char *)name, (char *)NULL);
+  return 127;
 }
 
 static void expect_report(const char *name, int sig) {
   char err[16384], want[128];
-  int status = run_case(name, err, sizeof err);
+  int status = cohort_test_in_child(run_case, (void *)name, err, sizeof err);
   printf("%s: %s %d; stderr:\n%s\n", name, WIFSIGNALED(status) ? "signal" : "exit",
          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), err);
   ASSERT_TRUE(WIFSIGNALED(status));

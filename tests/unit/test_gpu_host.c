@@ -131,26 +131,10 @@ static int child_status(pid_t pid) {
 }
 
 /* Runs fn in a child whose stderr comes back in err; the child's wait status. */
+static int call_fn(void *fn) { return ((int (*)(void))fn)(); }
+
 static int in_child(int (*fn)(void), char *err, size_t len) {
-  int fd[2];
-  if (pipe(fd) != 0) return -1;
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    close(fd[0]);
-    dup2(fd[1], 2);
-    _exit(fn());
-  }
-  close(fd[1]);
-  size_t n = 0;
-  ssize_t k;
-  while (n + 1 < len && (k = read(fd[0], err + n, len - 1 - n)) > 0)
-    n += (size_t)k;
-  err[n] = '\0';
-  close(fd[0]);
-  return child_status(pid);
+  return cohort_test_in_child(call_fn, (void *)fn, err, len);
 }
 
 /* Where the plugin is built, the driver call reached is its cuInit (the call that crashed on the GPU host); else
