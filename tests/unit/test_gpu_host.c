@@ -131,10 +131,15 @@ static int child_status(pid_t pid) {
 }
 
 /* Runs fn in a child whose stderr comes back in err; the child's wait status. */
-static int call_fn(void *fn) { return ((int (*)(void))fn)(); }
+typedef struct child_fn {
+  int (*fn)(void);
+} child_fn;
+
+static int call_fn(void *box) { return ((child_fn *)box)->fn(); }
 
 static int in_child(int (*fn)(void), char *err, size_t len) {
-  return cohort_test_in_child(call_fn, (void *)fn, err, len);
+  child_fn box = {fn};
+  return cohort_test_in_child(call_fn, &box, err, len);
 }
 
 /* Where the plugin is built, the driver call reached is its cuInit (the call that crashed on the GPU host); else
