@@ -26,7 +26,7 @@ typedef struct fake {
   cohort__req *head, *tail; /* receives posted from rank 1, filled in order */
   atomic_int go;            /* the harness has posted its operations: the stream flows */
   atomic_int passes;        /* the engine's calls of progress */
-  atomic_int drained;       /* the stream is all read, or the transport failed */
+  atomic_int drained;       /* the stream is all read, the engine reads no more, or the transport failed */
   cohort_status failed;
 } fake;
 
@@ -64,8 +64,8 @@ static cohort_status progress(cohort__transport *t, int *progressed) {
   if (f->failed != COHORT_OK) return cohort__error(f->failed, "the fake transport failed");
   if (!atomic_load(&f->go)) return COHORT_OK; /* the same posts before the same bytes, on every replay */
   cohort__req *r = f->head;
-  if (!r) {
-    if (f->at == f->size) atomic_store(&f->drained, 1);
+  if (!r) { /* the engine reads no more from rank 1 (after a BYE, or past its bound on unexpected bytes) */
+    atomic_store(&f->drained, 1);
     return COHORT_OK;
   }
   if (f->at == f->size) { /* a receive waits and the stream has ended: rank 1 died */
