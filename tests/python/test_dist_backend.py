@@ -285,9 +285,11 @@ t = torch.ones(3)
 dist.all_reduce(t)
 check(t.tolist() == [float(n)] * 3, f"all_reduce after a subgroup was destroyed: {t}")
 
-# torch's DDP on the backend: replicas stay equal
+# torch's DDP on the backend: replicas stay equal. Several buckets on both torches: torch 1.13 caps the first bucket
+# at dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB, this whole model) whatever bucket_cap_mb, torch 2 at bucket_cap_mb.
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+dist._DEFAULT_FIRST_BUCKET_BYTES = int(0.0005 * 1024 * 1024)
 ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 for step in range(4):
