@@ -1,8 +1,9 @@
 /*
  * gpu_coll.c: collectives on device memory, beside their anchors, in one run (scripts/gpu/10-collectives.sh).
  *
- *   cohortrun -np N gpu_coll [MAX_MB]         allreduce busbw by size on the communicator's device path; rank 0 first
- *                                              measures the device-to-device copy (the HBM ceiling) alone
+ *   cohortrun -np N gpu_coll [MAX_MB]         allreduce busbw by size on the communicator's device path, blocking calls
+ *                                              and then stream-ordered ones; rank 0 first measures the device-to-device
+ *                                              copy (the HBM ceiling) alone
  *   gpu_coll --nccl-direct [MAX_MB]           1 rank: cohort's NCCL path against ncclAllReduce called directly,
  *                                              interleaved call by call, the ratio per size
  *
@@ -128,6 +129,40 @@ static int bench_paths(size_t max_bytes) {
              n > 1 ? 100.0 * alg * bus / copy : 100.0 * alg / copy);
     fflush(stdout);
   }
+  /* The same, stream-ordered: each call returns once queued (NCCL; cuda-ipc with its waits on the device), so the
+   * host's part of a call overlaps the kernels of the calls before it, as in a training step. */
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (rank == 0) {
+    printf("# the same, stream-ordered: cohort_allreduce_stream, every iteration queued on one stream, then one "
+           "synchronize\n");
+    printf("%12s %8s %12s %12s %12s %10s\n", "bytes", "iters", "time_us", "algbw_GBs", "busbw_GBs", "of_copy");
+  }
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    size_t count = bytes / sizeof(float);
+    int iters = iters_for(bytes);
+    for (int i = 0; i < 3; i++)
+      CHECK_COHORT(cohort_allreduce_stream(comm, send, recv, count, COHORT_F32, COHORT_SUM, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_COHORT(cohort_barrier(comm));
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+      CHECK_COHORT(cohort_allreduce_stream(comm, send, recv, count, COHORT_F32, COHORT_SUM, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    double t = (now_s() - t0) / iters;
+    CHECK_CUDA(cudaMemcpy(&check, recv + count - 1, sizeof check, cudaMemcpyDeviceToHost));
+    if (check != (float)n) {
+      fprintf(stderr, "rank %d: wrong stream-ordered result %g at %zu bytes (expected %d)\n", rank, (double)check,
+              bytes, n);
+      return 1;
+    }
+    double alg = (double)bytes / t / 1e9;
+    if (rank == 0)
+      printf("%12zu %8d %12.2f %12.2f %12.2f %9.0f%%\n", bytes, iters, t * 1e6, alg, alg * bus,
+             n > 1 ? 100.0 * alg * bus / copy : 100.0 * alg / copy);
+    fflush(stdout);
+  }
+  CHECK_CUDA(cudaStreamDestroy(s));
   cudaFree(send);
   cudaFree(recv);
   cohort_comm_destroy(comm);
