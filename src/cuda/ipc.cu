@@ -172,8 +172,13 @@ static cohort_status setup_flags(cohort__cuda_comm *c, const cohort__cuda_rank_i
     static int made;
     flags_offer offer;
     memset(&offer, 0, sizeof offer);
-    snprintf(offer.name, sizeof offer.name, "/cohort-cuda-ipc-%d-%d", (int)getpid(),
-             __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED));
+    /* The clock too: a segment left by a process that died between creating and unlinking it, whose pid came back,
+     * would otherwise make O_EXCL fail and every wait fall back to the host. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(offer.name, sizeof offer.name, "/cohort-cuda-ipc-%d-%d-%llx", (int)getpid(),
+             __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED),
+             (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
     offer.ok = want && map_flags(ipc, offer.name, 1) == 0;
     int all = offer.ok;
     cohort_status st = COHORT_OK;
