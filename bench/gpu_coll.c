@@ -81,6 +81,49 @@ static void fill(float *d, size_t n, float v) {
   free(h);
 }
 
+/* One allreduce of count floats: blocking (stream NULL), or queued on stream. */
+static void allreduce_once(cohort_comm *comm, const float *send, float *recv, size_t count, cudaStream_t stream) {
+  if (stream)
+    CHECK_COHORT(cohort_allreduce_stream(comm, send, recv, count, COHORT_F32, COHORT_SUM, stream));
+  else
+    CHECK_COHORT(cohort_allreduce(comm, send, recv, count, COHORT_F32, COHORT_SUM));
+}
+
+/* The table of one way of calling: blocking calls (stream NULL; each returns with its result in place), or every
+ * iteration queued on stream and one synchronize at the end. Returns 1 on a wrong result. */
+static int time_sizes(cohort_comm *comm, const float *send, float *recv, size_t max_bytes, cudaStream_t stream,
+                      double copy) {
+  int rank = cohort_rank(comm), n = cohort_size(comm);
+  double bus = 2.0 * (n - 1) / n;
+  if (rank == 0)
+    printf("%12s %8s %12s %12s %12s %10s\n", "bytes", "iters", "time_us", "algbw_GBs", "busbw_GBs", "of_copy");
+  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+    size_t count = bytes / sizeof(float);
+    int iters = iters_for(bytes);
+    for (int i = 0; i < 3; i++)
+      allreduce_once(comm, send, recv, count, stream);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_COHORT(cohort_barrier(comm));
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+      allreduce_once(comm, send, recv, count, stream);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    double t = (now_s() - t0) / iters;
+    float check = 0;
+    CHECK_CUDA(cudaMemcpy(&check, recv + count - 1, sizeof check, cudaMemcpyDeviceToHost));
+    if (check != (float)n) {
+      fprintf(stderr, "rank %d: wrong result %g at %zu bytes (expected %d)\n", rank, (double)check, bytes, n);
+      return 1;
+    }
+    double alg = (double)bytes / t / 1e9;
+    if (rank == 0)
+      printf("%12zu %8d %12.2f %12.2f %12.2f %9.0f%%\n", bytes, iters, t * 1e6, alg, alg * bus,
+             n > 1 ? 100.0 * alg * bus / copy : 100.0 * alg / copy);
+    fflush(stdout);
+  }
+  return 0;
+}
+
 static int bench_paths(size_t max_bytes) {
   cohort_comm *comm;
   CHECK_COHORT(cohort_init(&comm));
@@ -97,76 +140,27 @@ static int bench_paths(size_t max_bytes) {
   CHECK_CUDA(cudaMalloc((void **)&recv, max_bytes));
   fill(send, maxn, 1.0f);
   CHECK_COHORT(cohort_allreduce(comm, send, recv, 1, COHORT_F32, COHORT_SUM)); /* the path */
-  double bus = 2.0 * (n - 1) / n;
   if (rank == 0) {
     printf("# %d ranks, transport %s, device path %s, %s\n", n, cohort_transport_name(comm), cohort_device_path(comm),
            "f32 sum, out of place, blocking calls");
     printf("# device-to-device copy, 256 MiB: %.1f GB/s; the shared-HBM floor of an allreduce at %d ranks gives "
            "busbw <= %.1f GB/s\n",
            copy, n, n > 1 ? copy * 2.0 * (n - 1) / ((double)n * n) : copy);
-    printf("%12s %8s %12s %12s %12s %10s\n", "bytes", "iters", "time_us", "algbw_GBs", "busbw_GBs", "of_copy");
   }
-  float check = 0;
-  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
-    size_t count = bytes / sizeof(float);
-    int iters = iters_for(bytes);
-    for (int i = 0; i < 3; i++)
-      CHECK_COHORT(cohort_allreduce(comm, send, recv, count, COHORT_F32, COHORT_SUM));
-    CHECK_COHORT(cohort_barrier(comm));
-    double t0 = now_s();
-    for (int i = 0; i < iters; i++)
-      CHECK_COHORT(cohort_allreduce(comm, send, recv, count, COHORT_F32, COHORT_SUM));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    double t = (now_s() - t0) / iters;
-    CHECK_CUDA(cudaMemcpy(&check, recv + count - 1, sizeof check, cudaMemcpyDeviceToHost));
-    if (check != (float)n) {
-      fprintf(stderr, "rank %d: wrong result %g at %zu bytes (expected %d)\n", rank, (double)check, bytes, n);
-      return 1;
-    }
-    double alg = (double)bytes / t / 1e9;
-    if (rank == 0)
-      printf("%12zu %8d %12.2f %12.2f %12.2f %9.0f%%\n", bytes, iters, t * 1e6, alg, alg * bus,
-             n > 1 ? 100.0 * alg * bus / copy : 100.0 * alg / copy);
-    fflush(stdout);
-  }
+  int wrong = time_sizes(comm, send, recv, max_bytes, NULL, copy);
   /* The same, stream-ordered: each call returns once queued (NCCL; cuda-ipc with its waits on the device), so the
    * host's part of a call overlaps the kernels of the calls before it, as in a training step. */
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  if (rank == 0) {
+  if (!wrong && rank == 0)
     printf("# the same, stream-ordered: cohort_allreduce_stream, every iteration queued on one stream, then one "
            "synchronize\n");
-    printf("%12s %8s %12s %12s %12s %10s\n", "bytes", "iters", "time_us", "algbw_GBs", "busbw_GBs", "of_copy");
-  }
-  for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
-    size_t count = bytes / sizeof(float);
-    int iters = iters_for(bytes);
-    for (int i = 0; i < 3; i++)
-      CHECK_COHORT(cohort_allreduce_stream(comm, send, recv, count, COHORT_F32, COHORT_SUM, s));
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    CHECK_COHORT(cohort_barrier(comm));
-    double t0 = now_s();
-    for (int i = 0; i < iters; i++)
-      CHECK_COHORT(cohort_allreduce_stream(comm, send, recv, count, COHORT_F32, COHORT_SUM, s));
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    double t = (now_s() - t0) / iters;
-    CHECK_CUDA(cudaMemcpy(&check, recv + count - 1, sizeof check, cudaMemcpyDeviceToHost));
-    if (check != (float)n) {
-      fprintf(stderr, "rank %d: wrong stream-ordered result %g at %zu bytes (expected %d)\n", rank, (double)check,
-              bytes, n);
-      return 1;
-    }
-    double alg = (double)bytes / t / 1e9;
-    if (rank == 0)
-      printf("%12zu %8d %12.2f %12.2f %12.2f %9.0f%%\n", bytes, iters, t * 1e6, alg, alg * bus,
-             n > 1 ? 100.0 * alg * bus / copy : 100.0 * alg / copy);
-    fflush(stdout);
-  }
+  if (!wrong) wrong = time_sizes(comm, send, recv, max_bytes, s, copy);
   CHECK_CUDA(cudaStreamDestroy(s));
   cudaFree(send);
   cudaFree(recv);
   cohort_comm_destroy(comm);
-  return 0;
+  return wrong;
 }
 
 /* ---- 1 rank: cohort's NCCL path against NCCL called directly ---- */
